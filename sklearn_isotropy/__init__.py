@@ -9,6 +9,16 @@ directions (:class:`NATSVTransformer`) and per-dimension standardisation
 
 from __future__ import annotations
 
+from ._moments import MomentAccumulator
+from ._natsv import NATSVTransformer
+from ._standard import StandardNormalizer
+from ._whitening import WhiteningTransformer
+
 __version__ = "0.1.0.dev0"
 
-__all__ = []
+__all__ = [
+    "MomentAccumulator",
+    "NATSVTransformer",
+    "StandardNormalizer",
+    "WhiteningTransformer",
+]
