@@ -225,11 +225,8 @@ def _block_moments(X, w, kind, index, offset):
             )
         if not np.all(np.isfinite(w)):
             r = int(np.flatnonzero(~np.isfinite(w))[0])
-            return _BlockProblems(
-                [
-                    f"sample_weight contains NaN or infinity in {_where(index, offset, r)}."
-                ]
-            )
+            where = _where(index, offset, r)
+            return _BlockProblems([f"sample_weight is NaN or infinite in {where}."])
         if np.any(w < 0):
             r = int(np.flatnonzero(w < 0)[0])
             return _BlockProblems(
