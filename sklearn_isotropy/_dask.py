@@ -181,8 +181,9 @@ class _BlockProblems:
         tail = f"\n  ... and {more} more block(s)." if more > 0 else ""
         return ValueError(
             f"{name} cannot be fitted on this dask array: {self.count} block(s) "
-            f"hold invalid input.\n{lines}{tail}\nRemove or impute these rows "
-            "(e.g. X[da.isfinite(X).all(axis=1)]) and fit again."
+            f"hold invalid input.\n{lines}{tail}\nDrop or impute the rows with "
+            "NaN or infinity (e.g. X[da.isfinite(X).all(axis=1)]), make the "
+            "sample weights finite and non-negative, and fit again."
         )
 
 
@@ -231,7 +232,7 @@ def _block_moments(X, w, kind, index, offset):
             r = int(np.flatnonzero(w < 0)[0])
             return _BlockProblems(
                 [
-                    f"sample_weight is negative ({w[r]!r}) in "
+                    f"sample_weight is negative ({float(w[r])!r}) in "
                     f"{_where(index, offset, r)}; weights must be non-negative."
                 ]
             )
@@ -462,14 +463,15 @@ def embed_partitions(vectorizer, texts, *, n_features=None, dtype=None):
             "vectorizer must have a transform(list_of_str) method, got "
             f"{type(vectorizer).__qualname__}."
         )
-    check_is_fitted(
-        vectorizer,
-        msg=(
-            "This %(name)s instance is not fitted yet; embed_partitions sends the "
-            "fitted vectorizer to the workers. Call its fit first (for "
-            "BertPoolingVectorizer, fit only loads the model)."
-        ),
-    )
+    if hasattr(vectorizer, "fit"):  # an estimator: it must be fitted
+        check_is_fitted(
+            vectorizer,
+            msg=(
+                "This %(name)s instance is not fitted yet; embed_partitions sends "
+                "the fitted vectorizer to the workers. Call its fit first (for "
+                "BertPoolingVectorizer, fit only loads the model)."
+            ),
+        )
     parts = _text_partitions(texts)
     token = f"{type(vectorizer).__name__}-{uuid.uuid4().hex}"
     # one key holds the vectorizer: it is sent to each worker once, and
