@@ -57,13 +57,14 @@ def client():
 def _block(i: int, n: int = CHUNK, d: int = N_FEATURES) -> np.ndarray:
     """Rows ``i * n`` to ``(i + 1) * n`` of the test data, from a seed.
 
-    Uniform noise with per-feature scales 1 to 4 plus an 8-dimensional shared
-    component: correlated, anisotropic, off-centre, and cheap to generate.
+    Uniform noise with per-feature scales 1 to 4 plus an independent
+    8-dimensional shared component: correlated, anisotropic, off-centre, well
+    conditioned (eigenvalues 1/12 to about 40), and cheap to generate.
     """
     mixing = np.random.default_rng(12345).normal(size=(8, d))
     scales = np.linspace(1.0, 4.0, d)
-    u = np.random.default_rng([7, i]).random((n, d)) - 0.5
-    return u * scales + u[:, :8] @ mixing + 3.0
+    u = np.random.default_rng([7, i]).random((n, d + 8)) - 0.5
+    return u[:, :d] * scales + u[:, d:] @ mixing + 3.0
 
 
 @pytest.fixture(scope="module")
