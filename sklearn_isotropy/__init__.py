@@ -9,6 +9,8 @@ directions (:class:`NATSVTransformer`) and per-dimension standardisation
 
 from __future__ import annotations
 
+from ._vectorizer import BertPoolingVectorizer
+
 __version__ = "0.1.0.dev0"
 
-__all__ = []
+__all__ = ["BertPoolingVectorizer"]
