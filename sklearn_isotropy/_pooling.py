@@ -175,9 +175,12 @@ class LoadedEncoder:
         self.has_pooler = has_pooler
         self.sbert_max_length = sbert_max_length
         self.layer_list = find_layer_list(model)
-        self.taps_ok = None  # checked once against output_hidden_states
+        if self.layer_list is not None:
+            _install_taps(self.layer_list)
+        # Taps avoid output_hidden_states, which (transformers >= 5) leaves
+        # unpicklable hooks on the model and keeps every layer's states.
+        self.taps_ok = self.layer_list is not None
         self.fingerprint = None
-        self.lock = threading.Lock()
 
 
 _LOADED = weakref.WeakValueDictionary()
@@ -295,7 +298,11 @@ class _LayerTap:
         if self.index >= len(layers) or layers[self.index] is not module:
             return None
         if self.index in request["wanted"]:
-            request["captured"][self.index] = args[0] if args else kwargs["hidden_states"]
+            hidden = args[0] if args else kwargs.get("hidden_states")
+            if getattr(hidden, "ndim", None) != 3:
+                request["bad"] = True
+                raise _StopForward
+            request["captured"][self.index] = hidden
         if self.index == request["stop_at"]:
             raise _StopForward
         return None
@@ -322,7 +329,8 @@ def _install_taps(layer_list):
 
 def _forward_taps(loaded, inputs, indices, n_layers):
     """``{index: hidden_state}`` for non-negative ``indices``, running only the
-    blocks up to the deepest index (the whole model if it includes the last)."""
+    blocks up to the deepest index (the whole model if it includes the last);
+    None if a block's input does not look like hidden states."""
     layers = loaded.layer_list
     wanted = {i for i in indices if i < n_layers}
     need_last = n_layers in indices
@@ -331,6 +339,7 @@ def _forward_taps(loaded, inputs, indices, n_layers):
         "wanted": wanted,
         "captured": {},
         "stop_at": None if need_last else max(indices),
+        "bad": False,
     }
     _TAP_STATE.request = request
     try:
@@ -340,6 +349,8 @@ def _forward_taps(loaded, inputs, indices, n_layers):
             out = None
     finally:
         _TAP_STATE.request = None
+    if request["bad"]:
+        return None
     states = dict(request["captured"])
     if need_last:
         states[n_layers] = out.last_hidden_state
@@ -349,31 +360,6 @@ def _forward_taps(loaded, inputs, indices, n_layers):
 def _forward_all(loaded, inputs, indices):
     out = loaded.model(**inputs, output_hidden_states=True)
     return {i: out.hidden_states[i] for i in indices}
-
-
-def _check_taps(loaded, inputs, indices, n_layers):
-    """Once per model: taps must reproduce ``output_hidden_states`` exactly."""
-    import torch
-
-    if loaded.layer_list is None:
-        return False
-    try:
-        _install_taps(loaded.layer_list)
-        tapped = _forward_taps(loaded, inputs, indices, n_layers)
-        reference = _forward_all(loaded, inputs, indices)
-        ok = all(
-            i in tapped and torch.allclose(tapped[i], reference[i], atol=1e-5, rtol=1e-4)
-            for i in indices
-        )
-    except Exception as exc:  # noqa: BLE001 - any failure means "use the safe path"
-        logger.debug("Layer taps unavailable for %s: %s", type(loaded.model), exc)
-        ok = False
-    if not ok:
-        logger.info(
-            "Reading hidden states through output_hidden_states for %s",
-            type(loaded.model).__name__,
-        )
-    return ok
 
 
 def pooled_batch(loaded, inputs, mask, pooling, indices, n_layers):
@@ -386,14 +372,16 @@ def pooled_batch(loaded, inputs, mask, pooling, indices, n_layers):
     if indices == (n_layers,):
         hidden = model(**inputs).last_hidden_state
     else:
-        if loaded.taps_ok is None:
-            with loaded.lock:
-                if loaded.taps_ok is None:
-                    probe = {k: v[:1] for k, v in inputs.items()}
-                    loaded.taps_ok = _check_taps(loaded, probe, indices, n_layers)
+        states = None
         if loaded.taps_ok:
             states = _forward_taps(loaded, inputs, indices, n_layers)
-        else:
+            if states is None:  # a block's input is not a hidden-state tensor
+                loaded.taps_ok = False
+                logger.info(
+                    "Reading hidden states through output_hidden_states for %s",
+                    type(model).__name__,
+                )
+        if states is None:
             states = _forward_all(loaded, inputs, indices)
         hidden = states[indices[0]]
         for i in indices[1:]:
