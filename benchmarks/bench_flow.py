@@ -213,7 +213,8 @@ def main(argv=None):
             print(
                 f"  flow[{label}]  {spearman_x100(Z, index, test):6.2f}  "
                 f"fit {tf:.1f} s ({per_epoch:.1f} s/epoch, {flow.n_iter_} epochs), "
-                f"final train NLL/dim {flow.loss_curve_[-1]:.3f}"
+                f"final train NLL {flow.loss_curve_[-1]:.1f}, "
+                f"load avg {os.getloadavg()[0]:.1f}"
             )
 
 

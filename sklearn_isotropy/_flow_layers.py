@@ -161,7 +161,7 @@ class InvertibleLinear(nn.Module):
     def weight(self) -> torch.Tensor:
         """The dense matrix ``W`` (for inspection and tests)."""
         lower, upper = self._factors()
-        return (lower @ upper)[self.inv_perm]
+        return (lower @ upper)[self.perm]
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         lower, upper = self._factors()

@@ -149,10 +149,11 @@ class GlowFlowTransformer(
         Per-feature standard deviation used for standardisation (ones when
         ``standardize=False``; constant features get 1).
     n_iter_ : int
-        Number of epochs run.
+        Number of epochs run (an epoch cut short by a non-finite loss counts).
     loss_curve_ : list of float
         Mean training negative log-likelihood (nats per sample, in data space)
-        of each epoch, averaged over its batches.
+        of each epoch, averaged over its batches (over the batches that ran,
+        for an epoch cut short).
     validation_scores_ : list of float or None
         Mean log-likelihood of the held-out rows after each epoch when
         ``early_stopping=True``, else None.
@@ -404,10 +405,11 @@ class GlowFlowTransformer(
                 seen += xb.shape[0]
                 if progress is not None:
                     progress.update(xb.shape[0])
+            self.n_iter_ = epoch
+            if seen:
+                self.loss_curve_.append(total / seen - log_det_std)
             if diverged is not None:
                 break
-            self.n_iter_ = epoch
-            self.loss_curve_.append(total / seen - log_det_std)
             if self.early_stopping:
                 score = self._mean_log_likelihood(torch, flow, X_val) + log_det_std
                 self.validation_scores_.append(score)
