@@ -650,7 +650,7 @@ class GlowFlowTransformer(
 
     # ---------------------------------------------------------- persistence
     def __getstate__(self):
-        state = super().__getstate__()
+        state = dict(super().__getstate__())  # object.__getstate__ is __dict__
         flow = state.pop("flow_", None)
         if flow is not None:
             torch = _import_torch()
