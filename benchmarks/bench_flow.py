@@ -171,7 +171,7 @@ def main(argv=None):
         help="extra GlowFlowTransformer settings, e.g. 'max_iter=5,batch_size=64'; "
         "repeatable. The defaults are always run first.",
     )
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--embed-only", action="store_true")
     args = parser.parse_args(argv)
@@ -194,7 +194,7 @@ def main(argv=None):
             continue
         from sklearn_isotropy import GlowFlowTransformer
 
-        print(f"  raw                 {spearman_x100(X, index, test):6.2f}")
+        print(f"  raw                 {spearman_x100(X, index, test):6.2f}", flush=True)
         t0 = time.perf_counter()
         Zw = whiten_fit_transform(X)
         tw = time.perf_counter() - t0
@@ -203,19 +203,29 @@ def main(argv=None):
             f"fit {tw:.2f} s"
         )
         for params in settings:
-            flow = GlowFlowTransformer(random_state=args.seed, **params)
-            t0 = time.perf_counter()
-            flow.fit(X)
-            tf = time.perf_counter() - t0
-            Z = flow.transform(X)
             label = ",".join(f"{k}={v}" for k, v in params.items()) or "defaults"
-            per_epoch = tf / flow.n_iter_
-            print(
-                f"  flow[{label}]  {spearman_x100(Z, index, test):6.2f}  "
-                f"fit {tf:.1f} s ({per_epoch:.1f} s/epoch, {flow.n_iter_} epochs), "
-                f"final train NLL {flow.loss_curve_[-1]:.1f}, "
-                f"load avg {os.getloadavg()[0]:.1f}"
-            )
+            scores = []
+            for seed in args.seeds:
+                flow = GlowFlowTransformer(random_state=seed, **params)
+                load = os.getloadavg()[0]
+                t0 = time.perf_counter()
+                flow.fit(X)
+                tf = time.perf_counter() - t0
+                scores.append(spearman_x100(flow.transform(X), index, test))
+                print(
+                    f"  flow[{label}] seed {seed}  {scores[-1]:6.2f}  "
+                    f"fit {tf:.1f} s ({tf / flow.n_iter_:.1f} s/epoch, "
+                    f"{flow.n_iter_} epochs), final train NLL "
+                    f"{flow.loss_curve_[-1]:.1f}, load avg {load:.1f}",
+                    flush=True,
+                )
+            if len(scores) > 1:
+                print(
+                    f"  flow[{label}] mean over {len(scores)} seeds "
+                    f"{np.mean(scores):6.2f} (min {min(scores):.2f}, "
+                    f"max {max(scores):.2f})",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

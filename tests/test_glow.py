@@ -127,11 +127,11 @@ def test_standardize_false_density_is_consistent():
 def test_same_seed_identical_parameters_and_global_rng_untouched():
     X = _data()
     torch_state = torch.get_rng_state()
-    np_state = np.random.get_state()[1].copy()
+    np_state = np.random.get_state()[1].copy()  # noqa: NPY002 (global RNG)
     a = _fitted(X, random_state=42, max_iter=2)
     b = _fitted(X, random_state=42, max_iter=2)
     assert torch.equal(torch.get_rng_state(), torch_state)
-    assert_array_equal(np.random.get_state()[1], np_state)
+    assert_array_equal(np.random.get_state()[1], np_state)  # noqa: NPY002
     sa, sb = _state(a), _state(b)
     assert sa.keys() == sb.keys()
     for k in sa:
