@@ -377,3 +377,47 @@ def test_embed_partitions_bag_and_errors(client):
 
     with pytest.raises(NotFittedError, match="embed_partitions"):
         embed_partitions(TfidfVectorizer(), bag)
+
+
+def _count_encoder_loads():
+    """Install (once) and read a per-process counter of encoder loads."""
+    import sklearn_isotropy._pooling as pooling
+
+    cls = pooling.LoadedEncoder
+    if "_n_loads" not in cls.__dict__:
+        original = cls.__init__
+
+        def counting_init(self, *args, **kwargs):
+            cls._n_loads += 1
+            original(self, *args, **kwargs)
+
+        cls._n_loads = 0
+        cls.__init__ = counting_init
+    return cls._n_loads
+
+
+def test_embed_partitions_tiny_bert_matches_single_process(client, tiny_bert):
+    pytest.importorskip("torch")
+    pd = pytest.importorskip("pandas")
+    dd = pytest.importorskip("dask.dataframe")
+    from sklearn_isotropy import BertPoolingVectorizer
+
+    words = "the a cat dog sat on mat ran fast slow man woman big small red".split()
+    rng = np.random.default_rng(0)
+    texts = [" ".join(rng.choice(words, size=rng.integers(1, 12))) for i in range(300)]
+    frame = pd.DataFrame({"id": np.arange(300), "text": texts})
+    ddf = dd.from_pandas(frame, npartitions=6)
+    vec = BertPoolingVectorizer(str(tiny_bert), batch_size=16).fit(texts[:2])
+    expected = vec.transform(texts)
+
+    before = client.run(_count_encoder_loads)
+    E = embed_partitions(vec, ddf["text"])
+    assert E.shape == (300, 32) and E.dtype == np.float32
+    assert E.chunks[0] == tuple(ddf.map_partitions(len).compute())
+    values = E.compute()
+    loads = {w: n - before[w] for w, n in client.run(_count_encoder_loads).items()}
+    # same rows in the same order (float32 round-off: torch uses one thread
+    # per worker and several here)
+    assert_allclose(values, expected, rtol=1e-5, atol=1e-6)
+    assert sum(loads.values()) >= 1
+    assert all(n <= 1 for n in loads.values()), loads
