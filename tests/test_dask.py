@@ -283,6 +283,7 @@ def test_transform_is_lazy():
 def test_dask_ml_incremental(client, small):
     wrappers = pytest.importorskip("dask_ml.wrappers")
     X, X_dask = small
+    X, X_dask = X[: 3 * CHUNK], X_dask[: 3 * CHUNK]  # one eigh per partial_fit
 
     def no_score(estimator, X, y=None):
         return 0.0
