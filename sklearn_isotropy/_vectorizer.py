@@ -376,7 +376,9 @@ TruncationWarning` per call says how many. ``None`` uses the model's
     def _load(self, device):
         if _is_name(self.model):
             return _pooling.load_by_name(self.model, device)
-        net, tokenizer, sbert_len, description = _pooling.unpack_model_object(self.model)
+        net, tokenizer, sbert_len, description = _pooling.unpack_model_object(
+            self.model
+        )
         net.to(device)
         return _pooling.LoadedEncoder(
             net,
@@ -547,7 +549,9 @@ TruncationWarning` per call says how many. ``None`` uses the model's
             "max_length": self.max_length_,
             "version": 1,
         }
-        namespace = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+        namespace = hashlib.sha256(
+            json.dumps(spec, sort_keys=True).encode()
+        ).hexdigest()
         return _pooling.EmbeddingStore(root, namespace[:32])
 
     def _tokenize(self, tokenizer, texts):
@@ -590,7 +594,8 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         lengths = np.fromiter((len(x) for x in ids), dtype=np.intp, count=len(ids))
         order = np.argsort(-lengths, kind="stable")
         batches = [
-            order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)
+            order[i : i + self.batch_size]
+            for i in range(0, len(order), self.batch_size)
         ]
         pad_id = getattr(tokenizer, "pad_token_id", None)
         pad_id = 0 if pad_id is None else pad_id
@@ -664,7 +669,9 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         """
         check_is_fitted(self)
         prefix = type(self).__name__.lower()
-        return np.asarray([f"{prefix}{i}" for i in range(self.hidden_size_)], dtype=object)
+        return np.asarray(
+            [f"{prefix}{i}" for i in range(self.hidden_size_)], dtype=object
+        )
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
