@@ -623,10 +623,11 @@ TruncationWarning` per call says how many. ``None`` uses the model's
                         if token_types is not None:
                             token_types[row, :n] = types[j]
                     mask_t = torch.from_numpy(mask).to(device)
-                    inputs = {
-                        "input_ids": torch.from_numpy(input_ids).to(device),
-                        "attention_mask": mask_t,
-                    }
+                    inputs = {"input_ids": torch.from_numpy(input_ids).to(device)}
+                    if lengths[batch[-1]] != width:
+                        # without padding the mask is all ones; omitting it lets
+                        # SDPA use its unmasked kernel (same result)
+                        inputs["attention_mask"] = mask_t
                     if token_types is not None:
                         inputs["token_type_ids"] = torch.from_numpy(token_types).to(
                             device
