@@ -11,4 +11,14 @@ from __future__ import annotations
 
 __version__ = "0.1.0.dev0"
 
-__all__ = []
+from .metrics import (
+    PairedCosineSimilarity,
+    cosine_spearman_score,
+    cosine_spearman_scorer,
+)
+
+__all__ = [
+    "PairedCosineSimilarity",
+    "cosine_spearman_score",
+    "cosine_spearman_scorer",
+]
