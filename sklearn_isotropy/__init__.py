@@ -9,16 +9,24 @@ directions (:class:`NATSVTransformer`) and per-dimension standardisation
 
 from __future__ import annotations
 
-__version__ = "0.1.0.dev0"
-
+from ._moments import MomentAccumulator
+from ._natsv import NATSVTransformer
+from ._standard import StandardNormalizer
+from ._whitening import WhiteningTransformer
 from .metrics import (
     PairedCosineSimilarity,
     cosine_spearman_score,
     cosine_spearman_scorer,
 )
 
+__version__ = "0.1.0.dev0"
+
 __all__ = [
+    "MomentAccumulator",
+    "NATSVTransformer",
     "PairedCosineSimilarity",
+    "StandardNormalizer",
+    "WhiteningTransformer",
     "cosine_spearman_score",
     "cosine_spearman_scorer",
 ]
