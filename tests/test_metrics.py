@@ -333,3 +333,34 @@ def test_tags_and_top_level_exports():
         assert name in sklearn_isotropy.__all__
         assert getattr(sklearn_isotropy, name) is not None
     assert sklearn_isotropy.__all__ == sorted(sklearn_isotropy.__all__)
+
+
+def test_grid_search_over_whitening_k_as_in_the_docs():
+    from sklearn_isotropy import WhiteningTransformer
+
+    rng = np.random.RandomState(0)
+    # anisotropic embeddings: a large common offset and a dominant direction;
+    # the gold similarity lives in the low-variance directions
+    n, d = 150, 12
+    scale = np.r_[20.0, np.ones(d - 1)]
+    latent = rng.normal(size=(n, d))
+    a = latent * scale + 5.0
+    b = (latent + rng.normal(scale=0.8, size=(n, d))) * scale + 5.0
+    b[:, 0] = rng.normal(size=n) * 20.0 + 5.0  # the top direction is noise
+    y = -np.linalg.norm((a - b)[:, 1:], axis=1)
+    X = np.stack([a, b], axis=1)
+    ks = [2, 6, None]
+    pipe = make_pipeline(WhiteningTransformer())
+    search = GridSearchCV(
+        PairedCosineSimilarity(pipe),
+        {"transformer__whiteningtransformer__n_components": ks},
+        cv=5,
+    ).fit(X, y)
+    scores = search.cv_results_["mean_test_score"]
+    assert search.best_index_ == int(np.argmax(scores))
+    best_k = ks[search.best_index_]
+    fitted = search.best_estimator_.transformer_.named_steps["whiteningtransformer"]
+    assert fitted.n_components == best_k
+    # whitening beats the raw cosine, which the offset and top direction ruin
+    raw = cosine_spearman_score(a, b, y)
+    assert search.best_estimator_.score(X, y) > raw + 0.2
