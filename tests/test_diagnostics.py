@@ -132,7 +132,13 @@ def test_report(gaussian, cone):
     assert r["n_features"] == 10
     np.testing.assert_allclose(r["mean_pair_cosine"], 1.0)
     assert r["effective_rank"] == pytest.approx(effective_rank(cone))
-    assert r["isotropy_score"] == isotropy_score(cone)
+    assert r["isotropy_score"] == isotropy_score(cone, normalize=True)
+    unit = cone / np.linalg.norm(cone, axis=1, keepdims=True)
+    assert isotropy_score(cone, normalize=True) == pytest.approx(
+        isotropy_score(unit), rel=1e-9
+    )
+    # normalised, every row is v: Z(v) = n e, Z(-v) = n / e
+    assert isotropy_score(unit) == pytest.approx(np.exp(-2.0), rel=1e-9)
     assert r["top_component_variance_ratio"] == pytest.approx(1.0)
 
 

@@ -108,7 +108,7 @@ def mean_pair_cosine(X, *, n_pairs=10_000, random_state=None):
     return float(np.mean(pair_cosines(X, n_pairs=n_pairs, random_state=random_state)))
 
 
-def isotropy_score(X):
+def isotropy_score(X, *, normalize=False):
     """Isotropy score I(W) of Mu & Viswanath (2018), in [0, 1].
 
     ``I(W) = min_c Z(c) / max_c Z(c)`` with the partition function
@@ -120,6 +120,10 @@ def isotropy_score(X):
     ----------
     X : array-like of shape (n_samples, n_features)
         Embeddings (not centred: a common offset is anisotropy too).
+    normalize : bool, default=False
+        Scale every row to unit norm first. ``Z(c)`` is not scale-invariant,
+        so use this to compare embeddings of different scale (e.g. before and
+        after whitening); False keeps the original definition.
 
     Returns
     -------
@@ -130,8 +134,8 @@ def isotropy_score(X):
     -----
     An eigenvector's sign is arbitrary, so both ``c`` and ``-c`` are used for
     each eigenvector, which makes the value independent of the eigensolver's
-    sign choice. The value depends on the scale of `X` (``Z(c)`` is not
-    scale-invariant), as in the original definition.
+    sign choice. Without `normalize` the value depends on the scale of `X`,
+    as in the original definition.
 
     References
     ----------
@@ -149,6 +153,11 @@ def isotropy_score(X):
     True
     """
     X = _check_X(X, min_samples=1)
+    if normalize:
+        row_scale = np.max(np.abs(X), axis=1, keepdims=True)
+        X = X / np.where(row_scale == 0, 1.0, row_scale)
+        norms = np.linalg.norm(X, axis=1, keepdims=True)
+        X = X / np.where(norms == 0, 1.0, norms)
     scale = np.max(np.abs(X))
     if scale == 0:
         return 1.0
@@ -257,7 +266,9 @@ def anisotropy_report(X, *, n_pairs=10_000, random_state=None):
     Returns
     -------
     report : dict
-        ``mean_pair_cosine``, ``isotropy_score``, ``effective_rank``,
+        ``mean_pair_cosine``, ``isotropy_score`` (of the unit-normalised rows,
+        so that methods with different output scales compare),
+        ``effective_rank``,
         ``top_component_variance_ratio`` (floats) and ``n_features`` (int).
 
     Examples
@@ -274,7 +285,7 @@ def anisotropy_report(X, *, n_pairs=10_000, random_state=None):
         "mean_pair_cosine": mean_pair_cosine(
             X, n_pairs=n_pairs, random_state=random_state
         ),
-        "isotropy_score": isotropy_score(X),
+        "isotropy_score": isotropy_score(X, normalize=True),
         "effective_rank": effective_rank(X),
         "top_component_variance_ratio": top_component_variance_ratio(X),
         "n_features": int(X.shape[1]),
