@@ -19,7 +19,7 @@ __all__ = ["WhiteningTransformer"]
 
 def _sorted_eigh(cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Eigenpairs of a symmetric matrix, largest first, with deterministic signs."""
-    evals, evecs = linalg.eigh(cov, check_finite=False)
+    evals, evecs = linalg.eigh(cov, driver="evd", check_finite=False)
     evals, evecs = evals[::-1], evecs[:, ::-1]
     # the entry of largest magnitude of every eigenvector is made positive, so
     # two fits on the same statistics give the same components
@@ -221,14 +221,14 @@ class WhiteningTransformer(_StreamingMomentsMixin):
             )
         total = float(np.sum(evals[:rank]))
 
+        if self.method == "cholesky" and rank < d:
+            raise ValueError(
+                f"method='cholesky' needs a full-rank covariance, but its "
+                f"numerical rank is {rank} < n_features = {d} (n_samples = "
+                f"{moments.n_samples}). Set shrinkage > 0 or use method='pca'."
+            )
         k = self._select_n_components(evals, rank, d, total)
         if self.method == "cholesky":
-            if rank < d:
-                raise ValueError(
-                    f"method='cholesky' needs a full-rank covariance, but its "
-                    f"numerical rank is {rank} < n_features = {d} (n_samples = "
-                    f"{moments.n_samples}). Set shrinkage > 0 or use method='pca'."
-                )
             chol = linalg.cholesky(cov, lower=True, check_finite=False)
             whitening = linalg.solve_triangular(
                 chol, np.eye(d), lower=True, check_finite=False
