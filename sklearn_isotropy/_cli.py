@@ -207,7 +207,9 @@ def _load_splits(data, needed, max_pairs, seed):
             try:
                 bunch = load_sts(data, split=split)
             except (OSError, ValueError) as exc:
-                raise CLIError(f"cannot read the {split} split of {data}: {exc}") from exc
+                raise CLIError(
+                    f"cannot read the {split} split of {data}: {exc}"
+                ) from exc
         if max_pairs is not None and len(bunch.scores) > max_pairs:
             rng = np.random.RandomState(seed)
             keep = np.sort(rng.choice(len(bunch.scores), max_pairs, replace=False))
@@ -372,6 +374,8 @@ def _transformed_test(model, emb_test):
 
 def _label(method, params):
     label = METHOD_LABELS[method]
+    if "{k}" in label and "n_components" not in params:
+        return method
     if "{k}" in label:
         label = label.format(k=params.get("n_components"))
     return label
@@ -383,13 +387,16 @@ def _table(results, poolings, methods, markdown):
         header += [f"{p} ρ×100", "fit s", "transform s"]
     rows = []
     for m in methods:
-        row = None
+        ok = [
+            results[(m, p)]
+            for p in poolings
+            if (m, p) in results and "error" not in results[(m, p)]
+        ]
+        row = [_label(m, ok[0]["params"]) if ok else m]
         for p in poolings:
             r = results.get((m, p))
-            if row is None:
-                row = [_label(m, r["params"]) if r else m]
-            if r is None:
-                row += ["-", "-", "-"]
+            if r is None or r["spearman_x100"] is None:
+                row += ["failed" if r else "-", "-", "-"]
             else:
                 row += [
                     f"{r['spearman_x100']:.2f}",
@@ -477,7 +484,22 @@ def _evaluate(args):
         for method in methods:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                model, record = _run_method(method, emb, splits, args, progress)
+                try:
+                    model, record = _run_method(method, emb, splits, args, progress)
+                except (ValueError, RuntimeError, np.linalg.LinAlgError) as exc:
+                    # a numerical failure of one method is a result, not a crash
+                    msg = " ".join(str(exc).split())
+                    print(f"[{pooling}] {method} failed: {msg}", file=sys.stderr)
+                    results[(method, pooling)] = {
+                        "method": method,
+                        "pooling": pooling,
+                        "spearman_x100": None,
+                        "fit_seconds": None,
+                        "transform_seconds": None,
+                        "params": {},
+                        "error": msg,
+                    }
+                    continue
             record["warnings"] = sorted({str(w.message) for w in caught})
             record["pooling"] = pooling
             results[(method, pooling)] = record
@@ -505,6 +527,9 @@ def _evaluate(args):
     for method in methods:
         for pooling in poolings:
             chosen = results[(method, pooling)]["params"].get("chosen")
+            error = results[(method, pooling)].get("error")
+            if error:
+                print(f"{method} failed for {pooling}: {error}")
             if chosen:
                 print(f"grid choice for {pooling}: {chosen}")
 
@@ -528,7 +553,9 @@ def _evaluate(args):
     ]
     for pooling in poolings:
         for method in methods:
-            r = diagnostics[pooling][method]
+            r = diagnostics[pooling].get(method)
+            if r is None:
+                continue
             md.append(
                 f"| {pooling} | {method} | {r['mean_pair_cosine']:.3f} | "
                 f"{r['isotropy_score']:.3g} | {r['effective_rank']:.1f} | "
@@ -552,9 +579,7 @@ def _evaluate(args):
         "seed": args.seed,
         "device": args.device,
         "encoding": encodings,
-        "results": [
-            results[(m, p)] for p in poolings for m in methods
-        ],
+        "results": [results[(m, p)] for p in poolings for m in methods],
         "diagnostics": diagnostics,
         "figures": figures,
         "versions": {
