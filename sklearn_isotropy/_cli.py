@@ -294,7 +294,7 @@ def _make_transformer(method, d, args, progress):
                 max_iter=args.flow_epochs,
                 random_state=args.seed,
                 device=args.device,
-                verbose=int(progress),
+                verbose=2 if progress else 0,  # 2 = tqdm bar over batches
             ),
             {"max_iter": args.flow_epochs},
         )
