@@ -413,7 +413,8 @@ def load_sts(
         - ``"stsb"``: the English STS Benchmark, downloaded on first use from
           the public repository PhilipMay/stsb-multi-mt into the cache
           directory (see :func:`get_data_home`), verified against a sha256
-          checksum, and read from the cache afterwards.
+          checksum, and read from the cache afterwards. (A file or directory
+          named ``stsb`` in the working directory takes precedence.)
 
     split : {"train", "dev", "test"}, default=None
         Which split to read. Required for directories holding several splits
