@@ -52,4 +52,4 @@ class UndefinedCorrelationWarning(IsotropyWarning):
 
 
 class FlowTrainingWarning(IsotropyWarning, ConvergenceWarning):
-    """Normalizing-flow training did not end cleanly (non-finite loss, no convergence)."""
+    """Normalizing-flow training did not end cleanly (non-finite loss)."""
