@@ -40,11 +40,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 # The examples run one after another in this process. On a shared 2-core
-# machine a multi-threaded OpenBLAS spins against the other load: one
-# 384 x 384 ``eigh`` measured 1.9 s with 2 threads against 0.05 s with 1.
-# Set before NumPy is imported (Sphinx itself does not import it); override by
-# exporting OPENBLAS_NUM_THREADS.
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# machine multi-threaded BLAS and PyTorch spin against the other load: one
+# 384 x 384 ``eigh`` took 1.9 s with 2 OpenBLAS threads against 0.05 s with
+# 1, and five flow epochs on 1,600 embeddings 161 s with 2 OpenMP threads
+# against 15 s with 1 (load average ~10). Set before NumPy or torch are
+# imported (Sphinx itself imports neither); override by exporting them.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 # the examples locate the data relative to the repository; tell them where
 # the repository is when sphinx-gallery runs them from another directory
 os.environ.setdefault("SKLEARN_ISOTROPY_REPO", str(REPO_ROOT))
