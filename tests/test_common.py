@@ -6,7 +6,12 @@ import pytest
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import sklearn_isotropy
-from sklearn_isotropy import NATSVTransformer, StandardNormalizer, WhiteningTransformer
+from sklearn_isotropy import (
+    GlowFlowTransformer,
+    NATSVTransformer,
+    StandardNormalizer,
+    WhiteningTransformer,
+)
 
 # method="zca" and "cholesky" keep the input coordinates and reject the
 # n_components=1 that several checks force; tests/test_whitening.py covers them.
@@ -16,6 +21,9 @@ ESTIMATORS = [
     NATSVTransformer(),
     NATSVTransformer(n_components=1, center=False),
     StandardNormalizer(),
+    # a small flow trained two epochs: each of the ~50 fits stays well under
+    # a second
+    GlowFlowTransformer(depth=1, hidden_size=4, max_iter=2),
 ]
 
 

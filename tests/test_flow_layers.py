@@ -1,0 +1,233 @@
+"""Tests of the Glow bijector modules against autograd Jacobians and scipy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose
+from scipy.stats import multivariate_normal
+
+torch = pytest.importorskip("torch")
+
+from sklearn_isotropy._flow_layers import (  # noqa: E402
+    ActNorm,
+    Coupling,
+    FlowStep,
+    Glow,
+    InvertibleLinear,
+    ResidualMLP,
+    SequentialFlow,
+)
+
+TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
+
+
+def _make(name, d):
+    return {
+        "actnorm": lambda: ActNorm(d),
+        "linear": lambda: InvertibleLinear(d),
+        "additive": lambda: Coupling(d, 8, "additive"),
+        "affine": lambda: Coupling(d, 8, "affine"),
+        "step": lambda: FlowStep(d, 8, "affine"),
+        "glow": lambda: Glow(d, n_levels=2, depth=2, hidden_size=8),
+        "glow_affine3": lambda: Glow(
+            d, n_levels=3, depth=2, hidden_size=8, coupling="affine"
+        ),
+    }[name]()
+
+
+LAYERS = ["actnorm", "linear", "additive", "affine", "step", "glow", "glow_affine3"]
+
+
+def _prepared(name, d, dtype, seed=0):
+    """A layer with ActNorm initialised and every parameter moved off its init.
+
+    Coupling conditioners start with a zero output layer (identity coupling);
+    perturbing all parameters makes the checks exercise a generic bijection.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        layer = _make(name, d).to(dtype)
+    layer(torch.randn(64, d, generator=gen, dtype=dtype) * 3 + 1)  # ActNorm init
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.add_(0.2 * torch.randn(p.shape, generator=gen, dtype=dtype))
+    return layer, gen
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("d", [1, 2, 5])
+@pytest.mark.parametrize("name", LAYERS)
+def test_inverse_of_forward_is_identity(name, d, dtype):
+    layer, gen = _prepared(name, d, dtype)
+    x = torch.randn(20, d, generator=gen, dtype=dtype)
+    with torch.no_grad():
+        z, log_det = layer(x)
+        x_back, inv_log_det = layer.inverse(z)
+        z_again, _ = layer(x_back)
+    tol = TOL[dtype]
+    assert z.shape == x.shape and log_det.shape == (20,)
+    assert_allclose(x_back.numpy(), x.numpy(), atol=tol, rtol=tol)
+    assert_allclose(inv_log_det.numpy(), -log_det.numpy(), atol=tol, rtol=tol)
+    assert_allclose(z_again.numpy(), z.numpy(), atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("d", [1, 5])
+@pytest.mark.parametrize("name", LAYERS)
+def test_log_det_matches_autograd_jacobian(name, d):
+    layer, gen = _prepared(name, d, torch.float64)
+    x = torch.randn(4, d, generator=gen, dtype=torch.float64)
+    _, log_det = layer(x)
+    z = layer(x)[0].detach()
+    _, inv_log_det = layer.inverse(z)
+    for i in range(x.shape[0]):
+        jac = torch.autograd.functional.jacobian(lambda v: layer(v[None])[0][0], x[i])
+        sign, logabs = torch.linalg.slogdet(jac)
+        assert sign != 0
+        assert_allclose(log_det[i].item(), logabs.item(), rtol=1e-9, atol=1e-9)
+        jac_inv = torch.autograd.functional.jacobian(
+            lambda v: layer.inverse(v[None])[0][0], z[i]
+        )
+        assert_allclose(
+            inv_log_det[i].item(),
+            torch.linalg.slogdet(jac_inv)[1].item(),
+            rtol=1e-9,
+            atol=1e-9,
+        )
+
+
+@pytest.mark.parametrize("name", LAYERS)
+def test_gradients_reach_every_parameter(name):
+    layer, gen = _prepared(name, 6, torch.float32)
+    x = torch.randn(32, 6, generator=gen)
+    z, log_det = layer(x)
+    loss = (0.5 * z.pow(2).sum(1) - log_det).mean()
+    loss.backward()
+    for pname, p in layer.named_parameters():
+        assert p.grad is not None, pname
+        assert torch.isfinite(p.grad).all(), pname
+        assert p.grad.abs().sum() > 0, pname
+
+
+def test_actnorm_data_dependent_init_and_flag_in_state_dict():
+    x = torch.randn(500, 3, dtype=torch.float64) * torch.tensor([10.0, 0.5, 2.0]) + 4
+    layer = ActNorm(3).double()
+    assert not bool(layer.initialized)
+    z, _ = layer(x)
+    assert bool(layer.initialized)
+    assert_allclose(z.mean(0).detach().numpy(), 0, atol=1e-10)
+    std = x.std(0, correction=0).numpy()
+    assert_allclose(z.std(0, correction=0).detach().numpy(), std / (std + 1e-6))
+    assert "initialized" in layer.state_dict()
+
+    # a freshly built module that loads the state never re-initialises, even
+    # when it first sees data with a completely different scale
+    loaded = ActNorm(3).double()
+    loaded.load_state_dict(layer.state_dict())
+    other = torch.randn(50, 3, dtype=torch.float64) * 100 - 7
+    assert_allclose(loaded(other)[0].detach().numpy(), layer(other)[0].detach().numpy())
+    assert_allclose(loaded.loc.detach().numpy(), -x.mean(0).numpy())
+
+
+def test_actnorm_constant_feature_stays_finite():
+    x = torch.ones(10, 2)
+    x[:, 1] = torch.arange(10.0)
+    z, log_det = ActNorm(2)(x)
+    assert torch.isfinite(z).all() and torch.isfinite(log_det).all()
+
+
+def test_invertible_linear_is_x_times_weight_transpose():
+    torch.manual_seed(3)
+    layer = InvertibleLinear(5).double()
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    x = torch.randn(7, 5, dtype=torch.float64)
+    W = layer.weight().detach()
+    z, log_det = layer(x)
+    assert_allclose(z.detach().numpy(), (x @ W.T).numpy(), atol=1e-12)
+    assert_allclose(log_det[0].item(), np.linalg.slogdet(W.numpy())[1], atol=1e-12)
+
+
+def test_invertible_linear_starts_orthogonal():
+    torch.manual_seed(0)
+    W = InvertibleLinear(6).double().weight().detach().numpy()
+    assert_allclose(W @ W.T, np.eye(6), atol=1e-6)
+
+
+def test_coupling_starts_as_identity_and_rejects_bad_type():
+    x = torch.randn(4, 6)
+    for kind in ("additive", "affine"):
+        z, log_det = Coupling(6, 8, kind)(x)
+        assert torch.equal(z, x)
+        assert torch.equal(log_det, torch.zeros(4))
+    with pytest.raises(ValueError, match="'additive' or 'affine'"):
+        Coupling(6, 8, "spline")
+
+
+def test_affine_coupling_scale_is_bounded():
+    layer = Coupling(4, 8, "affine")
+    with torch.no_grad():
+        layer.net.out[1].bias.fill_(1e3)  # huge raw log-scale
+    _, log_det = layer(torch.randn(3, 4))
+    # at most e per transformed feature (2 of 4 features)
+    assert (log_det.abs() <= 2 + 1e-6).all()
+
+
+def test_residual_mlp_output_starts_at_zero():
+    net = ResidualMLP(3, 5, 16, n_blocks=2)
+    assert torch.equal(net(torch.randn(4, 3)), torch.zeros(4, 5))
+
+
+@pytest.mark.parametrize(
+    "d, n_levels, expected",
+    [(8, 2, [4, 0]), (7, 3, [3, 2, 0]), (1, 3, [0, 0, 0]), (3, 1, [0])],
+)
+def test_glow_split_sizes(d, n_levels, expected):
+    glow = Glow(d, n_levels=n_levels, depth=1, hidden_size=4)
+    assert glow.split_sizes == expected
+    z, _ = glow(torch.randn(5, d))
+    assert z.shape == (5, d)
+
+
+def test_factored_out_block_is_untouched_by_later_levels():
+    glow, gen = _prepared("glow", 6, torch.float64)
+    x = torch.randn(5, 6, generator=gen, dtype=torch.float64)
+    level1, _ = glow.levels[0](x)
+    z, _ = glow(x)
+    # the last 3 outputs of level 1 go to the front of the latent unchanged
+    assert torch.equal(z[:, :3], level1[:, 3:])
+
+
+def test_glow_log_prob_of_linear_flow_matches_scipy_gaussian():
+    """At initialisation every coupling is the identity, so the flow is affine,
+    x -> A x + b, and its density is N(-A^-1 b, (A^T A)^-1)."""
+    torch.manual_seed(1)
+    glow = Glow(4, n_levels=2, depth=2, hidden_size=8).double()
+    glow(torch.randn(100, 4, dtype=torch.float64) * 2 + 1)  # ActNorm init
+    with torch.no_grad():  # move ActNorm and LU params, keep couplings at zero
+        for name, p in glow.named_parameters():
+            if ".net." not in name:
+                p.add_(0.2 * torch.randn_like(p))
+    x = torch.randn(10, 4, dtype=torch.float64)
+    b = glow(torch.zeros(1, 4, dtype=torch.float64))[0][0].detach().numpy()
+    A = torch.autograd.functional.jacobian(
+        lambda v: glow(v[None])[0][0], torch.zeros(4, dtype=torch.float64)
+    ).numpy()
+    mean = -np.linalg.solve(A, b)
+    cov = np.linalg.inv(A.T @ A)
+    expected = multivariate_normal(mean, cov).logpdf(x.numpy())
+    assert_allclose(glow.log_prob(x).detach().numpy(), expected, rtol=1e-9)
+
+
+def test_sequential_flow_composes():
+    torch.manual_seed(0)
+    a, b = ActNorm(3), InvertibleLinear(3)
+    seq = SequentialFlow(a, b)
+    x = torch.randn(6, 3)
+    z, log_det = seq(x)
+    za, lda = a(x)
+    zb, ldb = b(za)
+    assert torch.equal(z, zb)
+    assert_allclose(log_det.detach().numpy(), (lda + ldb).detach().numpy())
