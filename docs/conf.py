@@ -117,14 +117,17 @@ nitpick_ignore_regex = [
     # the Python standard library (builtins and modules)
     (r"py:.*", rf"({_BUILTINS})"),
 ]
+# Not external, but private: GlowFlowTransformer's ``flow_`` attribute links
+# the torch module class of the private module _flow_layers, which the API
+# reference deliberately does not document. (Better fixed in the docstring,
+# as ``Glow`` in literal text; then drop this entry.)
+nitpick_ignore = [("py:class", "sklearn_isotropy._flow_layers.Glow")]
 
 # Components being written on other branches. Until one of them is importable
 # from the checked-out package, a reference to it renders as plain text
 # instead of failing the build; once it is importable (merged) the reference
 # must resolve like any other. Remove names from here once they are on main.
 PENDING_NAMES = {
-    "sklearn_isotropy.BertPoolingVectorizer",
-    "sklearn_isotropy.GlowFlowTransformer",
     "sklearn_isotropy.PairedCosineSimilarity",
     "sklearn_isotropy.cosine_spearman_score",
     "sklearn_isotropy.cosine_spearman_scorer",
