@@ -24,7 +24,9 @@ never ignored: they must resolve.
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib
+import io
 import os
 import re
 import sys
@@ -136,6 +138,7 @@ PENDING_NAMES = {
     "sklearn_isotropy.metrics",
     "sklearn_isotropy.diagnostics",
     "sklearn_isotropy.dask",
+    "sklearn_isotropy.dask.embed_partitions",
 }
 
 
@@ -253,6 +256,43 @@ else:
         ]
     )
 _write_if_changed(GENERATED_DIR / "anisotropy_figures.inc", _figures)
+
+
+# The command line page shows the real ``--help`` of ``sklearn-isotropy
+# evaluate``, taken from the parser at build time.
+def _cli_help() -> str | None:
+    try:
+        from sklearn_isotropy._cli import build_parser
+    except ImportError:
+        return None
+    buffer = io.StringIO()
+    columns = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "80"  # argparse wraps to the terminal width
+    try:
+        with contextlib.redirect_stdout(buffer):
+            try:
+                build_parser().parse_args(["evaluate", "--help"])
+            except SystemExit:
+                pass
+    finally:
+        if columns is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = columns
+    return buffer.getvalue() or None
+
+
+_help = _cli_help()
+if _help:
+    _cli_inc = ".. code-block:: text\n\n" + "".join(
+        f"   {line}\n" if line.strip() else "\n" for line in _help.splitlines()
+    )
+else:
+    _cli_inc = (
+        ".. note::\n\n   The command line tool is not part of this checkout of "
+        "the package.\n"
+    )
+_write_if_changed(GENERATED_DIR / "cli_help.inc", _cli_inc)
 
 # -- HTML ----------------------------------------------------------------------
 html_theme = "pydata_sphinx_theme"
