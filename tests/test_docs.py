@@ -137,6 +137,8 @@ def test_examples_are_gallery_scripts(path):
     assert doc, f"{path.name} needs a module docstring (its gallery title)"
     lines = doc.strip().splitlines()
     assert set(lines[0]) == {"="} and set(lines[2]) == {"="}, path.name
+    # docutils rejects an over/underline shorter than the title
+    assert len(lines[0]) >= len(lines[1]) <= len(lines[2]), path.name
 
 
 def test_synthetic_example_whitens_the_cone():

@@ -1,7 +1,7 @@
 """
-===================================================
+====================================================
 BERT-flow: a normalizing flow on sentence embeddings
-===================================================
+====================================================
 
 :class:`~sklearn_isotropy.GlowFlowTransformer` fits a Glow normalizing flow
 by maximum likelihood so that the transformed embeddings follow a standard
