@@ -185,7 +185,17 @@ for _name, _missing in SKIPPED_EXAMPLES.items():
         f"{', '.join(_missing)} not importable from the checked-out package"
     )
 
+# sphinx-gallery skips an example whose source is unchanged since its last
+# run; switching between the CI subset and the full data must rerun them all.
+GENERATED_DIR = DOCS_DIR / "_generated"
+GENERATED_DIR.mkdir(exist_ok=True)
+_MODE_STAMP = GENERATED_DIR / "gallery_mode.txt"
+_MODE = "fast" if FAST else "full"
+_RERUN = _MODE_STAMP.exists() and _MODE_STAMP.read_text() != _MODE
+_MODE_STAMP.write_text(_MODE)
+
 sphinx_gallery_conf = {
+    "run_stale_examples": _RERUN,
     "examples_dirs": "examples",
     "gallery_dirs": "auto_examples",
     "filename_pattern": r"/plot_",
@@ -204,8 +214,6 @@ sphinx_gallery_conf = {
 }
 
 # -- Generated snippets (docs/_generated/, not tracked) -----------------------
-GENERATED_DIR = DOCS_DIR / "_generated"
-GENERATED_DIR.mkdir(exist_ok=True)
 
 
 def _write_if_changed(path: Path, text: str) -> None:
