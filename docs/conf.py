@@ -130,13 +130,6 @@ nitpick_ignore = [("py:class", "sklearn_isotropy._flow_layers.Glow")]
 # instead of failing the build; once it is importable (merged) the reference
 # must resolve like any other. Remove names from here once they are on main.
 PENDING_NAMES = {
-    "sklearn_isotropy.PairedCosineSimilarity",
-    "sklearn_isotropy.cosine_spearman_score",
-    "sklearn_isotropy.cosine_spearman_scorer",
-    "sklearn_isotropy.datasets",
-    "sklearn_isotropy.datasets.load_sts",
-    "sklearn_isotropy.metrics",
-    "sklearn_isotropy.diagnostics",
     "sklearn_isotropy.dask",
     "sklearn_isotropy.dask.embed_partitions",
 }
