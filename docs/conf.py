@@ -184,7 +184,11 @@ GENERATED_DIR = DOCS_DIR / "_generated"
 GENERATED_DIR.mkdir(exist_ok=True)
 _MODE_STAMP = GENERATED_DIR / "gallery_mode.txt"
 _MODE = "fast" if FAST else "full"
-_RERUN = _MODE_STAMP.exists() and _MODE_STAMP.read_text() != _MODE
+_RERUN = (
+    _MODE_STAMP.read_text() != _MODE
+    if _MODE_STAMP.exists()
+    else (DOCS_DIR / "auto_examples").exists()  # outputs of an unknown mode
+)
 _MODE_STAMP.write_text(_MODE)
 
 sphinx_gallery_conf = {
