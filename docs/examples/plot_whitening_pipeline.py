@@ -41,13 +41,13 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 from sklearn.pipeline import make_pipeline
-from sklearn_isotropy.datasets import load_sts
 
 from sklearn_isotropy import (
     BertPoolingVectorizer,
     WhiteningTransformer,
     cosine_spearman_score,
 )
+from sklearn_isotropy.datasets import load_sts
 
 FAST = os.environ.get("SKLEARN_ISOTROPY_DOCS_FAST", "") not in ("", "0")
 N_PAIRS_FAST = 400
@@ -144,9 +144,13 @@ methods = list(results["mean"])
 x = np.arange(len(methods))
 fig, ax = plt.subplots(figsize=(8, 4))
 for offset, pooling in zip((-0.2, 0.2), results):
-    ax.bar(x + offset, [results[pooling][m] for m in methods], 0.4, label=pooling)
-ax.set_xticks(x, methods, rotation=15)
+    bars = ax.bar(
+        x + offset, [results[pooling][m] for m in methods], 0.4, label=pooling
+    )
+    ax.bar_label(bars, fmt="%.1f")
+ax.set_xticks(x, methods)
+ax.set_ylim(0, 105)
 ax.set_ylabel("Spearman x100 on STS-B test")
 ax.set_title("all-MiniLM-L6-v2: raw vs whitened" + (" (CI subset)" if FAST else ""))
-ax.legend(title="pooling")
+ax.legend(title="pooling", loc="upper center", ncol=2)
 fig.tight_layout()
