@@ -555,3 +555,10 @@ def test_unpickling_on_a_machine_without_the_fitted_device(tiny_bert):
         pytest.skip("this machine has the device")
     with pytest.warns(UserWarning, match="encoding on the CPU"):
         assert_allclose(restored.transform(TEXTS), X, rtol=1e-6)
+
+
+def test_memory_path_expands_user(tiny_bert, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    vec = BertPoolingVectorizer(tiny_bert, memory="~/embeddings").fit(TEXTS)
+    vec.transform(TEXTS)
+    assert any((tmp_path / "embeddings").rglob("shard-*.npz"))
