@@ -18,6 +18,11 @@ from ._natsv import NATSVTransformer
 from ._standard import StandardNormalizer
 from ._vectorizer import BertPoolingVectorizer
 from ._whitening import WhiteningTransformer
+from .metrics import (
+    PairedCosineSimilarity,
+    cosine_spearman_score,
+    cosine_spearman_scorer,
+)
 
 __version__ = "0.1.0.dev0"
 
@@ -26,6 +31,9 @@ __all__ = [
     "GlowFlowTransformer",
     "MomentAccumulator",
     "NATSVTransformer",
+    "PairedCosineSimilarity",
     "StandardNormalizer",
     "WhiteningTransformer",
+    "cosine_spearman_score",
+    "cosine_spearman_scorer",
 ]
