@@ -524,7 +524,7 @@ def store_root(memory):
     if memory is None:
         return None
     if isinstance(memory, (str, os.PathLike)):
-        return os.path.join(os.fspath(memory), "joblib")
+        return os.path.join(os.path.expanduser(os.fspath(memory)), "joblib")
     backend = getattr(memory, "store_backend", None)
     location = getattr(backend, "location", None)
     if location is None:

@@ -281,12 +281,14 @@ TruncationWarning` per call says how many. ``None`` uses the model's
     >>> vec.layers_
     (1, 2)
 
-    With the default model (all-MiniLM-L6-v2), in a pipeline:
+    With the default model (all-MiniLM-L6-v2) in a pipeline; nothing is
+    loaded until ``fit``:
 
     >>> from sklearn.pipeline import make_pipeline
-    >>> from sklearn_isotropy import WhiteningTransformer  # doctest: +SKIP
+    >>> from sklearn_isotropy import WhiteningTransformer
     >>> pipe = make_pipeline(BertPoolingVectorizer(pooling="first_last_avg"),
-    ...                      WhiteningTransformer(n_components=128))  # doctest: +SKIP
+    ...                      WhiteningTransformer(n_components=128))
+    >>> embeddings = pipe.fit_transform(sentences)  # doctest: +SKIP
     """
 
     _parameter_constraints: dict = {
@@ -452,10 +454,18 @@ TruncationWarning` per call says how many. ``None`` uses the model's
 
     def _get_loaded(self):
         loaded = getattr(self, "_loaded", None)
-        if loaded is None:
-            import torch
-
-            loaded = self._load(torch.device(self.device_))
+        if loaded is None:  # first use after unpickling
+            try:
+                device = _resolve_device(self.device_)
+            except ValueError:
+                warnings.warn(
+                    f"The vectorizer was fitted on device {self.device_!r}, which "
+                    "is not available here; encoding on the CPU.",
+                    UserWarning,
+                    stacklevel=3,
+                )
+                device = _resolve_device("cpu")
+            loaded = self._load(device)
             self._loaded = loaded
         return loaded
 

@@ -544,3 +544,21 @@ def test_models_without_a_block_list_use_output_hidden_states(tiny_bert, monkeyp
     monkeypatch.setattr(_pooling, "find_layer_list", lambda model: None)
     vec = BertPoolingVectorizer((model, tokenizer), pooling="first_last_avg").fit(TEXTS)
     assert_allclose(vec.transform(TEXTS), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_unpickling_on_a_machine_without_the_fitted_device(tiny_bert):
+    vec = BertPoolingVectorizer(tiny_bert).fit(TEXTS)
+    X = vec.transform(TEXTS)
+    restored = pickle.loads(pickle.dumps(vec))
+    restored.device_ = "cuda:7"  # as if fitted on a GPU machine
+    if torch.cuda.device_count() > 7:
+        pytest.skip("this machine has the device")
+    with pytest.warns(UserWarning, match="encoding on the CPU"):
+        assert_allclose(restored.transform(TEXTS), X, rtol=1e-6)
+
+
+def test_memory_path_expands_user(tiny_bert, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    vec = BertPoolingVectorizer(tiny_bert, memory="~/embeddings").fit(TEXTS)
+    vec.transform(TEXTS)
+    assert any((tmp_path / "embeddings").rglob("shard-*.npz"))
