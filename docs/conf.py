@@ -125,14 +125,12 @@ nitpick_ignore_regex = [
 # as ``Glow`` in literal text; then drop this entry.)
 nitpick_ignore = [("py:class", "sklearn_isotropy._flow_layers.Glow")]
 
-# Components being written on other branches. Until one of them is importable
-# from the checked-out package, a reference to it renders as plain text
-# instead of failing the build; once it is importable (merged) the reference
-# must resolve like any other. Remove names from here once they are on main.
-PENDING_NAMES = {
-    "sklearn_isotropy.dask",
-    "sklearn_isotropy.dask.embed_partitions",
-}
+# Components being written on other branches would go here while they are not
+# importable from the checked-out package: a reference to one of them renders
+# as plain text instead of failing the build. Once importable (merged), its
+# references must resolve like any other. Everything has landed, so it is
+# empty; keep it that way on main.
+PENDING_NAMES: set[str] = set()
 
 
 def _importable(dotted: str) -> bool:

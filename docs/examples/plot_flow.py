@@ -29,7 +29,6 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
-from sklearn_isotropy.datasets import load_sts
 
 from sklearn_isotropy import (
     BertPoolingVectorizer,
@@ -37,6 +36,7 @@ from sklearn_isotropy import (
     WhiteningTransformer,
     cosine_spearman_score,
 )
+from sklearn_isotropy.datasets import load_sts
 
 FAST = os.environ.get("SKLEARN_ISOTROPY_DOCS_FAST", "") not in ("", "0")
 N_PAIRS_FAST = 400
@@ -114,7 +114,9 @@ print(f"whitening-256    Spearman x100 = {spearman(whitening.transform(X_test)):
 # embeddings per epoch.
 
 fig, ax = plt.subplots(figsize=(6, 3.5))
-ax.plot(np.arange(1, len(flow.loss_curve_) + 1), flow.loss_curve_, marker="o")
+epochs = np.arange(1, len(flow.loss_curve_) + 1)
+ax.plot(epochs, flow.loss_curve_, marker="o")
+ax.set_xticks(epochs)
 ax.set_xlabel("epoch")
 ax.set_ylabel("training NLL per embedding")
 ax.set_title("GlowFlowTransformer training" + (" (CI subset)" if FAST else ""))
