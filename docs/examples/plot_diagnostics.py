@@ -33,14 +33,14 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
+
+from sklearn_isotropy import BertPoolingVectorizer, WhiteningTransformer
 from sklearn_isotropy.datasets import load_sts
 from sklearn_isotropy.diagnostics import (
     anisotropy_report,
     plot_cosine_histogram,
     plot_eigenvalue_spectrum,
 )
-
-from sklearn_isotropy import BertPoolingVectorizer, WhiteningTransformer
 
 FAST = os.environ.get("SKLEARN_ISOTROPY_DOCS_FAST", "") not in ("", "0")
 N_PAIRS_FAST = 400

@@ -34,13 +34,13 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 from sklearn.model_selection import GridSearchCV
-from sklearn_isotropy.datasets import load_sts
 
 from sklearn_isotropy import (
     BertPoolingVectorizer,
     PairedCosineSimilarity,
     WhiteningTransformer,
 )
+from sklearn_isotropy.datasets import load_sts
 
 FAST = os.environ.get("SKLEARN_ISOTROPY_DOCS_FAST", "") not in ("", "0")
 N_PAIRS_FAST = 400
