@@ -132,6 +132,11 @@ class _StreamingMomentsMixin(
     def _fit_moments(self, moments: MomentAccumulator) -> None:  # pragma: no cover
         raise NotImplementedError
 
+    def __sklearn_is_fitted__(self) -> bool:
+        # fitted means a fit committed its statistics; a fit that raised
+        # part-way (after validate_data set n_features_in_) is not fitted
+        return hasattr(self, "n_samples_seen_")
+
     def _transform_dask(self, X):
         """Lazy block-wise transform of a dask collection (see ``_dask.py``)."""
         from ._dask import transform_dask
@@ -151,4 +156,14 @@ def _check_enough_samples(moments: MomentAccumulator, estimator_name: str) -> No
             f"({moments.n_nonzero} with positive weight, total weight "
             f"{moments.sum_weights:g}). With partial_fit, make the first batch "
             "at least 2 rows long."
+        )
+
+
+def _check_finite_moments(moments: MomentAccumulator) -> None:
+    """Raise if the float64 statistics overflowed (entries near 1e154 or more)."""
+    if not (np.all(np.isfinite(moments.mean)) and np.all(np.isfinite(moments.scatter))):
+        raise ValueError(
+            "The mean or the sum of squares of the input overflowed float64 "
+            "(values of magnitude around 1e154 or more). Rescale the input, e.g. "
+            "divide it by its largest absolute value, before fitting."
         )

@@ -185,6 +185,7 @@ def build_parser():
 def _load_splits(data, needed, max_pairs, seed):
     """Load the needed splits; `data` is a directory, a file or 'stsb'."""
     from .datasets import load_sts
+    from .datasets._sts import NoSplitColumnError
 
     path = Path(data).expanduser()
     single_file = data != "stsb" and path.is_file()
@@ -202,7 +203,13 @@ def _load_splits(data, needed, max_pairs, seed):
                     f"requested methods/protocol also need a {split!r} split: pass a "
                     "directory with train/dev/test files"
                 )
-            bunch = load_sts(path)
+            try:
+                try:  # a file holding every split (sbert tsv.gz): its test rows
+                    bunch = load_sts(path, split="test")
+                except NoSplitColumnError:  # a file of pairs: all of it is test
+                    bunch = load_sts(path)
+            except (OSError, ValueError) as exc:
+                raise CLIError(f"cannot read {data}: {exc}") from exc
         else:
             try:
                 bunch = load_sts(data, split=split)

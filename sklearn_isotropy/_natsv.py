@@ -8,7 +8,12 @@ from numbers import Integral
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
 
-from ._base import _check_enough_samples, _is_dask_collection, _StreamingMomentsMixin
+from ._base import (
+    _check_enough_samples,
+    _check_finite_moments,
+    _is_dask_collection,
+    _StreamingMomentsMixin,
+)
 from ._moments import MomentAccumulator
 from ._whitening import _numerical_rank, _sorted_eigh
 from .exceptions import RankDeficiencyWarning
@@ -90,6 +95,7 @@ class NATSVTransformer(_StreamingMomentsMixin):
         self.center = center
 
     def _fit_moments(self, moments: MomentAccumulator) -> None:
+        _check_finite_moments(moments)
         _check_enough_samples(moments, type(self).__name__)
         d, k = moments.n_features, self.n_components
         if k > d:

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import numpy as np
+from sklearn.utils import check_array
 from sklearn.utils.validation import check_is_fitted
 
-from ._base import _is_dask_collection, _StreamingMomentsMixin
+from ._base import (
+    FLOAT_DTYPES,
+    _check_finite_moments,
+    _is_dask_collection,
+    _StreamingMomentsMixin,
+)
 from ._moments import MomentAccumulator
 
 __all__ = ["StandardNormalizer"]
@@ -81,6 +87,7 @@ class StandardNormalizer(_StreamingMomentsMixin):
         self.with_std = with_std
 
     def _fit_moments(self, moments: MomentAccumulator) -> None:
+        _check_finite_moments(moments)
         n = moments.sum_weights
         mean = moments.mean.copy()
         var = moments.scatter / n if n > 0 else np.zeros_like(mean)
@@ -130,8 +137,15 @@ class StandardNormalizer(_StreamingMomentsMixin):
         X_original : ndarray of shape (n_samples, n_features)
         """
         check_is_fitted(self)
-        X = self._validate_transform_input(X)
-        out = X.copy()
+        # like StandardScaler: no feature-name check, since the input is this
+        # estimator's own output (named standardnormalizer0, ... in pandas)
+        X = check_array(X, dtype=FLOAT_DTYPES, copy=True)
+        if X.shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"X has {X.shape[1]} features, but {type(self).__name__}."
+                f"inverse_transform expects {self.n_features_in_}."
+            )
+        out = X
         if self.with_std:
             out *= self.scale_.astype(X.dtype, copy=False)
         if self.with_mean:

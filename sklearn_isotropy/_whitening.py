@@ -10,7 +10,12 @@ from scipy import linalg
 from sklearn.utils._param_validation import Interval, RealNotInt, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from ._base import _check_enough_samples, _is_dask_collection, _StreamingMomentsMixin
+from ._base import (
+    _check_enough_samples,
+    _check_finite_moments,
+    _is_dask_collection,
+    _StreamingMomentsMixin,
+)
 from ._moments import MomentAccumulator
 from .exceptions import RankDeficiencyWarning
 
@@ -187,6 +192,7 @@ class WhiteningTransformer(_StreamingMomentsMixin):
 
     def _fit_moments(self, moments: MomentAccumulator) -> None:
         name = type(self).__name__
+        _check_finite_moments(moments)
         _check_enough_samples(moments, name)
         d = moments.n_features
         if self.method != "pca" and self.n_components is not None:

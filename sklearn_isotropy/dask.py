@@ -178,7 +178,8 @@ def embed_partitions(vectorizer, texts, *, n_features=None, dtype=None):
     --------
     Any fitted vectorizer works; here sklearn's stateless
     :class:`~sklearn.feature_extraction.text.HashingVectorizer` stands in for
-    ``BertPoolingVectorizer(...).fit([])`` so the example needs no model.
+    ``BertPoolingVectorizer(...).fit(["any text"])`` so the example needs no
+    model.
 
     >>> import dask
     >>> import dask.dataframe as dd

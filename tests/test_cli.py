@@ -85,6 +85,15 @@ def test_missing_data_exit_1_one_line(tmp_path, capsys):
     assert err.startswith("sklearn-isotropy: error: data not found")
 
 
+def test_single_file_errors_are_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("only one column\n")
+    status = main(["evaluate", "--data", str(bad), "--methods", "raw", "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert status == 1 and len(err.splitlines()) == 1
+    assert "bad.csv" in err
+
+
 def test_directory_without_split_exit_1(tmp_path, capsys):
     (tmp_path / "test.csv").write_text("a,b,1\nc,d,2\n")
     status = main(["evaluate", "--data", str(tmp_path), "--fit-on", "train", "--quiet"])

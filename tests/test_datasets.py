@@ -137,6 +137,14 @@ def test_sbert_gz(tmp_path):
     assert dev.sentences1 == ['Stray "quote'] and dev.sentences2 == ["B."]
 
 
+def test_split_of_a_file_without_split_column_is_an_error(tmp_path):
+    p = tmp_path / "pairs.csv"
+    p.write_text("a b,c d,1.0\ne f,g h,2.5\n")
+    assert len(load_sts(p).scores) == 2
+    with pytest.raises(ValueError, match="no split column"):
+        load_sts(p, split="test")
+
+
 def test_semeval_pairs_skip_empty_gold(tmp_path):
     inp = tmp_path / "STS.input.MSRpar.txt"
     gs = tmp_path / "STS.gs.MSRpar.txt"

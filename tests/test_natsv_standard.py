@@ -107,3 +107,22 @@ def test_standard_normalizer_streaming_and_float32():
 def test_standard_normalizer_one_sample_is_fine():
     Z = StandardNormalizer().fit_transform(np.array([[1.0, 2.0]]))
     np.testing.assert_array_equal(Z, [[0.0, 0.0]])
+
+
+def test_standard_normalizer_inverse_of_its_pandas_output():
+    pd = pytest.importorskip("pandas")
+    X = pd.DataFrame(cone(d=3), columns=["a", "b", "c"])
+    sn = StandardNormalizer().set_output(transform="pandas").fit(X)
+    back = sn.inverse_transform(sn.transform(X))
+    np.testing.assert_allclose(np.asarray(back), X.to_numpy(), atol=1e-10)
+    with pytest.raises(ValueError, match="expects 3"):
+        sn.inverse_transform(np.zeros((2, 4)))
+
+
+@pytest.mark.parametrize(
+    "est", [StandardNormalizer(), NATSVTransformer()], ids=lambda e: type(e).__name__
+)
+def test_overflowing_statistics_are_an_error_not_garbage(est):
+    X = cone(d=3) * 1e160  # finite, but squares overflow float64
+    with pytest.raises(ValueError, match="overflowed float64"):
+        est.fit(X)

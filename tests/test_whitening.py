@@ -370,3 +370,16 @@ def test_refit_forgets_previous_fit():
         warnings.simplefilter("error")
         est.fit(anisotropic(d=6, seed=2))
     assert est.n_features_in_ == 6 and est.n_samples_seen_ == 1000
+
+
+def test_failed_fit_leaves_estimator_unfitted():
+    est = WhiteningTransformer(n_components=6)
+    with pytest.raises(ValueError, match="exceeds the rank"):
+        est.fit(np.random.default_rng(0).normal(size=(5, 10)))
+    with pytest.raises(NotFittedError):
+        est.transform(np.zeros((2, 10)))
+
+
+def test_overflow_is_an_error():
+    with pytest.raises(ValueError, match="overflowed float64"):
+        WhiteningTransformer().fit(anisotropic(d=4) * 1e160)

@@ -63,6 +63,10 @@ _SPLIT_FILE_PATTERNS = (
 _SPLIT_ALIASES = {"dev": ("dev", "trial", "validation")}
 
 
+class NoSplitColumnError(ValueError):
+    """``split=`` was given for a single file that has no split column."""
+
+
 def get_data_home(data_home=None) -> Path:
     """Return the directory where downloaded data sets are cached.
 
@@ -514,6 +518,12 @@ def load_sts(
 
     s1, s2, y, extra = _READERS[fmt](path)
     values = extra.get("split_values")
+    if filter_split is not None and values is None:
+        raise NoSplitColumnError(
+            f"{path}: this {fmt} file has no split column, so split="
+            f"{filter_split!r} cannot select its rows; drop split= to read the "
+            "whole file, or pass the directory that holds the train/dev/test files"
+        )
     if filter_split is not None and values is not None:
         # a file holding every split: keep the rows of the requested one
         wanted = set(_SPLIT_ALIASES.get(filter_split, (filter_split,)))
