@@ -183,6 +183,11 @@ class GlowFlowTransformer(
     computes in float32 for float32 input and in float64 (on a float64 copy of
     the parameters) for float64 input, and returns the input's dtype.
 
+    Training uses torch's intra-op thread pool as configured by the caller;
+    this estimator never changes it. On a CPU shared with other busy
+    processes, ``torch.set_num_threads(1)`` can be several times faster than
+    the default (measured in ``benchmarks/bench_flow.py``).
+
     The ActNorm layers are initialised from the first up to
     ``max(batch_size, 1024)`` (shuffled) training rows; the flag that records
     it is part of the saved state, so a loaded model is never re-initialised.
@@ -467,7 +472,7 @@ class GlowFlowTransformer(
             f"Flow training stopped early: the {what} became non-finite at epoch "
             f"{epoch}, batch {batch}; kept {kept}. To train further, {remedy}.",
             FlowTrainingWarning,
-            stacklevel=4,
+            stacklevel=5,  # _handle_divergence < _train < fit < _fit_context
         )
 
     def _progress_bar(self, n_train):
