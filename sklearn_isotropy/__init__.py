@@ -1,16 +1,39 @@
 """Make sentence embeddings isotropic, the scikit-learn way.
 
-sklearn-isotropy provides scikit-learn transformers that post-process
+sklearn-isotropy provides scikit-learn estimators that turn text into pooled
+transformer embeddings (:class:`BertPoolingVectorizer`) and post-process
 sentence embeddings so that cosine similarity becomes meaningful again:
-BERT-whitening (:class:`WhiteningTransformer`), nulling the top principal
-directions (:class:`NATSVTransformer`), per-dimension standardisation
-(:class:`StandardNormalizer`) and BERT-flow (:class:`GlowFlowTransformer`).
+BERT-whitening (:class:`WhiteningTransformer`), the BERT-flow normalizing flow
+(:class:`GlowFlowTransformer`), nulling the top principal directions
+(:class:`NATSVTransformer`) and per-dimension standardisation
+(:class:`StandardNormalizer`). torch and transformers are imported only when
+the estimators that need them are used.
 """
 
 from __future__ import annotations
 
+from ._glow import GlowFlowTransformer
+from ._moments import MomentAccumulator
+from ._natsv import NATSVTransformer
+from ._standard import StandardNormalizer
+from ._vectorizer import BertPoolingVectorizer
+from ._whitening import WhiteningTransformer
+from .metrics import (
+    PairedCosineSimilarity,
+    cosine_spearman_score,
+    cosine_spearman_scorer,
+)
+
 __version__ = "0.1.0.dev0"
 
-from ._glow import GlowFlowTransformer
-
-__all__ = ["GlowFlowTransformer"]
+__all__ = [
+    "BertPoolingVectorizer",
+    "GlowFlowTransformer",
+    "MomentAccumulator",
+    "NATSVTransformer",
+    "PairedCosineSimilarity",
+    "StandardNormalizer",
+    "WhiteningTransformer",
+    "cosine_spearman_score",
+    "cosine_spearman_scorer",
+]

@@ -15,10 +15,20 @@ from sklearn.exceptions import ConvergenceWarning
 __all__ = [
     "FlowTrainingWarning",
     "IsotropyWarning",
+    "ModelNotFoundError",
     "RankDeficiencyWarning",
     "TruncationWarning",
     "UndefinedCorrelationWarning",
 ]
+
+
+class ModelNotFoundError(OSError):
+    """No encoder could be loaded from any of the sources tried.
+
+    The message lists every source (installed package, local path, hub name)
+    and why each failed. Subclass of :class:`OSError`, which is what
+    ``transformers`` raises for a model it cannot find.
+    """
 
 
 class IsotropyWarning(UserWarning):
@@ -42,4 +52,4 @@ class UndefinedCorrelationWarning(IsotropyWarning):
 
 
 class FlowTrainingWarning(IsotropyWarning, ConvergenceWarning):
-    """Normalizing-flow training did not end cleanly (non-finite loss, no convergence)."""
+    """Normalizing-flow training did not end cleanly (non-finite loss)."""

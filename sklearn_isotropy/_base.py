@@ -1,0 +1,136 @@
+"""Shared machinery of the linear post-processors: exact streaming fits."""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.base import (
+    BaseEstimator,
+    ClassNamePrefixFeaturesOutMixin,
+    TransformerMixin,
+    _fit_context,
+)
+from sklearn.utils.validation import _check_sample_weight, validate_data
+
+from ._moments import MomentAccumulator
+
+FLOAT_DTYPES = (np.float64, np.float32)
+
+
+def _check_nonnegative_weights(sample_weight, X):
+    """Validate ``sample_weight`` as finite, non-negative float64 weights."""
+    if sample_weight is None:
+        return None
+    sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64)
+    if not np.all(np.isfinite(sample_weight)):
+        raise ValueError("sample_weight contains NaN or infinity; pass finite weights.")
+    if np.any(sample_weight < 0):
+        first = int(np.flatnonzero(sample_weight < 0)[0])
+        raise ValueError(
+            "sample_weight must be non-negative; got "
+            f"sample_weight[{first}] = {sample_weight[first]!r}."
+        )
+    return sample_weight
+
+
+class _StreamingMomentsMixin(
+    ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
+):
+    """Base of the estimators fitted from a :class:`MomentAccumulator`.
+
+    ``fit`` is a reset followed by ``partial_fit``; ``partial_fit`` merges the
+    batch into ``moments_`` and recomputes the fitted map from the merged
+    statistics, so any split of the data into batches gives the same model.
+    Subclasses set ``_moments_kind`` and implement ``_fit_moments``.
+    """
+
+    _moments_kind = "full"
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        return tags
+
+    def _reset(self) -> None:
+        fitted = [k for k in vars(self) if k.endswith("_") and not k.startswith("__")]
+        for name in fitted:
+            delattr(self, name)
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y=None, sample_weight=None):
+        """Fit on ``X``, forgetting any previous fit.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training embeddings, finite and dense.
+        y : None
+            Ignored; present for API consistency.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative frequency weights: an integer weight counts the row
+            that many times.
+
+        Returns
+        -------
+        self : object
+            Fitted estimator.
+        """
+        self._reset()
+        return self._partial_fit(X, sample_weight, first=True)
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def partial_fit(self, X, y=None, sample_weight=None):
+        """Update the fit with a batch of rows (exact streaming).
+
+        The count, mean and scatter of all batches seen so far are merged in
+        float64, so the result equals one ``fit`` on the concatenated batches
+        up to round-off; memory does not grow with the number of rows.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            A batch of embeddings.
+        y : None
+            Ignored; present for API consistency.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative frequency weights for the rows of this batch.
+
+        Returns
+        -------
+        self : object
+            Updated estimator.
+        """
+        first = not hasattr(self, "moments_")
+        return self._partial_fit(X, sample_weight, first=first)
+
+    def _partial_fit(self, X, sample_weight, *, first):
+        X = validate_data(self, X, reset=first, dtype=FLOAT_DTYPES)
+        sample_weight = _check_nonnegative_weights(sample_weight, X)
+        if first:
+            moments = MomentAccumulator(X.shape[1], kind=self._moments_kind)
+        else:
+            moments = self.moments_.copy()
+        moments.update(X, sample_weight)
+        # compute the new map before committing anything, so a batch that
+        # cannot be fitted leaves a previously fitted estimator untouched
+        self._fit_moments(moments)
+        self.moments_ = moments
+        self.n_samples_seen_ = moments.n_samples
+        return self
+
+    def _fit_moments(self, moments: MomentAccumulator) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def _validate_transform_input(self, X):
+        return validate_data(self, X, reset=False, dtype=FLOAT_DTYPES)
+
+
+def _check_enough_samples(moments: MomentAccumulator, estimator_name: str) -> None:
+    """Raise unless the statistics define a covariance (two rows of weight)."""
+    if moments.n_nonzero < 2 or moments.sum_weights <= 1:
+        raise ValueError(
+            f"{estimator_name} needs at least 2 samples with positive weight to "
+            f"estimate a covariance; got n_samples = {moments.n_samples} "
+            f"({moments.n_nonzero} with positive weight, total weight "
+            f"{moments.sum_weights:g}). With partial_fit, make the first batch "
+            "at least 2 rows long."
+        )

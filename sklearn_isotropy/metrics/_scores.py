@@ -1,0 +1,150 @@
+"""Row-wise cosine similarity and the cosine-Spearman score of STS evaluation."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from scipy.stats import rankdata
+from sklearn.utils.validation import check_array, check_consistent_length
+
+from ..exceptions import UndefinedCorrelationWarning
+
+__all__ = ["cosine_spearman_score", "paired_cosine_similarity"]
+
+
+def _row_cosine(a, b, *, warn=True):
+    """Cosine of each row pair; rows of zero norm get cosine 0 (warned)."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    # scale each row by its largest magnitude first so the norms cannot
+    # overflow for huge finite values; cosine is scale invariant
+    sa = np.max(np.abs(a), axis=1, keepdims=True)
+    sb = np.max(np.abs(b), axis=1, keepdims=True)
+    zero = (sa[:, 0] == 0) | (sb[:, 0] == 0)
+    a = a / np.where(sa == 0, 1.0, sa)
+    b = b / np.where(sb == 0, 1.0, sb)
+    na = np.linalg.norm(a, axis=1)
+    nb = np.linalg.norm(b, axis=1)
+    denom = np.where(zero, 1.0, na * nb)
+    cos = np.einsum("ij,ij->i", a, b) / denom
+    cos[zero] = 0.0
+    np.clip(cos, -1.0, 1.0, out=cos)
+    if warn and zero.any():
+        warnings.warn(
+            f"{int(zero.sum())} of {zero.size} pairs contain a zero-norm vector; "
+            "their cosine similarity is undefined and set to 0.0",
+            UndefinedCorrelationWarning,
+            stacklevel=3,
+        )
+    return cos
+
+
+def _spearman(y_true, y_pred):
+    """Spearman's rho; 0.0 with a warning when either side is constant."""
+    y_true = np.asarray(y_true, dtype=np.float64)
+    y_pred = np.asarray(y_pred, dtype=np.float64)
+    if y_true.size < 2 or np.ptp(y_true) == 0 or np.ptp(y_pred) == 0:
+        which = "gold scores" if y_true.size < 2 or np.ptp(y_true) == 0 else "cosines"
+        warnings.warn(
+            f"Spearman's rho is undefined: the {which} are constant "
+            f"(n={y_true.size}); returning 0.0",
+            UndefinedCorrelationWarning,
+            stacklevel=3,
+        )
+        return 0.0
+    # Pearson correlation of average ranks = Spearman's rho with ties
+    rt = rankdata(y_true)
+    rp = rankdata(y_pred)
+    rt -= rt.mean()
+    rp -= rp.mean()
+    rho = float(np.dot(rt, rp) / np.sqrt(np.dot(rt, rt) * np.dot(rp, rp)))
+    return float(np.clip(rho, -1.0, 1.0))
+
+
+def _check_embedding_pair(emb_a, emb_b):
+    emb_a = check_array(emb_a, dtype=[np.float64, np.float32], input_name="emb_a")
+    emb_b = check_array(emb_b, dtype=[np.float64, np.float32], input_name="emb_b")
+    if emb_a.shape != emb_b.shape:
+        raise ValueError(
+            f"emb_a and emb_b must have the same shape, got {emb_a.shape} and "
+            f"{emb_b.shape}; row i of each must embed the two sides of pair i"
+        )
+    return emb_a, emb_b
+
+
+def paired_cosine_similarity(emb_a, emb_b):
+    """Cosine similarity between row ``i`` of `emb_a` and row ``i`` of `emb_b`.
+
+    Parameters
+    ----------
+    emb_a, emb_b : array-like of shape (n_pairs, n_features)
+        Embeddings of the first and second item of each pair.
+
+    Returns
+    -------
+    cosine : ndarray of shape (n_pairs,)
+        Values in [-1, 1], float64. A pair containing a zero vector has an
+        undefined cosine; it is set to 0.0 and an
+        :class:`~sklearn_isotropy.exceptions.UndefinedCorrelationWarning` is
+        emitted.
+
+    See Also
+    --------
+    sklearn.metrics.pairwise.paired_cosine_distances : One minus this value.
+
+    Examples
+    --------
+    >>> from sklearn_isotropy.metrics import paired_cosine_similarity
+    >>> paired_cosine_similarity([[1.0, 0.0], [1.0, 1.0]], [[0.0, 2.0], [3.0, 3.0]])
+    array([0., 1.])
+    """
+    emb_a, emb_b = _check_embedding_pair(emb_a, emb_b)
+    return _row_cosine(emb_a, emb_b)
+
+
+def cosine_spearman_score(emb_a, emb_b, y_true):
+    """Spearman's rho between gold similarities and row-wise cosine similarity.
+
+    This is the standard unsupervised STS evaluation (SentEval, BERT-flow,
+    BERT-whitening): embed both sentences of each pair, take their cosine,
+    and correlate the cosines with the gold scores by rank.
+
+    Parameters
+    ----------
+    emb_a, emb_b : array-like of shape (n_pairs, n_features)
+        Embeddings of the first and second sentence of each pair. Must be
+        finite.
+    y_true : array-like of shape (n_pairs,)
+        Gold similarity scores.
+
+    Returns
+    -------
+    rho : float
+        Spearman's rank correlation in [-1, 1] (ties get average ranks).
+        Never NaN: when the correlation is undefined (constant gold scores,
+        constant cosines, or fewer than two pairs) the value is **0.0** and an
+        :class:`~sklearn_isotropy.exceptions.UndefinedCorrelationWarning` is
+        emitted. A pair containing a zero-norm vector gets cosine 0.0, also
+        with that warning.
+
+    See Also
+    --------
+    cosine_spearman_scorer : The same score for fitted estimators.
+    PairedCosineSimilarity : Meta-estimator scoring pairs through a transformer.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_isotropy.metrics import cosine_spearman_score
+    >>> a = np.array([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]])
+    >>> b = np.array([[1.0, 0.1], [1.0, 1.0], [0.0, 1.0]])
+    >>> cosine_spearman_score(a, b, [5.0, 2.5, 0.0])
+    1.0
+    """
+    emb_a, emb_b = _check_embedding_pair(emb_a, emb_b)
+    y_true = check_array(
+        y_true, ensure_2d=False, dtype=np.float64, input_name="y_true"
+    ).ravel()
+    check_consistent_length(emb_a, y_true)
+    return _spearman(y_true, _row_cosine(emb_a, emb_b))

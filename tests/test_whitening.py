@@ -1,0 +1,372 @@
+"""WhiteningTransformer against independent numpy/scipy/sklearn computations."""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+import scipy.linalg
+import scipy.sparse
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.base import clone
+from sklearn.covariance import OAS, ledoit_wolf_shrinkage
+from sklearn.decomposition import PCA
+from sklearn.exceptions import NotFittedError
+from sklearn.pipeline import make_pipeline
+
+from sklearn_isotropy import WhiteningTransformer
+from sklearn_isotropy.exceptions import RankDeficiencyWarning
+
+
+def anisotropic(n=1000, d=12, seed=0, offset=4.0, dtype=np.float64):
+    """Rows with a strong common offset and a decaying spectrum (a 'cone')."""
+    rng = np.random.default_rng(seed)
+    scales = np.geomspace(10.0, 0.1, d)
+    basis = np.linalg.qr(rng.normal(size=(d, d)))[0]
+    X = (rng.normal(size=(n, d)) * scales) @ basis.T + offset * rng.normal(size=d)
+    return X.astype(dtype)
+
+
+def match_signs(A, B):
+    """Flip the columns of A to agree in sign with B."""
+    signs = np.sign(np.sum(A * B, axis=0))
+    signs[signs == 0] = 1
+    return A * signs
+
+
+# --------------------------------------------------------------- the whitening
+@pytest.mark.parametrize("method", ["pca", "zca", "cholesky"])
+@pytest.mark.parametrize("dtype,atol", [(np.float64, 1e-10), (np.float32, 2e-4)])
+def test_output_covariance_is_identity(method, dtype, atol):
+    X = anisotropic(dtype=dtype)
+    Z = WhiteningTransformer(method=method).fit_transform(X)
+    assert Z.dtype == dtype
+    cov = np.cov(Z.astype(np.float64), rowvar=False)
+    np.testing.assert_allclose(cov, np.eye(X.shape[1]), atol=atol)
+    np.testing.assert_allclose(Z.mean(axis=0), 0.0, atol=atol * 10)
+
+
+def test_pca_equals_sklearn_pca_whiten():
+    X = anisotropic()
+    for k in (None, 5):
+        ours = WhiteningTransformer(n_components=k).fit(X)
+        pca = PCA(n_components=k, whiten=True, svd_solver="full").fit(X)
+        Z, P = ours.transform(X), pca.transform(X)
+        np.testing.assert_allclose(match_signs(Z, P), P, rtol=1e-8, atol=1e-9)
+        np.testing.assert_allclose(ours.explained_variance_, pca.explained_variance_)
+        np.testing.assert_allclose(
+            ours.explained_variance_ratio_[: pca.n_components_],
+            pca.explained_variance_ratio_ / pca.explained_variance_ratio_.sum()
+            if k is None
+            else pca.explained_variance_ratio_,
+            rtol=1e-10,
+        )
+        np.testing.assert_allclose(
+            np.abs(ours.components_), np.abs(pca.components_), atol=1e-10
+        )
+
+
+def test_float_n_components_matches_pca():
+    X = anisotropic()
+    for share in (0.5, 0.9, 0.999):
+        ours = WhiteningTransformer(n_components=share).fit(X)
+        assert ours.n_components_ == PCA(n_components=share).fit(X).n_components_
+
+
+def test_zca_is_inverse_matrix_square_root():
+    X = anisotropic(d=6)
+    est = WhiteningTransformer(method="zca").fit(X)
+    cov = np.cov(X, rowvar=False)
+    expected = np.linalg.inv(scipy.linalg.sqrtm(cov).real)
+    np.testing.assert_allclose(est.whitening_, expected, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(est.whitening_, est.whitening_.T, atol=1e-12)
+
+
+def test_cholesky_matches_scipy():
+    X = anisotropic(d=6)
+    est = WhiteningTransformer(method="cholesky").fit(X)
+    L = np.linalg.cholesky(np.cov(X, rowvar=False))
+    expected = np.linalg.inv(L).T
+    np.testing.assert_allclose(est.whitening_, expected, rtol=1e-8, atol=1e-12)
+
+
+@pytest.mark.parametrize("power", [0.0, 0.5, 1.0, 1.5])
+def test_power_partial_whitening(power):
+    X = anisotropic()
+    est = WhiteningTransformer(power=power).fit(X)
+    Z = est.transform(X)
+    evals = np.linalg.eigvalsh(np.cov(X, rowvar=False))[::-1]
+    expected = np.diag(evals ** (1.0 - power))
+    np.testing.assert_allclose(
+        np.cov(Z, rowvar=False), expected, rtol=1e-8, atol=1e-8 * evals[0]
+    )
+    if power == 0:
+        P = PCA().fit(X).transform(X)
+        np.testing.assert_allclose(match_signs(Z, P), P, atol=1e-8)
+
+
+def test_fixed_shrinkage_covariance():
+    X = anisotropic(d=8)
+    s = 0.3
+    est = WhiteningTransformer(shrinkage=s).fit(X)
+    cov = np.cov(X, rowvar=False)
+    expected = (1 - s) * cov + s * np.trace(cov) / 8 * np.eye(8)
+    np.testing.assert_allclose(est.covariance_, expected, rtol=1e-10)
+    assert est.shrinkage_ == s
+    # the map whitens the shrunk covariance, not the empirical one
+    W = est.whitening_
+    np.testing.assert_allclose(W.T @ expected @ W, np.eye(8), atol=1e-9)
+    np.testing.assert_allclose(
+        np.cov(est.transform(X), rowvar=False), W.T @ cov @ W, rtol=1e-8, atol=1e-10
+    )
+
+
+def test_estimated_shrinkage_matches_sklearn():
+    X = anisotropic(n=60, d=40)
+    lw = WhiteningTransformer(shrinkage="ledoit-wolf").fit(X)
+    oas = WhiteningTransformer(shrinkage="oas").fit(X)
+    np.testing.assert_allclose(lw.shrinkage_, ledoit_wolf_shrinkage(X), rtol=1e-10)
+    np.testing.assert_allclose(oas.shrinkage_, OAS().fit(X).shrinkage_, rtol=1e-10)
+    assert lw.rank_ == 40 and lw.n_components_ == 40
+
+
+# ----------------------------------------------------------------- streaming
+def test_streaming_equals_batch_to_1e10():
+    X = anisotropic(n=5000, d=20, offset=50.0)
+    batch = WhiteningTransformer().fit(X)
+    stream = WhiteningTransformer()
+    for chunk in np.array_split(X, 37):
+        stream.partial_fit(chunk)
+    assert stream.n_samples_seen_ == batch.n_samples_seen_ == 5000
+    for name in ("mean_", "covariance_", "whitening_", "explained_variance_"):
+        a, b = getattr(stream, name), getattr(batch, name)
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10 * np.abs(b).max())
+    np.testing.assert_allclose(stream.transform(X), batch.transform(X), atol=1e-9)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    n_chunks=st.integers(1, 8),
+    power=st.sampled_from([0.0, 0.5, 1.0]),
+)
+def test_streaming_property(seed, n_chunks, power):
+    X = anisotropic(n=400, d=6, seed=seed)
+    batch = WhiteningTransformer(power=power).fit(X)
+    stream = WhiteningTransformer(power=power)
+    for chunk in np.array_split(X, n_chunks):
+        stream.partial_fit(chunk)
+    np.testing.assert_allclose(
+        stream.transform(X), batch.transform(X), rtol=1e-9, atol=1e-9
+    )
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**16), d=st.integers(1, 10))
+def test_whitened_identity_and_inverse_property(seed, d):
+    X = anisotropic(n=300, d=d, seed=seed)
+    est = WhiteningTransformer().fit(X)
+    Z = est.transform(X)
+    cov = np.cov(Z, rowvar=False).reshape(d, d)
+    np.testing.assert_allclose(cov, np.eye(d), atol=1e-8)
+    np.testing.assert_allclose(est.inverse_transform(Z), X, rtol=1e-8, atol=1e-8)
+
+
+def test_integer_sample_weight_equals_repeated_rows():
+    X = anisotropic(n=200, d=5)
+    w = np.random.default_rng(0).integers(0, 4, size=200)
+    weighted = WhiteningTransformer().fit(X, sample_weight=w)
+    repeated = WhiteningTransformer().fit(np.repeat(X, w, axis=0))
+    np.testing.assert_allclose(weighted.mean_, repeated.mean_, rtol=1e-12)
+    np.testing.assert_allclose(weighted.covariance_, repeated.covariance_, rtol=1e-10)
+    np.testing.assert_allclose(weighted.transform(X), repeated.transform(X), atol=1e-9)
+
+
+def test_streaming_with_weights():
+    X = anisotropic(n=600, d=5)
+    w = np.random.default_rng(1).uniform(0, 2, size=600)
+    batch = WhiteningTransformer().fit(X, sample_weight=w)
+    stream = WhiteningTransformer()
+    for idx in np.array_split(np.arange(600), 5):
+        stream.partial_fit(X[idx], sample_weight=w[idx])
+    np.testing.assert_allclose(stream.whitening_, batch.whitening_, rtol=1e-10)
+
+
+# ------------------------------------------------------------ rank deficiency
+def test_n_less_than_d_drops_components_and_held_out_stays_bounded():
+    rng = np.random.default_rng(0)
+    d = 768
+    # embedding-like rows: a common offset plus a decaying spectrum
+    basis = np.linalg.qr(rng.normal(size=(d, d)))[0]
+    scales = np.geomspace(5.0, 0.05, d)
+    offset = 3.0 * rng.normal(size=d)
+
+    def draw(n):
+        return (rng.normal(size=(n, d)) * scales) @ basis.T + offset
+
+    X_fit, X_new = draw(300), draw(300)
+    with pytest.warns(RankDeficiencyWarning, match="rank 299 < n_features = 768"):
+        est = WhiteningTransformer().fit(X_fit)
+    assert est.n_components_ == est.rank_ == 299
+    Z_fit, Z_new = est.transform(X_fit), est.transform(X_new)
+    assert np.all(np.isfinite(Z_new))
+    fit_norms = np.linalg.norm(Z_fit, axis=1)
+    new_norms = np.linalg.norm(Z_new, axis=1)
+    assert new_norms.max() < 3 * fit_norms.max()
+    # shrinkage keeps every dimension and also stays bounded
+    shrunk = WhiteningTransformer(shrinkage="ledoit-wolf").fit(X_fit)
+    assert shrunk.n_components_ == d
+    ratio = (
+        np.linalg.norm(shrunk.transform(X_new), axis=1).max()
+        / np.linalg.norm(shrunk.transform(X_fit), axis=1).max()
+    )
+    assert ratio < 3
+
+
+def test_naive_recipe_would_explode_where_we_stay_finite():
+    # the papers' recipe, U diag(1/sqrt(s)) from np.linalg.svd(np.cov(X)),
+    # divides by round-off eigenvalues when n < d
+    rng = np.random.default_rng(1)
+    X_fit, X_new = rng.normal(size=(50, 100)), rng.normal(size=(20, 100))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        u, s, _ = np.linalg.svd(np.cov(X_fit, rowvar=False))
+        naive = (X_new - X_fit.mean(0)) @ (u / np.sqrt(s))
+    assert not np.all(np.isfinite(naive)) or np.abs(naive).max() > 1e5
+    with pytest.warns(RankDeficiencyWarning):
+        ours = WhiteningTransformer().fit(X_fit).transform(X_new)
+    assert np.all(np.isfinite(ours)) and np.abs(ours).max() < 100
+
+
+def test_collinear_and_constant_columns():
+    X = anisotropic(n=200, d=4)
+    X = np.column_stack([X, X[:, 0] * 2 - X[:, 1], np.full(200, 7.0)])
+    with pytest.warns(RankDeficiencyWarning, match="rank 4 < n_features = 6"):
+        est = WhiteningTransformer().fit(X)
+    Z = est.transform(X)
+    assert Z.shape == (200, 4) and np.all(np.isfinite(Z))
+    np.testing.assert_allclose(np.cov(Z, rowvar=False), np.eye(4), atol=1e-8)
+
+
+def test_explicit_n_components_above_rank_is_an_error():
+    X = np.random.default_rng(0).normal(size=(5, 10))
+    with pytest.raises(ValueError, match="exceeds the rank 4"):
+        WhiteningTransformer(n_components=6).fit(X)
+    with pytest.raises(ValueError, match="n_features = 10"):
+        WhiteningTransformer(n_components=11).fit(X)
+
+
+def test_cholesky_needs_full_rank_and_power_one():
+    X = np.random.default_rng(0).normal(size=(5, 10))
+    with pytest.raises(ValueError, match="full-rank"):
+        WhiteningTransformer(method="cholesky").fit(X)
+    est = WhiteningTransformer(method="cholesky", shrinkage=0.1).fit(X)
+    assert np.all(np.isfinite(est.transform(X)))
+    with pytest.raises(ValueError, match="power=1"):
+        WhiteningTransformer(method="cholesky", power=0.5).fit(anisotropic())
+    with pytest.raises(ValueError, match="n_components=None"):
+        WhiteningTransformer(5, method="zca").fit(anisotropic())
+
+
+# --------------------------------------------------------------- bad input
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_input_is_rejected(bad):
+    X = anisotropic()
+    X[3, 2] = bad
+    with pytest.raises(ValueError, match="NaN|infinity"):
+        WhiteningTransformer().fit(X)
+    est = WhiteningTransformer().fit(anisotropic())
+    with pytest.raises(ValueError, match="NaN|infinity"):
+        est.transform(X)
+
+
+def test_wrong_width_at_transform():
+    est = WhiteningTransformer().fit(anisotropic(d=12))
+    with pytest.raises(ValueError, match="12 features"):
+        est.transform(anisotropic(d=11))
+    with pytest.raises(ValueError, match="expects 12"):
+        est.inverse_transform(np.zeros((2, 5)))
+
+
+def test_single_sample_and_constant_data():
+    with pytest.raises(ValueError, match="n_samples = 1"):
+        WhiteningTransformer().fit(np.ones((1, 3)))
+    with pytest.raises(ValueError, match="constant data"):
+        WhiteningTransformer().fit(np.ones((10, 3)))
+
+
+def test_partial_fit_failure_leaves_state_untouched():
+    est = WhiteningTransformer()
+    with pytest.raises(ValueError, match="first batch"):
+        est.partial_fit(np.ones((1, 3)))
+    assert not hasattr(est, "moments_")
+    X = anisotropic(d=3)
+    est.partial_fit(X)
+    W = est.whitening_.copy()
+    with pytest.raises(ValueError, match="NaN"):
+        est.partial_fit(np.full((2, 3), np.nan))
+    np.testing.assert_array_equal(est.whitening_, W)
+    est.partial_fit(X[:1])  # one more row is fine once fitted
+    assert est.n_samples_seen_ == X.shape[0] + 1
+
+
+def test_float16_is_upcast_and_sparse_is_rejected():
+    X = anisotropic(d=4)
+    Z = WhiteningTransformer().fit_transform(X.astype(np.float16))
+    assert Z.dtype == np.float64 and np.all(np.isfinite(Z))
+    with pytest.raises(TypeError, match="dense data is required"):
+        WhiteningTransformer().fit(scipy.sparse.csr_matrix(X))
+
+
+def test_negative_sample_weight():
+    X = anisotropic(d=3)
+    w = np.ones(X.shape[0])
+    w[7] = -1
+    with pytest.raises(ValueError, match=r"sample_weight\[7\]"):
+        WhiteningTransformer().fit(X, sample_weight=w)
+
+
+def test_not_fitted():
+    with pytest.raises(NotFittedError):
+        WhiteningTransformer().transform(anisotropic())
+
+
+# ------------------------------------------------------------- sklearn life
+def test_feature_names_pandas_output_and_pickle():
+    pd = pytest.importorskip("pandas")
+    X = pd.DataFrame(anisotropic(d=5), columns=list("abcde"))
+    est = WhiteningTransformer(n_components=3).set_output(transform="pandas").fit(X)
+    out = est.transform(X)
+    assert list(out.columns) == [f"whiteningtransformer{i}" for i in range(3)]
+    assert list(est.feature_names_in_) == list("abcde")
+    again = pickle.loads(pickle.dumps(est))
+    np.testing.assert_array_equal(again.transform(X).to_numpy(), out.to_numpy())
+
+
+def test_zca_inverse_and_names():
+    X = anisotropic(d=5)
+    est = WhiteningTransformer(method="zca").fit(X)
+    np.testing.assert_allclose(est.inverse_transform(est.transform(X)), X, atol=1e-9)
+    assert est.get_feature_names_out().shape == (5,)
+
+
+def test_in_pipeline_and_clone():
+    from sklearn.linear_model import Ridge
+
+    X = anisotropic(n=300, d=10)
+    y = X[:, 0] - X[:, 3]
+    pipe = make_pipeline(WhiteningTransformer(n_components=8, power=0.5), Ridge())
+    pipe.fit(X, y)
+    twin = clone(pipe).set_params(whiteningtransformer__n_components=4)
+    twin.fit(X, y)
+    assert twin[0].n_components_ == 4 and pipe[0].n_components_ == 8
+
+
+def test_refit_forgets_previous_fit():
+    est = WhiteningTransformer().fit(anisotropic(d=4, seed=1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        est.fit(anisotropic(d=6, seed=2))
+    assert est.n_features_in_ == 6 and est.n_samples_seen_ == 1000
