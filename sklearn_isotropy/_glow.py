@@ -300,6 +300,9 @@ class GlowFlowTransformer(
                 f"got n_samples={n_samples}. Pass more rows."
             )
         device = self._fit_device(torch)
+        # a fit that fails half-way must not leave a previous flow_ behind
+        # next to new statistics (see __sklearn_is_fitted__)
+        self.__dict__.pop("flow_", None)
         rng = check_random_state(self.random_state)
         seed = int(rng.randint(np.iinfo(np.int32).max))
 
@@ -647,6 +650,9 @@ class GlowFlowTransformer(
         rng = check_random_state(random_state)
         Z = rng.standard_normal((n_samples, self._n_features_out))
         return self.inverse_transform(Z)
+
+    def __sklearn_is_fitted__(self):
+        return hasattr(self, "flow_")
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 from scipy.stats import multivariate_normal, ortho_group
+from sklearn.exceptions import NotFittedError
 
 torch = pytest.importorskip("torch")
 
@@ -212,9 +213,13 @@ def test_non_finite_loss_keeps_last_finite_state_with_warning(monkeypatch):
 
 
 def test_non_finite_state_raises_with_epoch_and_remedy(monkeypatch):
+    est = _fitted(_data())
     _poison_log_prob(monkeypatch, at_call=2, break_params=True)
     with pytest.raises(ValueError, match=r"epoch 1, batch 2.*lower learning_rate"):
-        _fitted(_data(), max_iter=2)
+        est.set_params(max_iter=2).fit(_data())
+    # the failed refit leaves the estimator unfitted, not half old, half new
+    with pytest.raises(NotFittedError):
+        est.transform(_data())
 
 
 def _assert_same_model(a, b, X):
