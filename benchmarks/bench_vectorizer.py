@@ -100,32 +100,43 @@ def main():
 
     times = {"sentence-transformers": [], "BertPoolingVectorizer": []}
     for _ in range(args.repeats):
-        for name, fn in (("sentence-transformers", run_st), ("BertPoolingVectorizer", run_vec)):
+        for name, fn in (
+            ("sentence-transformers", run_st),
+            ("BertPoolingVectorizer", run_vec),
+        ):
             start = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - start)
 
     n = len(texts)
-    print(f"machine: {platform.machine()}, {os.cpu_count()} logical CPUs, "
-          f"torch {torch.__version__}, {torch.get_num_threads()} torch threads, "
-          f"load average {os.getloadavg()[0]:.2f} (other agents share the CPU)")
-    print(f"{n} distinct STS-B train sentences, batch_size={args.batch_size}, "
-          f"max_length={vec.max_length_} (ST max_seq_length={st.max_seq_length}), "
-          f"{args.repeats} interleaved repeats")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} logical CPUs, "
+        f"torch {torch.__version__}, {torch.get_num_threads()} torch threads, "
+        f"load average {os.getloadavg()[0]:.2f} (other agents share the CPU)"
+    )
+    print(
+        f"{n} distinct STS-B train sentences, batch_size={args.batch_size}, "
+        f"max_length={vec.max_length_} (ST max_seq_length={st.max_seq_length}), "
+        f"{args.repeats} interleaved repeats"
+    )
     print(f"max abs difference vs ST encode(normalize_embeddings=True): {diff:.2e}")
     for name, values in times.items():
         values = np.asarray(values)
-        print(f"{name:>24}: median {np.median(values):6.2f} s  "
-              f"({n / np.median(values):7.1f} sentences/s), "
-              f"min {values.min():6.2f} s")
+        print(
+            f"{name:>24}: median {np.median(values):6.2f} s  "
+            f"({n / np.median(values):7.1f} sentences/s), "
+            f"min {values.min():6.2f} s"
+        )
     ratio = np.median(times["sentence-transformers"]) / np.median(
         times["BertPoolingVectorizer"]
     )
     paired = np.asarray(times["sentence-transformers"]) / np.asarray(
         times["BertPoolingVectorizer"]
     )
-    print(f"speed-up (median time ratio): {ratio:.2f}x; per-repeat ratios: "
-          + ", ".join(f"{r:.2f}" for r in paired))
+    print(
+        f"speed-up (median time ratio): {ratio:.2f}x; per-repeat ratios: "
+        + ", ".join(f"{r:.2f}" for r in paired)
+    )
     if diff >= 1e-5:
         raise SystemExit(f"outputs differ by {diff:.2e} >= 1e-5")
 
