@@ -180,7 +180,11 @@ class GlowFlowTransformer(
     stops, and the last finite parameters are kept with a
     :class:`~sklearn_isotropy.exceptions.FlowTrainingWarning` naming the epoch
     (the parameters of the best epoch with early stopping); if even those give
-    non-finite outputs, a ``ValueError`` explains what to change. The flow
+    non-finite outputs, a ``ValueError`` explains what to change. If training
+    ends with a training negative log-likelihood more than 0.1 nats per
+    feature above the freshly initialised flow's (an unstable run whose loss
+    stayed finite), a
+    :class:`~sklearn_isotropy.exceptions.FlowTrainingWarning` says so. The flow
     computes in float32 for float32 input and in float64 (on a float64 copy of
     the parameters) for float64 input, and returns the input's dtype.
 
@@ -381,6 +385,11 @@ class GlowFlowTransformer(
         with torch.no_grad():
             flow(X_train[epoch_order()[:n_init]])
 
+        # reference: the NLL of the untrained (just initialised) flow, to flag
+        # training that diverged without ever producing a non-finite loss
+        X_check = X_train[: min(n_train, 4096)]
+        initial_nll = -self._mean_log_likelihood(torch, flow, X_check)
+
         params = [p for p in flow.parameters() if p.requires_grad]
         optimizer = torch.optim.Adam(params, lr=self.learning_rate)
         self.loss_curve_ = []
@@ -448,6 +457,22 @@ class GlowFlowTransformer(
             flow.load_state_dict(best_state)
         if diverged is not None:
             self._handle_divergence(torch, flow, X_train, diverged, best_state)
+            return
+        final_nll = -self._mean_log_likelihood(torch, flow, X_check)
+        # noise-level changes are normal when the initial flow (standardised
+        # data, ActNorm) is already about right; a blow-up is far larger
+        if not final_nll <= initial_nll + 0.1 * X_check.shape[1]:
+            warnings.warn(
+                "Flow training made the model worse than its initialisation: the "
+                "mean negative log-likelihood of the training rows rose from "
+                f"{initial_nll - log_det_std:.4g} to {final_nll - log_det_std:.4g} "
+                f"nats per sample, so training was unstable. Lower learning_rate "
+                f"(it is {self.learning_rate:g}; try {self.learning_rate / 10:g})"
+                + ("" if self.standardize else " or set standardize=True")
+                + ".",
+                FlowTrainingWarning,
+                stacklevel=4,  # _train < fit < _fit_context
+            )
 
     def _handle_divergence(self, torch, flow, X_train, diverged, best_state):
         epoch, batch, what = diverged

@@ -126,7 +126,9 @@ def test_explicit_layers(tiny_bert, tiny_bert_objects, layers, resolved):
         ({"pooling": "first_last_avg"}, [1, 1]),
     ],
 )
-def test_forward_stops_after_deepest_needed_block(tiny_bert_objects, kwargs, blocks_run):
+def test_forward_stops_after_deepest_needed_block(
+    tiny_bert_objects, kwargs, blocks_run
+):
     model, tokenizer = tiny_bert_objects
     vec = BertPoolingVectorizer((model, tokenizer), batch_size=len(TEXTS), **kwargs)
     vec.fit(TEXTS)
@@ -141,8 +143,10 @@ def test_forward_stops_after_deepest_needed_block(tiny_bert_objects, kwargs, blo
 
 def test_batching_and_order_restoration(tiny_bert):
     rng = np.random.default_rng(0)
-    texts = [" ".join(rng.choice(["the", "cat", "dog", "sat", "ran"], k)) for k in
-             rng.integers(0, 12, size=25)]
+    texts = [
+        " ".join(rng.choice(["the", "cat", "dog", "sat", "ran"], k))
+        for k in rng.integers(0, 12, size=25)
+    ]
     base = BertPoolingVectorizer(tiny_bert, batch_size=1).fit(texts).transform(texts)
     for batch_size in (2, 7, 100):
         vec = BertPoolingVectorizer(tiny_bert, batch_size=batch_size).fit(texts)
@@ -186,7 +190,11 @@ def test_bare_string_raises_like_count_vectorizer(tiny_bert):
 
 @pytest.mark.parametrize(
     "bad, index, type_name",
-    [(["a", None, "b"], 1, "NoneType"), (["a", "b", 3.5], 2, "float"), ([b"x"], 0, "bytes")],
+    [
+        (["a", None, "b"], 1, "NoneType"),
+        (["a", "b", 3.5], 2, "float"),
+        ([b"x"], 0, "bytes"),
+    ],
 )
 def test_non_string_item_raises_type_error_with_index(tiny_bert, bad, index, type_name):
     vec = BertPoolingVectorizer(tiny_bert).fit(TEXTS)
@@ -434,8 +442,9 @@ def test_sklearn_conventions(tiny_bert, tmp_path):
 
     pipe = make_pipeline(vec, StandardScaler())
     fitted = clone(pipe).fit(TEXTS)
-    assert_allclose(fitted.transform(TEXTS), StandardScaler().fit_transform(X), rtol=1e-4,
-                    atol=1e-5)
+    assert_allclose(
+        fitted.transform(TEXTS), StandardScaler().fit_transform(X), rtol=1e-4, atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("pooling", ["mean", "first_last_avg", "embeddings_avg"])
@@ -444,7 +453,10 @@ def test_pickle_with_model_object_round_trips(tiny_bert, pooling):
 
     # a fresh model: output_hidden_states=True (used by the references above)
     # leaves unpicklable hooks on a transformers >= 5 model; we never use it
-    pair = (AutoModel.from_pretrained(tiny_bert), AutoTokenizer.from_pretrained(tiny_bert))
+    pair = (
+        AutoModel.from_pretrained(tiny_bert),
+        AutoTokenizer.from_pretrained(tiny_bert),
+    )
     vec = BertPoolingVectorizer(pair, pooling=pooling).fit(TEXTS)
     X = vec.transform(TEXTS)
     restored = pickle.loads(pickle.dumps(vec))
@@ -455,8 +467,10 @@ def test_verbose_logs_and_shows_progress(tiny_bert, caplog, capsys):
     vec = BertPoolingVectorizer(tiny_bert, verbose=1, batch_size=2).fit(TEXTS)
     with caplog.at_level("INFO", logger="sklearn_isotropy"):
         vec.transform(TEXTS + TEXTS[:1])
-    assert any("Encoded 8 texts (7 distinct, 0 from cache)" in r.message
-               for r in caplog.records)
+    assert any(
+        "Encoded 8 texts (7 distinct, 0 from cache)" in r.message
+        for r in caplog.records
+    )
     assert "Encoding" in capsys.readouterr().err
 
 
