@@ -11,6 +11,7 @@ from sklearn.base import (
 )
 from sklearn.utils.validation import _check_sample_weight, validate_data
 
+from ._dask import _is_dask_collection
 from ._moments import MomentAccumulator
 
 FLOAT_DTYPES = (np.float64, np.float32)
@@ -61,13 +62,16 @@ class _StreamingMomentsMixin(
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Training embeddings, finite and dense.
+        X : array-like or dask array of shape (n_samples, n_features)
+            Training embeddings, finite and dense. A ``dask.array.Array``
+            (or dask DataFrame) chunked by rows is fitted on the workers
+            without being materialised; see :mod:`sklearn_isotropy.dask`.
         y : None
             Ignored; present for API consistency.
         sample_weight : array-like of shape (n_samples,), default=None
             Non-negative frequency weights: an integer weight counts the row
-            that many times.
+            that many times. With a dask ``X``, a 1-D dask array chunked
+            like the rows of ``X`` (or a numpy array).
 
         Returns
         -------
@@ -75,6 +79,10 @@ class _StreamingMomentsMixin(
             Fitted estimator.
         """
         self._reset()
+        if _is_dask_collection(X) or _is_dask_collection(sample_weight):
+            from ._dask import partial_fit_dask
+
+            return partial_fit_dask(self, X, sample_weight, first=True)
         return self._partial_fit(X, sample_weight, first=True)
 
     @_fit_context(prefer_skip_nested_validation=True)
@@ -100,6 +108,10 @@ class _StreamingMomentsMixin(
             Updated estimator.
         """
         first = not hasattr(self, "moments_")
+        if _is_dask_collection(X) or _is_dask_collection(sample_weight):
+            from ._dask import partial_fit_dask
+
+            return partial_fit_dask(self, X, sample_weight, first=first)
         return self._partial_fit(X, sample_weight, first=first)
 
     def _partial_fit(self, X, sample_weight, *, first):
@@ -119,6 +131,12 @@ class _StreamingMomentsMixin(
 
     def _fit_moments(self, moments: MomentAccumulator) -> None:  # pragma: no cover
         raise NotImplementedError
+
+    def _transform_dask(self, X):
+        """Lazy block-wise transform of a dask collection (see ``_dask.py``)."""
+        from ._dask import transform_dask
+
+        return transform_dask(self, X)
 
     def _validate_transform_input(self, X):
         return validate_data(self, X, reset=False, dtype=FLOAT_DTYPES)

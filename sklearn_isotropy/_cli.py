@@ -433,7 +433,7 @@ def _save_figures(out_dir, pooling, transformed):
         ax = fig.add_subplot()
         kwargs = {"random_state": 0} if kind == "cosines" else {}
         plot(transformed, ax=ax, **kwargs)
-        ax.set_title(f"{ax.get_title()} — {pooling} pooling, STS test sentences")
+        ax.set_title(f"{ax.get_title()} ({pooling} pooling, test sentences)")
         path = out_dir / f"{pooling}_{kind}.png"
         fig.savefig(path, dpi=110)
         files.append(str(path))

@@ -126,49 +126,70 @@ class MomentAccumulator:
                 raise ValueError(
                     f"sample_weight has shape {sample_weight.shape}, expected ({n},)."
                 )
-        for start in range(0, n, _BLOCK_ROWS):
-            stop = min(start + _BLOCK_ROWS, n)
-            w = None if sample_weight is None else sample_weight[start:stop]
-            self._merge_inplace(self._from_block(X[start:stop], w))
+        if n:
+            self._merge_inplace(self._from_batch(X, sample_weight))
         return self
 
-    def _from_block(self, X, w) -> MomentAccumulator:
-        """Statistics of one block of rows, computed in float64."""
+    def _from_batch(self, X, w) -> MomentAccumulator:
+        """Statistics of a batch, computed in float64 block by block.
+
+        Two passes: the weighted mean first, then the scatter about it,
+        accumulated over blocks of rows by symmetric rank-k updates into one
+        float64 matrix. A residual-mean correction makes the result exact
+        to round-off whatever the offset of the data.
+        """
         out = MomentAccumulator(self.n_features, kind=self.kind)
-        out.n_samples = X.shape[0]
-        X = np.asarray(X, dtype=np.float64)
+        n, d = X.shape
+        out.n_samples = n
+        blocks = [
+            slice(lo, min(lo + _BLOCK_ROWS, n)) for lo in range(0, n, _BLOCK_ROWS)
+        ]
         if w is None:
-            sw = float(X.shape[0])
-            out.n_nonzero = X.shape[0]
-            if sw == 0:
-                return out
-            mean = X.mean(axis=0)
+            sw = float(n)
+            out.n_nonzero = n
+            total = np.zeros(d)
+            for b in blocks:
+                total += X[b].sum(axis=0, dtype=np.float64)
         else:
             sw = float(w.sum())
             out.n_nonzero = int(np.count_nonzero(w))
             if sw == 0:
                 return out
-            mean = (w @ X) / sw
-        Y = X - mean
-        if w is None:
-            Yw = Y
+            total = np.zeros(d)
+            for b in blocks:
+                total += w[b] @ np.asarray(X[b], dtype=np.float64)
+        mean = total / sw
+        full = self.kind == "full"
+        scatter = np.zeros((d, d), order="F") if full else np.zeros(d)
+        resid = np.zeros(d)  # weighted sum of the centred rows, ~0
+        norm3, norm4 = np.zeros(d), 0.0
+        for b in blocks:
+            Y = np.array(X[b], dtype=np.float64)
+            Y -= mean
+            wb = None if w is None else w[b]
+            Yw = Y if wb is None else Y * np.sqrt(wb)[:, None]
+            resid += Y.sum(axis=0) if wb is None else wb @ Y
+            if full:
+                # symmetric rank-k update into the upper triangle, in place;
+                # Yw.T is Fortran-ordered, so no copy is made
+                scatter = dsyrk(1.0, Yw.T, beta=1.0, c=scatter, trans=0, overwrite_c=1)
+                sq = np.einsum("ij,ij->i", Y, Y)
+                wsq = sq if wb is None else sq * wb
+                norm3 += wsq @ Y
+                norm4 += float(wsq @ sq)
+            else:
+                scatter += np.einsum("ij,ij->j", Yw, Yw)
+        shift = resid / sw
+        if full:
+            scatter = np.triu(scatter)
+            scatter = scatter + np.triu(scatter, 1).T
+            scatter -= np.outer(resid, shift)
+            out.norm3, out.norm4 = norm3, norm4
         else:
-            Yw = Y * np.sqrt(w)[:, None]
-        if self.kind == "full":
-            # symmetric rank-k update: half the flops of Y.T @ Y; Yw.T is
-            # Fortran-ordered so no copy is made
-            S = dsyrk(1.0, Yw.T, trans=0, lower=0)
-            S = np.triu(S)
-            S = S + np.triu(S, 1).T
-            sq = np.einsum("ij,ij->i", Y, Y)
-            wsq = sq if w is None else sq * w
-            out.norm3 = wsq @ Y
-            out.norm4 = float(wsq @ sq)
-        else:
-            S = np.einsum("ij,ij->j", Yw, Yw)
+            scatter -= resid * shift
         out.sum_weights = sw
-        out.mean = mean
-        out.scatter = S
+        out.mean = mean + shift
+        out.scatter = np.ascontiguousarray(scatter)
         return out
 
     # ------------------------------------------------------------------- merge

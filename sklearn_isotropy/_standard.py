@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
-from ._base import _StreamingMomentsMixin
+from ._base import _is_dask_collection, _StreamingMomentsMixin
 from ._moments import MomentAccumulator
 
 __all__ = ["StandardNormalizer"]
@@ -106,6 +106,8 @@ class StandardNormalizer(_StreamingMomentsMixin):
         X_new : ndarray of shape (n_samples, n_features)
             Float32 for float32 input, else float64.
         """
+        if _is_dask_collection(X):
+            return self._transform_dask(X)
         check_is_fitted(self)
         X = self._validate_transform_input(X)
         out = X.copy()

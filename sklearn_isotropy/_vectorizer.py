@@ -281,12 +281,14 @@ TruncationWarning` per call says how many. ``None`` uses the model's
     >>> vec.layers_
     (1, 2)
 
-    With the default model (all-MiniLM-L6-v2), in a pipeline:
+    With the default model (all-MiniLM-L6-v2) in a pipeline; nothing is
+    loaded until ``fit``:
 
     >>> from sklearn.pipeline import make_pipeline
-    >>> from sklearn_isotropy import WhiteningTransformer  # doctest: +SKIP
+    >>> from sklearn_isotropy import WhiteningTransformer
     >>> pipe = make_pipeline(BertPoolingVectorizer(pooling="first_last_avg"),
-    ...                      WhiteningTransformer(n_components=128))  # doctest: +SKIP
+    ...                      WhiteningTransformer(n_components=128))
+    >>> embeddings = pipe.fit_transform(sentences)  # doctest: +SKIP
     """
 
     _parameter_constraints: dict = {
@@ -376,7 +378,9 @@ TruncationWarning` per call says how many. ``None`` uses the model's
     def _load(self, device):
         if _is_name(self.model):
             return _pooling.load_by_name(self.model, device)
-        net, tokenizer, sbert_len, description = _pooling.unpack_model_object(self.model)
+        net, tokenizer, sbert_len, description = _pooling.unpack_model_object(
+            self.model
+        )
         net.to(device)
         return _pooling.LoadedEncoder(
             net,
@@ -450,10 +454,18 @@ TruncationWarning` per call says how many. ``None`` uses the model's
 
     def _get_loaded(self):
         loaded = getattr(self, "_loaded", None)
-        if loaded is None:
-            import torch
-
-            loaded = self._load(torch.device(self.device_))
+        if loaded is None:  # first use after unpickling
+            try:
+                device = _resolve_device(self.device_)
+            except ValueError:
+                warnings.warn(
+                    f"The vectorizer was fitted on device {self.device_!r}, which "
+                    "is not available here; encoding on the CPU.",
+                    UserWarning,
+                    stacklevel=3,
+                )
+                device = _resolve_device("cpu")
+            loaded = self._load(device)
             self._loaded = loaded
         return loaded
 
@@ -547,7 +559,9 @@ TruncationWarning` per call says how many. ``None`` uses the model's
             "max_length": self.max_length_,
             "version": 1,
         }
-        namespace = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+        namespace = hashlib.sha256(
+            json.dumps(spec, sort_keys=True).encode()
+        ).hexdigest()
         return _pooling.EmbeddingStore(root, namespace[:32])
 
     def _tokenize(self, tokenizer, texts):
@@ -590,7 +604,8 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         lengths = np.fromiter((len(x) for x in ids), dtype=np.intp, count=len(ids))
         order = np.argsort(-lengths, kind="stable")
         batches = [
-            order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)
+            order[i : i + self.batch_size]
+            for i in range(0, len(order), self.batch_size)
         ]
         pad_id = getattr(tokenizer, "pad_token_id", None)
         pad_id = 0 if pad_id is None else pad_id
@@ -618,10 +633,11 @@ TruncationWarning` per call says how many. ``None`` uses the model's
                         if token_types is not None:
                             token_types[row, :n] = types[j]
                     mask_t = torch.from_numpy(mask).to(device)
-                    inputs = {
-                        "input_ids": torch.from_numpy(input_ids).to(device),
-                        "attention_mask": mask_t,
-                    }
+                    inputs = {"input_ids": torch.from_numpy(input_ids).to(device)}
+                    if lengths[batch[-1]] != width:
+                        # without padding the mask is all ones; omitting it lets
+                        # SDPA use its unmasked kernel (same result)
+                        inputs["attention_mask"] = mask_t
                     if token_types is not None:
                         inputs["token_type_ids"] = torch.from_numpy(token_types).to(
                             device
@@ -664,7 +680,9 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         """
         check_is_fitted(self)
         prefix = type(self).__name__.lower()
-        return np.asarray([f"{prefix}{i}" for i in range(self.hidden_size_)], dtype=object)
+        return np.asarray(
+            [f"{prefix}{i}" for i in range(self.hidden_size_)], dtype=object
+        )
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -10,7 +10,7 @@ from scipy import linalg
 from sklearn.utils._param_validation import Interval, RealNotInt, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from ._base import _check_enough_samples, _StreamingMomentsMixin
+from ._base import _check_enough_samples, _is_dask_collection, _StreamingMomentsMixin
 from ._moments import MomentAccumulator
 from .exceptions import RankDeficiencyWarning
 
@@ -291,6 +291,8 @@ class WhiteningTransformer(_StreamingMomentsMixin):
         X_new : ndarray of shape (n_samples, n_components_)
             Whitened embeddings, float32 for float32 input, else float64.
         """
+        if _is_dask_collection(X):
+            return self._transform_dask(X)
         check_is_fitted(self)
         X = self._validate_transform_input(X)
         W = self.whitening_.astype(X.dtype, copy=False)

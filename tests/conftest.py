@@ -16,7 +16,8 @@ TINY_VOCAB = [
     "[CLS]",
     "[SEP]",
     "[MASK]",
-    *"the a cat dog sat on mat ran fast slow man woman is was big small red blue".split(),
+    *"the a cat dog sat on mat ran fast slow man woman is was".split(),
+    *"big small red blue".split(),
     *"play read walk ##ing ##ed ##s ##er . , ! ?".split(),
     *"abcdefghijklmnopqrstuvwxyz",
     *(f"##{c}" for c in "abcdefghijklmnopqrstuvwxyz"),
@@ -28,9 +29,16 @@ def _build_tiny_bert(path):
     from transformers import BertConfig, BertModel, BertTokenizer
 
     path.mkdir(parents=True, exist_ok=True)
-    vocab_file = path / "vocab.txt"
-    vocab_file.write_text("\n".join(TINY_VOCAB) + "\n")
-    tokenizer = BertTokenizer(vocab_file=str(vocab_file), do_lower_case=True)
+    try:
+        # transformers 5 takes the vocabulary itself (and ignores vocab_file=)
+        vocab = {token: i for i, token in enumerate(TINY_VOCAB)}
+        tokenizer = BertTokenizer(vocab=vocab, do_lower_case=True)
+    except TypeError:  # transformers 4: a vocab file
+        vocab_file = path / "vocab.txt"
+        vocab_file.write_text("\n".join(TINY_VOCAB) + "\n")
+        tokenizer = BertTokenizer(str(vocab_file), do_lower_case=True)
+    if "[UNK]" in tokenizer.tokenize("the cat sat on the mat"):
+        raise RuntimeError("the tiny test tokenizer did not load its vocabulary")
     tokenizer.model_max_length = 64
     config = BertConfig(
         vocab_size=len(TINY_VOCAB),

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 from scipy.stats import spearmanr
 
-import sklearn_isotropy
 from sklearn_isotropy._cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -21,49 +20,9 @@ STSB = REPO.parent / "shared" / "data" / "stsb"
 if not (STSB / "test.csv").is_file() and os.environ.get("SKLEARN_ISOTROPY_STSB"):
     STSB = Path(os.environ["SKLEARN_ISOTROPY_STSB"])
 
-needs_vectorizer = pytest.mark.skipif(
-    not hasattr(sklearn_isotropy, "BertPoolingVectorizer"),
-    reason="BertPoolingVectorizer not available",
-)
 needs_stsb = pytest.mark.skipif(
     not (STSB / "test.csv").is_file(), reason="shared/data/stsb not found"
 )
-
-
-@pytest.fixture(scope="module")
-def eval_tiny_bert(tmp_path_factory):
-    """A saved 2-block BERT (hidden 32) whose tokenizer knows WORDS.
-
-    Built here with ``BertTokenizer(vocab=...)``, which both transformers 4
-    and 5 honour (transformers 5 ignores ``vocab_file=`` and would map every
-    word to [UNK]).
-    """
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    path = tmp_path_factory.mktemp("eval_tiny_bert")
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, "##s", "##ing"]
-    vocab_map = {w: i for i, w in enumerate(vocab)}
-    try:
-        tok = transformers.BertTokenizer(vocab=vocab_map, do_lower_case=True)
-    except TypeError:  # transformers 4: a vocab file
-        (path / "vocab.txt").write_text("\n".join(vocab) + "\n")
-        tok = transformers.BertTokenizer(str(path / "vocab.txt"), do_lower_case=True)
-    assert "[UNK]" not in tok.tokenize("the cat sat")
-    tok.model_max_length = 64
-    config = transformers.BertConfig(
-        vocab_size=len(vocab),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = transformers.BertModel(config)
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
 
 
 WORDS = (
@@ -149,7 +108,6 @@ def test_main_module_is_guarded():
 # ----------------------------------------------------------- end to end
 
 
-@needs_vectorizer
 def test_missing_model_exit_1_one_line(sts_dir, tmp_path, capsys):
     status = main(
         [
@@ -171,10 +129,9 @@ def test_missing_model_exit_1_one_line(sts_dir, tmp_path, capsys):
     assert err.startswith("sklearn-isotropy: error: cannot load model")
 
 
-@needs_vectorizer
 @pytest.mark.parametrize("fit_on", ["target", "train"])
 def test_evaluate_end_to_end_tiny_bert(
-    sts_dir, eval_tiny_bert, tmp_path, capsys, fit_on, monkeypatch
+    sts_dir, tiny_bert, tmp_path, capsys, fit_on, monkeypatch
 ):
     from sklearn_isotropy import (
         BertPoolingVectorizer,
@@ -197,7 +154,7 @@ def test_evaluate_end_to_end_tiny_bert(
         "--data",
         str(sts_dir),
         "--model",
-        str(eval_tiny_bert),
+        str(tiny_bert),
         "--pooling",
         "mean",
         "--pooling",
@@ -243,7 +200,7 @@ def test_evaluate_end_to_end_tiny_bert(
 
     # independent recomputation of three cells for mean pooling
     s1, s2, y = _read(sts_dir / "test.csv")
-    vec = BertPoolingVectorizer(str(eval_tiny_bert), pooling="mean").fit(s1[:1])
+    vec = BertPoolingVectorizer(str(tiny_bert), pooling="mean").fit(s1[:1])
     a, b = original(vec, s1), original(vec, s2)
     if fit_on == "target":
         fit_items = np.vstack([a, b])
@@ -282,11 +239,8 @@ def test_evaluate_end_to_end_tiny_bert(
     assert set(payload["diagnostics"]["mean"]) == {"raw", "sn", "whitening", "grid"}
 
 
-@needs_vectorizer
 @pytest.mark.filterwarnings("ignore::sklearn_isotropy.exceptions.RankDeficiencyWarning")
-def test_grid_search_over_text_pipeline_encodes_each_sentence_once(
-    eval_tiny_bert, tmp_path
-):
+def test_grid_search_over_text_pipeline_encodes_each_sentence_once(tiny_bert, tmp_path):
     from sklearn.model_selection import GridSearchCV
     from sklearn.pipeline import make_pipeline
 
@@ -304,7 +258,7 @@ def test_grid_search_over_text_pipeline_encodes_each_sentence_once(
     pairs = np.array([[pool[i], pool[j]] for i, j in idx], dtype=object)
     y = rng.uniform(0, 5, size=60)
 
-    vec = BertPoolingVectorizer(str(eval_tiny_bert), memory=str(tmp_path / "cache"))
+    vec = BertPoolingVectorizer(str(tiny_bert), memory=str(tmp_path / "cache"))
     model = vec.fit(pool[:1]).model_
     seen = []
     handle = model.register_forward_hook(
@@ -332,7 +286,6 @@ def test_grid_search_over_text_pipeline_encodes_each_sentence_once(
     )
 
 
-@needs_vectorizer
 @needs_stsb
 @pytest.mark.slow
 def test_evaluate_default_model_small_subset(tmp_path, capsys):

@@ -76,8 +76,9 @@ def plot_eigenvalue_spectrum(embeddings, *, normalize=True, ax=None):
         ev = _covariance_eigenvalues(X, relative=normalize)
         if normalize and ev.sum() > 0:
             ev = ev / ev.sum()
-        # zero eigenvalues cannot be drawn on a log axis; floor them visibly
-        floor = ev[ev > 0].min() * 1e-3 if np.any(ev > 0) else 1e-12
+        # numerically zero eigenvalues cannot be drawn on a log axis: floor
+        # them at 1e-10 of the largest so the informative range stays visible
+        floor = ev.max() * 1e-10 if ev.max() > 0 else 1e-12
         ax.plot(np.arange(1, ev.size + 1), np.maximum(ev, floor), label=label)
     ax.set_yscale("log")
     ax.set_xlabel("component (sorted by eigenvalue)")

@@ -1,0 +1,424 @@
+"""Dask back end: fits on a real two-process LocalCluster equal in-memory fits.
+
+The cluster (two worker processes, one thread each, on loopback) is started
+once for the module and closed at its end. The 200,000 x 384 data are
+generated block by block on the workers from a seed, and the same function
+builds the in-memory copy on the client, so no large array travels in the
+task graph.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose, assert_array_equal
+
+da = pytest.importorskip("dask.array")
+dask = pytest.importorskip("dask")
+distributed = pytest.importorskip("distributed")
+
+from sklearn_isotropy import (  # noqa: E402
+    NATSVTransformer,
+    StandardNormalizer,
+    WhiteningTransformer,
+)
+from sklearn_isotropy.dask import embed_partitions  # noqa: E402
+
+N_ROWS, N_FEATURES, N_CHUNKS = 200_000, 384, 20
+CHUNK = N_ROWS // N_CHUNKS
+RTOL = 1e-10
+
+
+# ------------------------------------------------------------------ fixtures
+@pytest.fixture(scope="module")
+def client():
+    cluster = distributed.LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=None,
+        silence_logs=logging.ERROR,
+    )
+    client = distributed.Client(cluster)
+    try:
+        yield client
+    finally:
+        client.close()
+        cluster.close()
+
+
+def _block(i: int, n: int = CHUNK, d: int = N_FEATURES) -> np.ndarray:
+    """Rows ``i * n`` to ``(i + 1) * n`` of the test data, from a seed.
+
+    Uniform noise with per-feature scales 1 to 4 plus an independent
+    8-dimensional shared component: correlated, anisotropic, off-centre, well
+    conditioned (eigenvalues 1/12 to about 40), and cheap to generate.
+    """
+    mixing = np.random.default_rng(12345).normal(size=(8, d))
+    scales = np.linspace(1.0, 4.0, d)
+    u = np.random.default_rng([7, i]).random((n, d + 8)) - 0.5
+    return u[:, :d] * scales + u[:, d:] @ mixing + 3.0
+
+
+@pytest.fixture(scope="module")
+def data(client):
+    """(in-memory X, the same X as a persisted dask array of 20 chunks)."""
+    blocks = [
+        da.from_delayed(
+            dask.delayed(_block)(i), shape=(CHUNK, N_FEATURES), dtype=np.float64
+        )
+        for i in range(N_CHUNKS)
+    ]
+    X_dask = da.concatenate(blocks).persist()
+    X = np.concatenate([_block(i) for i in range(N_CHUNKS)])
+    distributed.wait(X_dask)
+    return X, X_dask
+
+
+@pytest.fixture(scope="module")
+def small(data):
+    """The first 5 chunks (50,000 rows), for the tests of the other paths."""
+    X, X_dask = data
+    return X[: 5 * CHUNK], X_dask[: 5 * CHUNK]
+
+
+def assert_rel(actual, desired, rtol=RTOL):
+    """Max-norm relative error below ``rtol``."""
+    actual, desired = np.asarray(actual), np.asarray(desired)
+    assert actual.shape == desired.shape
+    err = np.max(np.abs(actual - desired))
+    scale = np.max(np.abs(desired))
+    assert err <= rtol * scale, f"relative error {err / scale:.3g} > {rtol}"
+
+
+def align_signs(W, reference):
+    """Flip the columns of W to point like those of reference."""
+    signs = np.sign(np.sum(W * reference, axis=0))
+    signs[signs == 0] = 1.0
+    return W * signs
+
+
+# ------------------------------------------------------------ linear fitting
+def test_no_dask_import_for_numpy_fit():
+    code = (
+        "import sys, numpy as np\n"
+        "from sklearn_isotropy import WhiteningTransformer\n"
+        "X = np.random.default_rng(0).normal(size=(50, 4))\n"
+        "WhiteningTransformer().fit(X).transform(X)\n"
+        "assert 'dask' not in sys.modules, 'dask was imported'\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=root)
+
+
+def test_whitening_fit_on_cluster_equals_in_memory(client, data):
+    X, X_dask = data
+    assert X_dask.numblocks == (N_CHUNKS, 1)
+    ref = WhiteningTransformer().fit(X)
+    est = WhiteningTransformer().fit(X_dask)
+
+    assert_rel(est.mean_, X.mean(axis=0))  # independent reference
+    assert_rel(est.covariance_, ref.covariance_)
+    assert est.n_samples_seen_ == N_ROWS
+    assert est.n_features_in_ == N_FEATURES
+    assert est.moments_.n_samples == N_ROWS
+    assert est.n_components_ == ref.n_components_ == N_FEATURES
+    assert_rel(align_signs(est.whitening_, ref.whitening_), ref.whitening_)
+    assert_rel(est.explained_variance_, ref.explained_variance_)
+
+    Z = est.transform(X_dask)
+    assert isinstance(Z, da.Array)
+    assert Z.chunks == (X_dask.chunks[0], (N_FEATURES,))
+    # three of the 20 blocks keep the test fast; the other tests compute all
+    for i in (0, 7, N_CHUNKS - 1):
+        rows = slice(i * CHUNK, (i + 1) * CHUNK)
+        Z_ref = ref.transform(X[rows])
+        assert_rel(align_signs(Z.blocks[i].compute(), Z_ref), Z_ref)
+
+
+def test_whitening_options_and_weights_on_cluster(client, small):
+    X, X_dask = small
+    w = np.random.default_rng(3).integers(0, 4, size=X.shape[0]).astype(float)
+    w_dask = da.from_array(w, chunks=CHUNK // 2)  # rechunked to match X
+    params = dict(n_components=64, power=0.5, shrinkage="ledoit-wolf")
+    ref = WhiteningTransformer(**params).fit(X, sample_weight=w)
+    est = WhiteningTransformer(**params).fit(X_dask, sample_weight=w_dask)
+    assert est.shrinkage_ == pytest.approx(ref.shrinkage_, rel=RTOL)
+    # independent references: numpy's weighted mean and covariance
+    assert_rel(est.mean_, np.average(X, axis=0, weights=w))
+    cov = np.cov(X, rowvar=False, fweights=w.astype(int))
+    s = est.shrinkage_
+    shrunk = (1 - s) * cov + s * np.trace(cov) / N_FEATURES * np.eye(N_FEATURES)
+    assert_rel(est.covariance_, shrunk)
+    assert_rel(align_signs(est.whitening_, ref.whitening_), ref.whitening_)
+    Z = est.transform(X_dask)
+    assert Z.shape == (X.shape[0], 64)
+    Z_ref = ref.transform(X)
+    assert_rel(align_signs(Z.compute(), Z_ref), Z_ref)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda: NATSVTransformer(n_components=3), lambda: StandardNormalizer()],
+    ids=["natsv", "standard"],
+)
+def test_natsv_and_standard_on_cluster(client, small, make):
+    X, X_dask = small
+    ref = make().fit(X)
+    est = make().fit(X_dask)
+    assert_rel(est.mean_, X.mean(axis=0))
+    if isinstance(est, StandardNormalizer):
+        assert_rel(est.var_, X.var(axis=0))  # independent reference
+    else:
+        assert_rel(np.abs(est.components_), np.abs(ref.components_))
+    Z = est.transform(X_dask)
+    assert isinstance(Z, da.Array)
+    assert_rel(Z.compute(), ref.transform(X))
+
+
+def test_partial_fit_with_dask_batches(client, small):
+    X, X_dask = small
+    est = WhiteningTransformer()
+    est.partial_fit(X_dask[: 2 * CHUNK + 123])
+    est.partial_fit(X_dask[2 * CHUNK + 123 :])
+    ref = WhiteningTransformer().fit(X)
+    assert est.n_samples_seen_ == X.shape[0]
+    assert_rel(est.covariance_, ref.covariance_)
+
+
+def test_dask_dataframe_records_feature_names(client):
+    pd = pytest.importorskip("pandas")
+    dd = pytest.importorskip("dask.dataframe")
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame(rng.normal(size=(300, 3)), columns=["a", "b", "c"])
+    ddf = dd.from_pandas(frame, npartitions=3)
+    est = WhiteningTransformer().fit(ddf)
+    assert_array_equal(est.feature_names_in_, ["a", "b", "c"])
+    ref = WhiteningTransformer().fit(frame)
+    assert_rel(est.whitening_, ref.whitening_)
+    Z = est.transform(ddf)
+    assert isinstance(Z, da.Array)
+    assert_rel(Z.compute(), ref.transform(frame))
+
+
+# ------------------------------------------------------------- bad input
+def test_nan_in_one_block_names_block_and_row(client):
+    X = np.random.default_rng(1).normal(size=(4000, 5))
+    X[2345, 3] = np.nan
+    X_dask = da.from_array(X, chunks=(500, 5))
+    with pytest.raises(ValueError) as info:
+        WhiteningTransformer().fit(X_dask)
+    message = str(info.value)
+    assert type(info.value) is ValueError
+    assert "NaN" in message
+    assert "block 4" in message
+    assert "global row 2345" in message
+    assert "column 3" in message
+    assert "1 block(s)" in message
+    # the estimator stays unfitted
+    est = WhiteningTransformer()
+    with pytest.raises(ValueError):
+        est.fit(X_dask)
+    assert not hasattr(est, "moments_")
+
+
+def test_inf_in_several_blocks_and_unknown_chunks(client):
+    X = np.random.default_rng(2).normal(size=(3000, 4))
+    X[10, 0] = np.inf
+    X[2999, 1] = -np.inf
+    X_dask = da.from_array(X, chunks=(1000, 4))
+    X_dask = X_dask[da.ones(3000, chunks=1000, dtype=bool)]  # unknown chunk sizes
+    assert np.isnan(X_dask.shape[0])
+    with pytest.raises(ValueError, match="2 block\\(s\\)") as info:
+        StandardNormalizer().fit(X_dask)
+    # the offset of the first block is known even when the sizes are not
+    assert "infinity in block 0 (global row 10), column 0" in str(info.value)
+    assert "infinity in block 2 (row 999 of the block)" in str(info.value)
+
+
+def test_bad_weights_and_shapes(client):
+    X = np.random.default_rng(4).normal(size=(600, 3))
+    X_dask = da.from_array(X, chunks=200)
+    w = np.ones(600)
+    w[450] = -1.0
+    with pytest.raises(ValueError, match=r"negative \(-1\.0\).*global row 450"):
+        WhiteningTransformer().fit(X_dask, sample_weight=da.from_array(w, chunks=200))
+    with pytest.raises(ValueError, match="sample_weight has shape"):
+        WhiteningTransformer().fit(X_dask, sample_weight=np.ones(5))
+    with pytest.raises(ValueError, match="2-D dask array"):
+        WhiteningTransformer().fit(X_dask[:, 0])
+    with pytest.raises(ValueError, match="numeric"):
+        WhiteningTransformer().fit(X_dask.astype(complex))
+    est = WhiteningTransformer().fit(X_dask)
+    with pytest.raises(ValueError, match="X has 2 features, but WhiteningTransformer"):
+        est.transform(X_dask[:, :2])
+    with pytest.raises(ValueError, match="X has 2 features"):
+        est.partial_fit(X_dask[:, :2])
+
+
+def test_transform_is_lazy():
+    """transform builds a graph only: blocks that fail when computed are fine."""
+    est = WhiteningTransformer().fit(np.random.default_rng(5).normal(size=(100, 4)))
+
+    def boom(block):
+        raise RuntimeError("computed")
+
+    X_dask = da.zeros((40, 4), chunks=10).map_blocks(boom, dtype=np.float64)
+    Z = est.transform(X_dask)
+    assert isinstance(Z, da.Array)
+    assert Z.shape == (40, 4) and Z.dtype == np.float64
+    X32 = da.zeros((40, 4), chunks=10, dtype=np.float32)
+    assert est.transform(X32).dtype == np.float32
+    assert est.transform(X32).compute().dtype == np.float32
+
+
+# ------------------------------------------------------------------ dask-ml
+def test_dask_ml_incremental(client, small):
+    wrappers = pytest.importorskip("dask_ml.wrappers")
+    X, X_dask = small
+    X, X_dask = X[: 3 * CHUNK], X_dask[: 3 * CHUNK]  # one eigh per partial_fit
+
+    def no_score(estimator, X, y=None):
+        return 0.0
+
+    inc = wrappers.Incremental(WhiteningTransformer(), scoring=no_score)
+    inc.fit(X_dask)
+    ref = WhiteningTransformer().fit(X)
+    fitted = inc.estimator_
+    assert fitted.n_samples_seen_ == X.shape[0]
+    assert_rel(fitted.mean_, X.mean(axis=0))
+    assert_rel(fitted.covariance_, ref.covariance_)
+    assert_rel(align_signs(fitted.whitening_, ref.whitening_), ref.whitening_)
+    Z = inc.transform(X_dask[: 2 * CHUNK])
+    assert isinstance(Z, da.Array)
+    Z_ref = ref.transform(X[: 2 * CHUNK])
+    assert_rel(align_signs(Z.compute(), Z_ref), Z_ref)
+
+
+# ---------------------------------------------------------------- embedding
+_LOADS = {"count": 0}
+_LOADS_LOCK = threading.Lock()
+
+
+def _load_count():
+    return _LOADS["count"]
+
+
+class LazyModelVectorizer:
+    """Stand-in for a model vectorizer: loads its "model" on first transform.
+
+    The model is left out of the pickle, like weights reloaded from disk; the
+    loads are counted per process.
+    """
+
+    def __init__(self, width=6):
+        self.width = width
+        self._model = None
+
+    def __sklearn_is_fitted__(self):
+        return True
+
+    def __getstate__(self):
+        return {"width": self.width, "_model": None}
+
+    def transform(self, texts):
+        if self._model is None:
+            with _LOADS_LOCK:
+                _LOADS["count"] += 1
+            self._model = np.arange(1, self.width + 1, dtype=np.float32)
+        lengths = np.array([len(t) for t in texts], dtype=np.float32)
+        return (
+            np.outer(lengths, self._model)
+            + np.array([sum(map(ord, t)) % 97 for t in texts], dtype=np.float32)[
+                :, None
+            ]
+        )
+
+
+def test_embed_partitions_loads_model_once_per_worker(client):
+    pd = pytest.importorskip("pandas")
+    dd = pytest.importorskip("dask.dataframe")
+    texts = [f"sentence {i} " + "word " * (i % 7) for i in range(300)]
+    ddf = dd.from_pandas(pd.DataFrame({"text": texts}), npartitions=12)
+    vec = LazyModelVectorizer()
+    client.run(lambda: _LOADS.update(count=0))
+    E = embed_partitions(vec, ddf["text"])
+    assert isinstance(E, da.Array)
+    assert E.shape == (300, 6) and E.dtype == np.float32
+    assert not any(np.isnan(c) for c in E.chunks[0])
+    assert sum(E.chunks[0]) == 300 and len(E.chunks[0]) == 12
+    values = E.compute()
+    assert_array_equal(values, LazyModelVectorizer().transform(texts))
+    loads = client.run(_load_count)
+    assert sum(loads.values()) >= 1
+    assert all(n <= 1 for n in loads.values()), loads
+    # the embeddings feed a cluster fit directly
+    est = StandardNormalizer().fit(E)
+    assert_allclose(est.mean_, values.astype(np.float64).mean(axis=0), rtol=1e-6)
+
+
+def test_embed_partitions_bag_and_errors(client):
+    db = pytest.importorskip("dask.bag")
+    texts = [f"t{i}" * (1 + i % 3) for i in range(50)]
+    bag = db.from_sequence(texts, npartitions=4)
+    E = embed_partitions(LazyModelVectorizer(width=3), bag, n_features=3, dtype="f8")
+    assert E.dtype == np.float64 and E.shape == (50, 3)
+    assert_array_equal(E.compute(), LazyModelVectorizer(width=3).transform(texts))
+    with pytest.raises(TypeError, match="dask Series"):
+        embed_partitions(LazyModelVectorizer(), texts)
+    from sklearn.exceptions import NotFittedError
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    with pytest.raises(NotFittedError, match="embed_partitions"):
+        embed_partitions(TfidfVectorizer(), bag)
+
+
+def _count_encoder_loads():
+    """Install (once) and read a per-process counter of encoder loads."""
+    import sklearn_isotropy._pooling as pooling
+
+    cls = pooling.LoadedEncoder
+    if "_n_loads" not in cls.__dict__:
+        original = cls.__init__
+
+        def counting_init(self, *args, **kwargs):
+            cls._n_loads += 1
+            original(self, *args, **kwargs)
+
+        cls._n_loads = 0
+        cls.__init__ = counting_init
+    return cls._n_loads
+
+
+def test_embed_partitions_tiny_bert_matches_single_process(client, tiny_bert):
+    pytest.importorskip("torch")
+    pd = pytest.importorskip("pandas")
+    dd = pytest.importorskip("dask.dataframe")
+    from sklearn_isotropy import BertPoolingVectorizer
+
+    words = "the a cat dog sat on mat ran fast slow man woman big small red".split()
+    rng = np.random.default_rng(0)
+    texts = [" ".join(rng.choice(words, size=rng.integers(1, 12))) for i in range(300)]
+    frame = pd.DataFrame({"id": np.arange(300), "text": texts})
+    ddf = dd.from_pandas(frame, npartitions=6)
+    vec = BertPoolingVectorizer(str(tiny_bert), batch_size=16).fit(texts[:2])
+    expected = vec.transform(texts)
+
+    before = client.run(_count_encoder_loads)
+    E = embed_partitions(vec, ddf["text"])
+    assert E.shape == (300, 32) and E.dtype == np.float32
+    assert E.chunks[0] == tuple(ddf.map_partitions(len).compute())
+    values = E.compute()
+    loads = {w: n - before[w] for w, n in client.run(_count_encoder_loads).items()}
+    # same rows in the same order (float32 round-off: torch uses one thread
+    # per worker and several here)
+    assert_allclose(values, expected, rtol=1e-5, atol=1e-6)
+    assert sum(loads.values()) >= 1
+    assert all(n <= 1 for n in loads.values()), loads
