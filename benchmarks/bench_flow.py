@@ -169,10 +169,17 @@ def main(argv=None):
         action="append",
         default=None,
         help="extra GlowFlowTransformer settings, e.g. 'max_iter=5,batch_size=64'; "
-        "repeatable. The defaults are always run first.",
+        "repeatable. The defaults are run first unless --no-defaults.",
     )
+    parser.add_argument("--no-defaults", action="store_true")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=2,
+        help="torch intra-op threads (torch.set_num_threads, this script only); "
+        "on a CPU shared with other busy processes 1 is several times faster",
+    )
     parser.add_argument("--embed-only", action="store_true")
     args = parser.parse_args(argv)
 
@@ -184,7 +191,8 @@ def main(argv=None):
     import torch
 
     torch.set_num_threads(args.threads)
-    settings = [{}] + [parse_setting(s) for s in (args.setting or [])]
+    settings = [] if args.no_defaults else [{}]
+    settings += [parse_setting(s) for s in (args.setting or [])]
 
     for regime in args.regimes:
         t0 = time.perf_counter()

@@ -70,14 +70,19 @@ def _zeros_log_det(x: torch.Tensor) -> torch.Tensor:
 
 
 class ActNorm(nn.Module):
-    """Per-feature affine map ``z = (x + loc) * exp(log_scale)``.
+    """Per-feature affine map ``z = x * exp(log_scale) + bias``.
 
-    On the first forward pass of an uninitialised module, ``loc`` and
+    On the first forward pass of an uninitialised module, ``bias`` and
     ``log_scale`` are set from the batch so that its output has zero mean and
     unit variance per feature (Glow's data-dependent initialisation). The flag
     ``initialized`` is a registered buffer: it is saved in the ``state_dict``
     and restored by ``load_state_dict``, so a loaded model is never
     re-initialised from whatever data it sees first.
+
+    The shift is applied after the scaling, so it lives in the (unit-scale)
+    output space: an optimiser step on it has the same effect whatever the
+    input's scale, and a near-constant feature (a huge scale) does not turn
+    small steps on the shift into huge outputs.
 
     Parameters
     ----------
@@ -91,27 +96,27 @@ class ActNorm(nn.Module):
     def __init__(self, n_features: int, eps: float = 1e-6):
         super().__init__()
         self.eps = eps
-        self.loc = nn.Parameter(torch.zeros(n_features))
+        self.bias = nn.Parameter(torch.zeros(n_features))
         self.log_scale = nn.Parameter(torch.zeros(n_features))
         self.register_buffer("initialized", torch.tensor(False))
 
     @torch.no_grad()
     def initialize(self, x: torch.Tensor) -> None:
-        """Set ``loc``/``log_scale`` from the batch ``x`` and mark as initialised."""
+        """Set ``bias``/``log_scale`` from the batch ``x``; mark as initialised."""
         mean = x.mean(0)
         std = x.std(0, correction=0)
-        self.loc.copy_(-mean)
         self.log_scale.copy_(-torch.log(std + self.eps))
+        self.bias.copy_(-mean * torch.exp(self.log_scale))
         self.initialized.fill_(True)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if not bool(self.initialized):
             self.initialize(x)
-        z = (x + self.loc) * torch.exp(self.log_scale)
+        z = x * torch.exp(self.log_scale) + self.bias
         return z, self.log_scale.sum().expand(x.shape[0])
 
     def inverse(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = z * torch.exp(-self.log_scale) - self.loc
+        x = (z - self.bias) * torch.exp(-self.log_scale)
         return x, (-self.log_scale.sum()).expand(z.shape[0])
 
 
