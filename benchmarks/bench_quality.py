@@ -140,8 +140,8 @@ def _readme_section(res, meta):
         "",
         f"Measured {meta['date']} on {meta['machine']} (2 CPU cores shared with "
         "other jobs, so timings are indicative only); encoding "
-        f"{meta['n_sentences']} distinct sentences per pooling took "
-        f"{meta['encode_seconds']} s. Rerun: `python benchmarks/bench_quality.py`.",
+        f"{meta['n_sentences']} distinct sentences per pooling: "
+        f"{meta['encode_seconds']}. Rerun: `python benchmarks/bench_quality.py`.",
         END,
     ]
     return "\n".join(lines)
@@ -233,7 +233,7 @@ def main(argv=None):
         E, secs, hit = _encode_cached(
             args.model, pooling, sentences, cache, args.batch_size
         )
-        enc_seconds[pooling] = "cached" if hit else f"{secs:.0f}"
+        enc_seconds[pooling] = "read from the --cache" if hit else f"{secs:.0f} s"
         print(
             f"[{pooling}] embeddings {E.shape} ({'cache' if hit else f'{secs:.0f}s'})"
         )
