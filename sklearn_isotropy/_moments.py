@@ -12,7 +12,6 @@ from __future__ import annotations
 import numbers
 
 import numpy as np
-from scipy.linalg.blas import dsyrk
 
 __all__ = ["MomentAccumulator"]
 
@@ -160,7 +159,7 @@ class MomentAccumulator:
                 total += w[b] @ np.asarray(X[b], dtype=np.float64)
         mean = total / sw
         full = self.kind == "full"
-        scatter = np.zeros((d, d), order="F") if full else np.zeros(d)
+        scatter = np.zeros((d, d)) if full else np.zeros(d)
         resid = np.zeros(d)  # weighted sum of the centred rows, ~0
         norm3, norm4 = np.zeros(d), 0.0
         for b in blocks:
@@ -170,9 +169,11 @@ class MomentAccumulator:
             Yw = Y if wb is None else Y * np.sqrt(wb)[:, None]
             resid += Y.sum(axis=0) if wb is None else wb @ Y
             if full:
-                # symmetric rank-k update into the upper triangle, in place;
-                # Yw.T is Fortran-ordered, so no copy is made
-                scatter = dsyrk(1.0, Yw.T, beta=1.0, c=scatter, trans=0, overwrite_c=1)
+                # numpy runs Yw.T @ Yw as a symmetric rank-k update (syrk).
+                # Calling scipy's BLAS here instead interleaves two OpenBLAS
+                # thread pools whose spinning threads stall each other (about
+                # 2x slower on 2 cores).
+                scatter += Yw.T @ Yw
                 sq = np.einsum("ij,ij->i", Y, Y)
                 wsq = sq if wb is None else sq * wb
                 norm3 += wsq @ Y
@@ -181,9 +182,8 @@ class MomentAccumulator:
                 scatter += np.einsum("ij,ij->j", Yw, Yw)
         shift = resid / sw
         if full:
-            scatter = np.triu(scatter)
-            scatter = scatter + np.triu(scatter, 1).T
             scatter -= np.outer(resid, shift)
+            scatter = (scatter + scatter.T) / 2.0  # exactly symmetric
             out.norm3, out.norm4 = norm3, norm4
         else:
             scatter -= resid * shift

@@ -24,7 +24,7 @@ __all__ = ["WhiteningTransformer"]
 
 def _sorted_eigh(cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Eigenpairs of a symmetric matrix, largest first, with deterministic signs."""
-    evals, evecs = linalg.eigh(cov, driver="evd", check_finite=False)
+    evals, evecs = np.linalg.eigh(cov)  # LAPACK syevd, divide and conquer
     evals, evecs = evals[::-1], evecs[:, ::-1]
     # the entry of largest magnitude of every eigenvector is made positive, so
     # two fits on the same statistics give the same components
