@@ -390,6 +390,21 @@ def test_memory_cache_skips_model_across_clones(tiny_bert, tmp_path):
     assert_allclose(first, no_cache, rtol=1e-6)
 
 
+def test_cleared_memory_is_not_served_from_ram(tiny_bert, tmp_path):
+    joblib = pytest.importorskip("joblib")
+    memory = joblib.Memory(tmp_path / "cache", verbose=0)
+    vec = BertPoolingVectorizer(tiny_bert, memory=memory).fit(TEXTS)
+    counter = CallCounter(vec.model_)
+    try:
+        vec.transform(TEXTS)
+        assert counter.texts == len(TEXTS)
+        memory.clear(warn=False)
+        vec.transform(TEXTS)
+        assert counter.texts == 2 * len(TEXTS)  # encoded again, not stale RAM
+    finally:
+        counter.remove()
+
+
 def test_memory_cache_in_grid_search_encodes_each_sentence_once(tiny_bert, tmp_path):
     joblib = pytest.importorskip("joblib")
     memory = joblib.Memory(tmp_path, verbose=0)
