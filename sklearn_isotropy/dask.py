@@ -46,7 +46,9 @@ instead of a traceback from a worker.
 array with the same row-chunks, computed chunk by chunk when you ask for it:
 whiten 100 million rows straight to disk with ``.to_zarr(...)`` without ever
 materialising them. The fitted estimator is one key of the task graph, sent
-to each worker once.
+to each worker once. Keep scikit-learn's default output for this:
+``set_output(transform="pandas")`` makes scikit-learn's output wrapper turn
+the lazy result into an in-memory pandas DataFrame.
 
 2. ``dask_ml.wrappers.Incremental``
 -----------------------------------
