@@ -194,8 +194,9 @@ sphinx_gallery_conf = {
     "examples_dirs": "examples",
     "gallery_dirs": "auto_examples",
     "filename_pattern": r"/plot_",
-    "ignore_pattern": (
-        "|".join(re.escape(n) for n in SKIPPED_EXAMPLES) or r"__nothing_ignored__"
+    # _stsb.py is the examples' shared data helper, not an example
+    "ignore_pattern": "|".join(
+        [r"(^|[/\\])_\w*\.py$", *(re.escape(n) for n in SKIPPED_EXAMPLES)]
     ),
     "within_subsection_order": "FileNameSortKey",
     "doc_module": ("sklearn_isotropy",),

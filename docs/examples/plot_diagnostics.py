@@ -27,53 +27,17 @@ The figures of :ref:`anisotropy` come from this example.
 # fixed subset of the pairs and says so. The whitening is fitted on the same
 # sentences it is measured on.
 
-import os
-import tempfile
-from pathlib import Path
-
 import matplotlib.pyplot as plt
-import numpy as np
+from _stsb import CACHE, FAST, load_split  # data access shared by the examples
 
 from sklearn_isotropy import BertPoolingVectorizer, WhiteningTransformer
-from sklearn_isotropy.datasets import load_sts
 from sklearn_isotropy.diagnostics import (
     anisotropy_report,
     plot_cosine_histogram,
     plot_eigenvalue_spectrum,
 )
 
-FAST = os.environ.get("SKLEARN_ISOTROPY_DOCS_FAST", "") not in ("", "0")
-N_PAIRS_FAST = 400
-CACHE = os.environ.get(
-    "SKLEARN_ISOTROPY_CACHE",
-    os.path.join(tempfile.gettempdir(), "sklearn_isotropy_examples"),
-)
-
-
-def stsb_source():
-    """``<repo>/../shared/data/stsb`` or $SKLEARN_ISOTROPY_STSB, else "stsb"."""
-    if os.environ.get("SKLEARN_ISOTROPY_STSB"):
-        return os.environ["SKLEARN_ISOTROPY_STSB"]
-    here = Path.cwd().resolve()  # sphinx-gallery runs examples in their folder
-    for parent in (here, *here.parents):
-        if (parent / "pyproject.toml").exists():
-            local = parent.parent / "shared" / "data" / "stsb"
-            if local.is_dir():
-                return str(local)
-    return "stsb"
-
-
-data = load_sts(stsb_source(), split="test")
-pairs = data.pairs
-if FAST:
-    keep = np.sort(
-        np.random.default_rng(0).choice(len(pairs), N_PAIRS_FAST, replace=False)
-    )
-    print(
-        f"CI mode (SKLEARN_ISOTROPY_DOCS_FAST=1): using {N_PAIRS_FAST} of "
-        f"{len(pairs)} test pairs; full runs use all of them."
-    )
-    pairs = pairs[keep]
+pairs, _ = load_split("test")
 sentences = list(pairs.ravel())
 
 embeddings = {}

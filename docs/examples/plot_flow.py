@@ -22,13 +22,11 @@ log-likelihood (``score_samples``) to find the least typical sentences (see
 # sentences of the dev and test pairs together (the papers' "target"
 # protocol plus the dev sentences, unlabelled).
 
-import os
-import tempfile
 import time
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
+from _stsb import CACHE, FAST, load_split  # data access shared by the examples
 
 from sklearn_isotropy import (
     BertPoolingVectorizer,
@@ -36,43 +34,6 @@ from sklearn_isotropy import (
     WhiteningTransformer,
     cosine_spearman_score,
 )
-from sklearn_isotropy.datasets import load_sts
-
-FAST = os.environ.get("SKLEARN_ISOTROPY_DOCS_FAST", "") not in ("", "0")
-N_PAIRS_FAST = 400
-CACHE = os.environ.get(
-    "SKLEARN_ISOTROPY_CACHE",
-    os.path.join(tempfile.gettempdir(), "sklearn_isotropy_examples"),
-)
-
-
-def stsb_source():
-    """``<repo>/../shared/data/stsb`` or $SKLEARN_ISOTROPY_STSB, else "stsb"."""
-    if os.environ.get("SKLEARN_ISOTROPY_STSB"):
-        return os.environ["SKLEARN_ISOTROPY_STSB"]
-    here = Path.cwd().resolve()  # sphinx-gallery runs examples in their folder
-    for parent in (here, *here.parents):
-        if (parent / "pyproject.toml").exists():
-            local = parent.parent / "shared" / "data" / "stsb"
-            if local.is_dir():
-                return str(local)
-    return "stsb"
-
-
-def load_split(split):
-    data = load_sts(stsb_source(), split=split)
-    pairs, scores = data.pairs, data.scores
-    if FAST:
-        keep = np.sort(
-            np.random.default_rng(0).choice(len(scores), N_PAIRS_FAST, replace=False)
-        )
-        print(
-            f"CI mode (SKLEARN_ISOTROPY_DOCS_FAST=1): using {N_PAIRS_FAST} of "
-            f"{len(scores)} {split} pairs; full runs use all of them."
-        )
-        pairs, scores = pairs[keep], scores[keep]
-    return pairs, scores
-
 
 test_pairs, test_scores = load_split("test")
 dev_pairs, _ = load_split("dev")
