@@ -35,24 +35,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _stsb import REPO, stsb_dir  # noqa: E402  (sibling module)
 from scipy.stats import spearmanr
 
-REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-
-
-def stsb_dir() -> Path:
-    """Locate STS-B beside the repository, else via ``SKLEARN_ISOTROPY_STSB``."""
-    candidate = REPO.parent / "shared" / "data" / "stsb"
-    if candidate.is_dir():
-        return candidate
-    env = os.environ.get("SKLEARN_ISOTROPY_STSB")
-    if env and Path(env).is_dir():
-        return Path(env)
-    raise FileNotFoundError(
-        f"STS-B not found at {candidate}; set SKLEARN_ISOTROPY_STSB to the "
-        "directory holding train.csv, dev.csv and test.csv"
-    )
 
 
 def read_split(path: Path) -> list[tuple[str, str, float]]:

@@ -99,7 +99,6 @@ def bench_fit_transform(args):
     t_pca64, _ = best_of(
         lambda: PCA(whiten=True, svd_solver="covariance_eigh").fit(X64), args.repeat
     )
-    del X64
     print(
         f"fit float64 input: ours {t_ours64:.3f} s, PCA {t_pca64:.3f} s, "
         f"ratio {t_ours64 / t_pca64:.2f}x"

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import platform
 import sys
 import time
@@ -30,8 +29,8 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from _stsb import REPO, stsb_dir  # noqa: E402  (sibling module)
 
-REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from sklearn_isotropy import _cli  # noqa: E402
@@ -54,16 +53,6 @@ PUBLISHED = {
     ("whitening", "first-last avg (full)"): 71.34,
     ("whitening", "first-last avg (k=256)"): 71.43,
 }
-
-
-def _stsb_dir():
-    for c in (REPO.parent / "shared" / "data" / "stsb",):
-        if (c / "test.csv").is_file():
-            return c
-    env = os.environ.get("SKLEARN_ISOTROPY_STSB")
-    if env and (Path(env) / "test.csv").is_file():
-        return Path(env)
-    return "stsb"
 
 
 def _encode_cached(model, pooling, sentences, cache_dir, batch_size):
@@ -205,7 +194,7 @@ def main(argv=None):
     parser.add_argument("--no-readme", action="store_true")
     parser.add_argument("--json", default=None, help="also write results here")
     args = parser.parse_args(argv)
-    data = args.data or _stsb_dir()
+    data = args.data or stsb_dir(required=False)
     poolings = args.pooling or list(POOLINGS)
     methods = [m for m in args.methods.split(",") if m]
     cache = Path(args.cache) if args.cache else get_data_home() / "bench_embeddings"

@@ -23,28 +23,15 @@ import os
 import platform
 import sys
 import time
-from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-REPO = Path(__file__).resolve().parents[1]
+from _stsb import REPO, stsb_dir  # noqa: E402  (sibling module)
+
 sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
-
-
-def stsb_dir():
-    local = REPO.parent / "shared" / "data" / "stsb"
-    if local.is_dir():
-        return local
-    env = os.environ.get("SKLEARN_ISOTROPY_STSB")
-    if env and Path(env).is_dir():
-        return Path(env)
-    raise SystemExit(
-        f"STS-B not found at {local} and SKLEARN_ISOTROPY_STSB is not set to a "
-        "directory holding train.csv"
-    )
 
 
 def load_sentences(n):
