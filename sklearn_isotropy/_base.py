@@ -9,12 +9,20 @@ from sklearn.base import (
     TransformerMixin,
     _fit_context,
 )
-from sklearn.utils.validation import _check_sample_weight, validate_data
+from sklearn.utils.validation import (
+    _assert_all_finite,
+    _check_sample_weight,
+    validate_data,
+)
 
 from ._dask import _is_dask_collection
 from ._moments import MomentAccumulator
 
 FLOAT_DTYPES = (np.float64, np.float32)
+
+# bytes of output finished per step in ``_finish_checked``: small enough for
+# the block to stay in a core's L2 cache between the subtraction and the check
+_FINISH_BLOCK_BYTES = 2**18
 
 
 def _check_nonnegative_weights(sample_weight, X):
@@ -41,10 +49,22 @@ class _StreamingMomentsMixin(
     ``fit`` is a reset followed by ``partial_fit``; ``partial_fit`` merges the
     batch into ``moments_`` and recomputes the fitted map from the merged
     statistics, so any split of the data into batches gives the same model.
-    Subclasses set ``_moments_kind`` and implement ``_fit_moments``.
+    Subclasses set ``_moments_kind`` and implement ``_fit_moments``; those
+    whose fit needs the fourth moments (Ledoit-Wolf shrinkage) override
+    ``_needs_fourth_moments``.
     """
 
     _moments_kind = "full"
+
+    def _needs_fourth_moments(self) -> bool:
+        return False
+
+    def _new_moments(self, n_features: int) -> MomentAccumulator:
+        return MomentAccumulator(
+            n_features,
+            kind=self._moments_kind,
+            fourth_moments=self._needs_fourth_moments(),
+        )
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -118,10 +138,13 @@ class _StreamingMomentsMixin(
         X = validate_data(self, X, reset=first, dtype=FLOAT_DTYPES)
         sample_weight = _check_nonnegative_weights(sample_weight, X)
         if first:
-            moments = MomentAccumulator(X.shape[1], kind=self._moments_kind)
+            moments = self._new_moments(X.shape[1])
         else:
             moments = self.moments_.copy()
-        moments.update(X, sample_weight)
+        # overflow leaves non-finite statistics, which _fit_moments reports
+        # as one clear error (_check_finite_moments) instead of warnings
+        with np.errstate(over="ignore", invalid="ignore"):
+            moments.update(X, sample_weight)
         # compute the new map before committing anything, so a batch that
         # cannot be fitted leaves a previously fitted estimator untouched
         self._fit_moments(moments)
@@ -144,7 +167,50 @@ class _StreamingMomentsMixin(
         return transform_dask(self, X)
 
     def _validate_transform_input(self, X):
-        return validate_data(self, X, reset=False, dtype=FLOAT_DTYPES)
+        """Validate ``X`` for transform, except finiteness.
+
+        The caller computes its output with :func:`_finish_checked`, which
+        checks the output instead (one pass over memory fewer).
+        """
+        return validate_data(
+            self, X, reset=False, dtype=FLOAT_DTYPES, ensure_all_finite=False
+        )
+
+
+def _finish_checked(estimator, X, out, finish) -> None:
+    """Fill ``out`` block of rows by block, then make sure it is finite.
+
+    ``finish(rows)`` computes ``out[rows]`` (the last, elementwise step of a
+    transform). ``X`` was validated without the finite check: every
+    transform here is a product or an elementwise map, so a NaN or an
+    infinity in a row of ``X`` makes its row of ``out`` non-finite (``NaN *
+    w`` is NaN, ``inf * 0`` is NaN). Checking the output catches non-finite
+    input *and* overflow of the output dtype, and each block is checked while
+    it is still in cache from ``finish``, which saves a whole pass over ``X``.
+
+    Raises sklearn's usual error for NaN or infinite input, and a ValueError
+    saying what to do if finite input overflowed the output dtype.
+    """
+    n_rows, width = out.shape
+    step = max(1, _FINISH_BLOCK_BYTES // max(1, width * out.itemsize))
+    finite = True
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        for lo in range(0, n_rows, step):
+            rows = slice(lo, min(lo + step, n_rows))
+            finish(rows)
+            # a sum is finite only if every term is (or it overflowed, which
+            # the elementwise check below tells apart)
+            finite = finite and bool(np.isfinite(out[rows].sum()))
+    if finite or np.all(np.isfinite(out)):
+        return
+    name = type(estimator).__name__
+    _assert_all_finite(X, input_name="X", estimator_name=name)
+    raise ValueError(
+        f"{name}.transform overflowed {out.dtype}: the input is finite but too "
+        f"large for the fitted map (largest |X| = {float(np.max(np.abs(X))):.3g}). "
+        "Pass float64 input, or rescale the input like the data the estimator "
+        "was fitted on."
+    )
 
 
 def _check_enough_samples(moments: MomentAccumulator, estimator_name: str) -> None:

@@ -193,7 +193,7 @@ def _where(index, offset, row) -> str:
     return f"block {index} (global row {offset + row})"
 
 
-def _block_moments(X, w, kind, index, offset):
+def _block_moments(X, w, options, index, offset):
     """Moments of one row-chunk, or a :class:`_BlockProblems` describing it."""
     X = np.asarray(X)
     n, d = X.shape
@@ -236,7 +236,8 @@ def _block_moments(X, w, kind, index, offset):
                     f"{_where(index, offset, r)}; weights must be non-negative."
                 ]
             )
-    return MomentAccumulator(d, kind=kind).update(X, w)
+    with np.errstate(over="ignore", invalid="ignore"):  # reported on the client
+        return MomentAccumulator(d, **options).update(X, w)
 
 
 def _combine(*parts):
@@ -267,7 +268,9 @@ def _tree_reduce(dask, parts):
     return parts[0]
 
 
-def moments_dask(X, sample_weight=None, *, kind="full", name="estimator"):
+def moments_dask(
+    X, sample_weight=None, *, kind="full", fourth_moments=True, name="estimator"
+):
     """Compute the :class:`MomentAccumulator` of a 2-D dask array.
 
     One task per row-chunk computes its statistics where the chunk lives;
@@ -279,9 +282,10 @@ def moments_dask(X, sample_weight=None, *, kind="full", name="estimator"):
     weights = _weight_blocks(sample_weight, X, name)
     offsets = _row_offsets(X.chunks[0])
     token = uuid.uuid4().hex
+    options = {"kind": kind, "fourth_moments": fourth_moments}
     parts = [
         dask.delayed(_block_moments, pure=True)(
-            b, w, kind, i, off, dask_key_name=f"isotropy-moments-{i}-{token}"
+            b, w, options, i, off, dask_key_name=f"isotropy-moments-{i}-{token}"
         )
         for i, (b, w, off) in enumerate(zip(blocks, weights, offsets))
     ]
@@ -308,7 +312,13 @@ def partial_fit_dask(estimator, X, sample_weight=None, *, first: bool):
             f"X has {d} features, but {name} is expecting "
             f"{estimator.n_features_in_} features as input."
         )
-    batch = moments_dask(X, sample_weight, kind=estimator._moments_kind, name=name)
+    batch = moments_dask(
+        X,
+        sample_weight,
+        kind=estimator._moments_kind,
+        fourth_moments=estimator._needs_fourth_moments(),
+        name=name,
+    )
     if batch.n_samples == 0:
         raise ValueError(
             f"Found array with 0 sample(s) (shape={X.shape}) while a minimum of 1 "

@@ -5,12 +5,14 @@ from __future__ import annotations
 import warnings
 from numbers import Integral
 
+import numpy as np
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
 
 from ._base import (
     _check_enough_samples,
     _check_finite_moments,
+    _finish_checked,
     _is_dask_collection,
     _StreamingMomentsMixin,
 )
@@ -137,14 +139,20 @@ class NATSVTransformer(_StreamingMomentsMixin):
         if _is_dask_collection(X):
             return self._transform_dask(X)
         check_is_fitted(self)
-        X = self._validate_transform_input(X)
+        X = self._validate_transform_input(X)  # finiteness: _finish_checked
         C = self.components_.astype(X.dtype, copy=False)
-        if self.center:
-            Y = X - self.mean_.astype(X.dtype, copy=False)
-        else:
-            Y = X.copy()
-        if C.shape[0]:
-            Y -= (Y @ C.T) @ C
+        with np.errstate(over="ignore", invalid="ignore"):  # reported below
+            if self.center:
+                Y = X - self.mean_.astype(X.dtype, copy=False)
+            else:
+                Y = X.copy()
+            P = Y @ C.T  # coordinates along the removed directions
+
+        def finish(rows):
+            if C.shape[0]:
+                Y[rows] -= P[rows] @ C
+
+        _finish_checked(self, X, Y, finish)
         return Y
 
     @property

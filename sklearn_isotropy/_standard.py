@@ -9,6 +9,7 @@ from sklearn.utils.validation import check_is_fitted
 from ._base import (
     FLOAT_DTYPES,
     _check_finite_moments,
+    _finish_checked,
     _is_dask_collection,
     _StreamingMomentsMixin,
 )
@@ -116,12 +117,21 @@ class StandardNormalizer(_StreamingMomentsMixin):
         if _is_dask_collection(X):
             return self._transform_dask(X)
         check_is_fitted(self)
-        X = self._validate_transform_input(X)
-        out = X.copy()
-        if self.with_mean:
-            out -= self.mean_.astype(X.dtype, copy=False)
-        if self.with_std:
-            out /= self.scale_.astype(X.dtype, copy=False)
+        X = self._validate_transform_input(X)  # finiteness: _finish_checked
+        out = np.empty_like(X)
+        mean = self.mean_.astype(X.dtype, copy=False) if self.with_mean else None
+        scale = self.scale_.astype(X.dtype, copy=False) if self.with_std else None
+
+        def finish(rows):
+            block = out[rows]
+            if mean is not None:
+                np.subtract(X[rows], mean, out=block)
+            else:
+                block[...] = X[rows]
+            if scale is not None:
+                block /= scale
+
+        _finish_checked(self, X, out, finish)
         return out
 
     def inverse_transform(self, X):

@@ -13,6 +13,7 @@ from sklearn.utils.validation import check_is_fitted
 from ._base import (
     _check_enough_samples,
     _check_finite_moments,
+    _finish_checked,
     _is_dask_collection,
     _StreamingMomentsMixin,
 )
@@ -183,8 +184,18 @@ class WhiteningTransformer(_StreamingMomentsMixin):
         self.shrinkage = shrinkage
 
     # ------------------------------------------------------------------ fitting
+    def _needs_fourth_moments(self) -> bool:
+        return isinstance(self.shrinkage, str) and self.shrinkage == "ledoit-wolf"
+
     def _resolve_shrinkage(self, moments: MomentAccumulator) -> float:
         if self.shrinkage == "ledoit-wolf":
+            if not moments.fourth_moments:
+                raise ValueError(
+                    "shrinkage='ledoit-wolf' needs fourth moments of the rows, "
+                    "which this estimator did not collect because its first "
+                    "partial_fit ran with another shrinkage. Call fit (not "
+                    "partial_fit) after switching to 'ledoit-wolf'."
+                )
             return moments.ledoit_wolf_shrinkage()
         if self.shrinkage == "oas":
             return moments.oas_shrinkage()
@@ -300,12 +311,17 @@ class WhiteningTransformer(_StreamingMomentsMixin):
         if _is_dask_collection(X):
             return self._transform_dask(X)
         check_is_fitted(self)
-        X = self._validate_transform_input(X)
+        X = self._validate_transform_input(X)  # finiteness: _finish_checked
         W = self.whitening_.astype(X.dtype, copy=False)
         # X @ W - mean @ W avoids materialising the centred copy of X
         offset = (self.mean_ @ self.whitening_).astype(X.dtype, copy=False)
-        out = X @ W
-        out -= offset
+        with np.errstate(over="ignore", invalid="ignore"):  # reported below
+            out = X @ W
+
+        def finish(rows):
+            np.subtract(out[rows], offset, out=out[rows])
+
+        _finish_checked(self, X, out, finish)
         return out
 
     def inverse_transform(self, X):

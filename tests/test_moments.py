@@ -50,6 +50,31 @@ def test_weighted_statistics_match_numpy():
     np.testing.assert_allclose(acc.scatter, expected, rtol=1e-10)
 
 
+def test_without_fourth_moments_same_scatter_and_merge_drops_them():
+    X = _data(3)
+    with_norms = MomentAccumulator(X.shape[1]).update(X)
+    lean = MomentAccumulator(X.shape[1], fourth_moments=False)
+    for chunk in np.array_split(X, 4):
+        lean.update(chunk)
+    assert lean.norm3 is None and lean.norm4 is None
+    np.testing.assert_allclose(lean.scatter, with_norms.scatter, rtol=1e-10)
+    np.testing.assert_allclose(lean.mean, with_norms.mean, rtol=1e-12)
+    np.testing.assert_allclose(
+        lean.oas_shrinkage(), with_norms.oas_shrinkage(), rtol=1e-10
+    )
+    with pytest.raises(ValueError, match="fourth_moments=True"):
+        lean.ledoit_wolf_shrinkage()
+    # merging with statistics that lack them drops them, whichever side
+    a = MomentAccumulator(X.shape[1]).update(X[:50])
+    b = MomentAccumulator(X.shape[1], fourth_moments=False).update(X[50:])
+    for merged in (a.merge(b), b.merge(a)):
+        assert not merged.fourth_moments and merged.norm4 is None
+        np.testing.assert_allclose(merged.scatter, with_norms.scatter, rtol=1e-10)
+    assert a.fourth_moments and a.norm4 is not None  # operands untouched
+    # an empty lean accumulator merged into a full one also drops them
+    assert not a.merge(MomentAccumulator(X.shape[1], fourth_moments=False)).norm3
+
+
 def test_diag_kind_matches_full_diagonal():
     X = _data(2)
     full = MomentAccumulator(X.shape[1]).update(X)

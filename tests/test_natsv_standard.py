@@ -126,3 +126,59 @@ def test_overflowing_statistics_are_an_error_not_garbage(est):
     X = cone(d=3) * 1e160  # finite, but squares overflow float64
     with pytest.raises(ValueError, match="overflowed float64"):
         est.fit(X)
+
+
+TRANSFORMERS = [
+    StandardNormalizer(),
+    StandardNormalizer(with_mean=False),
+    NATSVTransformer(n_components=2),
+    NATSVTransformer(n_components=0, center=False),
+]
+
+
+@pytest.mark.parametrize("est", TRANSFORMERS, ids=repr)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_transform_rejects_non_finite_anywhere(est, dtype, bad):
+    # transform checks finiteness on its output, block by block: a bad entry
+    # must be caught in the first row, past the first block and in the last
+    X = cone(n=3000, dtype=dtype)
+    est = est.fit(X)
+    for row, col in [(0, 0), (1234, 4), (len(X) - 1, X.shape[1] - 1)]:
+        bad_X = X.copy()
+        bad_X[row, col] = bad
+        with pytest.raises(ValueError, match="Input X contains (NaN|infinity)"):
+            est.transform(bad_X)
+
+
+@pytest.mark.parametrize("est", TRANSFORMERS, ids=repr)
+def test_transform_matches_formula_on_many_blocks(est):
+    X = cone(n=5000, d=40)
+    est = est.fit(X)
+    if isinstance(est, StandardNormalizer):
+        mean = X.mean(axis=0) if est.with_mean else 0.0
+        expected = (X - mean) / X.std(axis=0)
+    else:
+        Y = X - X.mean(axis=0) if est.center else X
+        _, _, Vt = np.linalg.svd(Y, full_matrices=False)
+        C = Vt[: est.n_components]
+        expected = Y - (Y @ C.T) @ C
+    np.testing.assert_allclose(est.transform(X), expected, rtol=1e-8, atol=1e-8)
+
+
+def test_transform_overflow_of_float32_output_is_an_error():
+    X = cone(d=4, dtype=np.float32) * np.float32(1e-30)  # tiny spread
+    sn = StandardNormalizer().fit(X)
+    with pytest.raises(ValueError, match="overflowed float32.*Pass float64"):
+        sn.transform(np.full((3, 4), 1e10, dtype=np.float32))
+    rotation = np.linalg.qr(np.random.default_rng(0).normal(size=(4, 4)))[0]
+    rotated = (cone(d=4) @ rotation).astype(np.float32)  # top direction not an axis
+    natsv = NATSVTransformer(n_components=1).fit(rotated)
+    # rows along the signs of the removed direction: the coordinate along it
+    # is 3e38 * ||c||_1 > float32's largest value
+    c = natsv.components_[0]
+    assert np.abs(c).sum() > 1.2
+    huge = np.tile(np.float32(3e38) * np.sign(c).astype(np.float32), (3, 1))
+    assert np.all(np.isfinite(huge))
+    with pytest.raises(ValueError, match="overflowed float32"):
+        natsv.transform(huge)

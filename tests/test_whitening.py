@@ -133,6 +133,26 @@ def test_estimated_shrinkage_matches_sklearn():
     assert lw.rank_ == 40 and lw.n_components_ == 40
 
 
+def test_fourth_moments_are_kept_only_for_ledoit_wolf():
+    X = anisotropic(n=300, d=20)
+    assert not WhiteningTransformer().fit(X).moments_.fourth_moments
+    assert not WhiteningTransformer(shrinkage="oas").fit(X).moments_.fourth_moments
+    est = WhiteningTransformer(shrinkage=0.1).partial_fit(X[:150])
+    before = est.whitening_.copy()
+    # switching to Ledoit-Wolf mid-stream cannot be served exactly: an error,
+    # and the fitted state is untouched
+    est.set_params(shrinkage="ledoit-wolf")
+    with pytest.raises(ValueError, match=r"Call fit \(not partial_fit\)"):
+        est.partial_fit(X[150:])
+    np.testing.assert_array_equal(est.whitening_, before)
+    assert est.n_samples_seen_ == 150
+    # streaming from the start with Ledoit-Wolf is exact
+    stream = WhiteningTransformer(shrinkage="ledoit-wolf")
+    for chunk in np.array_split(X, 3):
+        stream.partial_fit(chunk)
+    np.testing.assert_allclose(stream.shrinkage_, ledoit_wolf_shrinkage(X), rtol=1e-10)
+
+
 # ----------------------------------------------------------------- streaming
 def test_streaming_equals_batch_to_1e10():
     X = anisotropic(n=5000, d=20, offset=50.0)
@@ -280,6 +300,48 @@ def test_non_finite_input_is_rejected(bad):
     est = WhiteningTransformer().fit(anisotropic())
     with pytest.raises(ValueError, match="NaN|infinity"):
         est.transform(X)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_transform_rejects_non_finite_in_every_column_and_row(bad, dtype):
+    # transform checks finiteness on its output; a non-finite entry must be
+    # caught wherever it sits, including the last row of a long input (past
+    # the first finishing block) and a constant column, whose row of the
+    # whitening matrix is (numerically) zero
+    X = anisotropic(n=3000, d=6).astype(dtype)
+    X = np.column_stack([X, np.full(len(X), 7.0, dtype=dtype)])
+    with pytest.warns(RankDeficiencyWarning):
+        est = WhiteningTransformer().fit(X)
+    assert np.abs(est.whitening_[-1]).max() < 1e-8
+    for row, col in [(0, 0), (1234, 3), (len(X) - 1, 6)]:
+        bad_X = X.copy()
+        bad_X[row, col] = bad
+        with pytest.raises(ValueError, match="Input X contains (NaN|infinity)"):
+            est.transform(bad_X)
+
+
+def test_transform_equals_centred_product_blockwise():
+    # the output is finished in blocks; compare every row with an independent
+    # float64 (X - mean) @ W, on more rows than one block holds
+    X = anisotropic(n=5000, d=40)
+    est = WhiteningTransformer().fit(X)
+    expected = (X - X.mean(axis=0)) @ est.whitening_
+    np.testing.assert_allclose(est.transform(X), expected, rtol=1e-9, atol=1e-9)
+    Z32 = est.transform(X.astype(np.float32))
+    assert Z32.dtype == np.float32
+    np.testing.assert_allclose(Z32, expected, rtol=0, atol=2e-3)
+
+
+def test_transform_overflow_of_float32_output_is_an_error():
+    X = anisotropic(d=5, dtype=np.float32)
+    est = WhiteningTransformer().fit(X)
+    huge = X[:3] * np.float32(1e37)  # finite float32, but X @ W overflows it
+    assert np.all(np.isfinite(huge))
+    with pytest.raises(ValueError, match="overflowed float32.*Pass float64"):
+        est.transform(huge)
+    # the same rows in float64 are fine
+    assert np.all(np.isfinite(est.transform(huge.astype(np.float64))))
 
 
 def test_wrong_width_at_transform():
