@@ -12,6 +12,7 @@ from sklearn.base import (
 from sklearn.utils.validation import (
     _assert_all_finite,
     _check_sample_weight,
+    check_is_fitted,
     validate_data,
 )
 
@@ -166,15 +167,23 @@ class _StreamingMomentsMixin(
 
         return transform_dask(self, X)
 
-    def _validate_transform_input(self, X):
-        """Validate ``X`` for transform, except finiteness.
+    def _transform(self, X):
+        """Shared body of ``transform``: dask dispatch, checks, then the map.
 
-        The caller computes its output with :func:`_finish_checked`, which
+        ``X`` is validated except for finiteness: subclasses compute their
+        output in ``_transform_array`` with :func:`_finish_checked`, which
         checks the output instead (one pass over memory fewer).
         """
-        return validate_data(
+        if _is_dask_collection(X):
+            return self._transform_dask(X)
+        check_is_fitted(self)
+        X = validate_data(
             self, X, reset=False, dtype=FLOAT_DTYPES, ensure_all_finite=False
         )
+        return self._transform_array(X)
+
+    def _transform_array(self, X):  # pragma: no cover
+        raise NotImplementedError
 
 
 def _finish_checked(estimator, X, out, finish) -> None:

@@ -7,13 +7,11 @@ from numbers import Integral
 
 import numpy as np
 from sklearn.utils._param_validation import Interval
-from sklearn.utils.validation import check_is_fitted
 
 from ._base import (
     _check_enough_samples,
     _check_finite_moments,
     _finish_checked,
-    _is_dask_collection,
     _StreamingMomentsMixin,
 )
 from ._moments import MomentAccumulator
@@ -136,10 +134,9 @@ class NATSVTransformer(_StreamingMomentsMixin):
         X_new : ndarray of shape (n_samples, n_features)
             Float32 for float32 input, else float64.
         """
-        if _is_dask_collection(X):
-            return self._transform_dask(X)
-        check_is_fitted(self)
-        X = self._validate_transform_input(X)  # finiteness: _finish_checked
+        return self._transform(X)
+
+    def _transform_array(self, X):
         C = self.components_.astype(X.dtype, copy=False)
         with np.errstate(over="ignore", invalid="ignore"):  # reported below
             if self.center:

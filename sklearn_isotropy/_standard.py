@@ -10,7 +10,6 @@ from ._base import (
     FLOAT_DTYPES,
     _check_finite_moments,
     _finish_checked,
-    _is_dask_collection,
     _StreamingMomentsMixin,
 )
 from ._moments import MomentAccumulator
@@ -114,10 +113,9 @@ class StandardNormalizer(_StreamingMomentsMixin):
         X_new : ndarray of shape (n_samples, n_features)
             Float32 for float32 input, else float64.
         """
-        if _is_dask_collection(X):
-            return self._transform_dask(X)
-        check_is_fitted(self)
-        X = self._validate_transform_input(X)  # finiteness: _finish_checked
+        return self._transform(X)
+
+    def _transform_array(self, X):
         out = np.empty_like(X)
         mean = self.mean_.astype(X.dtype, copy=False) if self.with_mean else None
         scale = self.scale_.astype(X.dtype, copy=False) if self.with_std else None

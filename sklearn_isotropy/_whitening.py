@@ -14,7 +14,6 @@ from ._base import (
     _check_enough_samples,
     _check_finite_moments,
     _finish_checked,
-    _is_dask_collection,
     _StreamingMomentsMixin,
 )
 from ._moments import MomentAccumulator
@@ -308,10 +307,9 @@ class WhiteningTransformer(_StreamingMomentsMixin):
         X_new : ndarray of shape (n_samples, n_components_)
             Whitened embeddings, float32 for float32 input, else float64.
         """
-        if _is_dask_collection(X):
-            return self._transform_dask(X)
-        check_is_fitted(self)
-        X = self._validate_transform_input(X)  # finiteness: _finish_checked
+        return self._transform(X)
+
+    def _transform_array(self, X):
         W = self.whitening_.astype(X.dtype, copy=False)
         # X @ W - mean @ W avoids materialising the centred copy of X
         offset = (self.mean_ @ self.whitening_).astype(X.dtype, copy=False)
