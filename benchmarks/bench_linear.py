@@ -13,7 +13,8 @@ Targets: fit <= 1.0x sklearn's, transform <= 1.1x a bare matmul, streaming
 peak < 200 MB above one chunk. Candidates are timed round-robin for
 ``--repeat`` rounds; the script prints the best time of each and, for every
 ratio, both the ratio of best times and the median of the per-round ratios.
-It also prints how far the float32 fits are from a float64 fit.
+It also prints how far float32 fits (ours and PCA's) are from a float64 fit,
+on the benchmark rows and on any ``--embeddings`` files.
 
 Run: ``python benchmarks/bench_linear.py`` (``--quick`` for a small run).
 """
@@ -32,6 +33,7 @@ import sklearn
 from sklearn.decomposition import PCA
 
 from sklearn_isotropy import WhiteningTransformer
+from sklearn_isotropy.exceptions import RankDeficiencyWarning
 
 
 def interleaved(candidates, repeat):
@@ -79,11 +81,21 @@ def main():
     parser.add_argument("--chunk", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="10x smaller sizes")
+    parser.add_argument(
+        "--embeddings",
+        nargs="*",
+        default=[],
+        metavar="FILE.npy",
+        help="also report the float32 accuracy on these saved embedding "
+        "matrices (e.g. the .npy files bench_quality.py caches)",
+    )
     args = parser.parse_args()
     if args.quick:
         args.n_samples //= 10
         args.stream_rows //= 10
     bench_fit_transform(args)
+    for path in args.embeddings:
+        accuracy(np.load(path), path)
     bench_streaming(args)
 
 
@@ -139,18 +151,8 @@ def bench_fit_transform(args):
     )
 
     ours = WhiteningTransformer().fit(X)
-    ref = WhiteningTransformer().fit(X64)
     sk = pca().fit(X)
-    print("\n== accuracy on the float32 rows, against a float64 fit ==")
-    for name, est in (("WhiteningTransformer", ours), ("PCA(float32)", sk)):
-        ev = np.sort(est.explained_variance_)[::-1]
-        err = np.max(np.abs(ev - ref.explained_variance_) / ref.explained_variance_)
-        Z = est.transform(X).astype(np.float64)
-        dev = np.abs(np.cov(Z, rowvar=False) - np.eye(Z.shape[1])).max()
-        print(
-            f"{name:21s} max relative eigenvalue error {err:8.1e}; "
-            f"max |cov(whitened) - I| {dev:8.1e}"
-        )
+    accuracy(X, "the float32 rows above")
 
     print(f"\n== transform, {n:,} x {d} float32, {args.repeat} interleaved rounds ==")
     W32 = ours.whitening_.astype(np.float32)
@@ -175,6 +177,34 @@ def bench_fit_transform(args):
     print(f"transform numpy (X - mu) @ W   {t['numpy'].min():8.3f} s")
     Z = ours.transform(X)
     assert Z.dtype == np.float32 and np.all(np.isfinite(Z))
+
+
+def accuracy(X, label):
+    """Print how far float32 fits of ``X`` are from a float64 fit of it.
+
+    Both estimators keep the components of the float64 fit (its numerical
+    rank), so a rank-deficient input compares like with like.
+    """
+    X = np.asarray(X, dtype=np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RankDeficiencyWarning)
+        ref = WhiteningTransformer().fit(X.astype(np.float64))
+        k = ref.n_components_
+        fits = {
+            "WhiteningTransformer": WhiteningTransformer(k).fit(X),
+            "PCA(float32)": PCA(k, whiten=True, svd_solver="covariance_eigh").fit(X),
+        }
+    print(f"\n== accuracy on {label} ({X.shape[0]:,} x {X.shape[1]}, {k} components)")
+    print("   against a float64 fit of the same rows ==")
+    for name, est in fits.items():
+        ev = est.explained_variance_
+        err = np.max(np.abs(ev - ref.explained_variance_) / ref.explained_variance_)
+        Z = est.transform(X).astype(np.float64)
+        dev = np.abs(np.cov(Z, rowvar=False) - np.eye(k)).max()
+        print(
+            f"{name:21s} max relative eigenvalue error {err:8.1e}; "
+            f"max |cov(whitened) - I| {dev:8.1e}"
+        )
 
 
 def bench_streaming(args):
