@@ -200,10 +200,10 @@ class MomentAccumulator:
         if full:
             scatter -= np.outer(resid, shift)
             scatter = (scatter + scatter.T) / 2.0  # exactly symmetric
-        if norms:
-            out.norm3, out.norm4 = norm3, norm4
         else:
             scatter -= resid * shift
+        if norms:
+            out.norm3, out.norm4 = norm3, norm4
         out.sum_weights = sw
         out.mean = mean + shift
         out.scatter = np.ascontiguousarray(scatter)
