@@ -214,11 +214,11 @@ def _finish_checked(estimator, X, out, finish) -> None:
         return
     name = type(estimator).__name__
     _assert_all_finite(X, input_name="X", estimator_name=name)
+    todo = "Pass float64 input, or rescale" if out.dtype == np.float32 else "Rescale"
     raise ValueError(
         f"{name}.transform overflowed {out.dtype}: the input is finite but too "
         f"large for the fitted map (largest |X| = {float(np.max(np.abs(X))):.3g}). "
-        "Pass float64 input, or rescale the input like the data the estimator "
-        "was fitted on."
+        f"{todo} the input like the data the estimator was fitted on."
     )
 
 

@@ -316,7 +316,12 @@ def partial_fit_dask(estimator, X, sample_weight=None, *, first: bool):
         X,
         sample_weight,
         kind=estimator._moments_kind,
-        fourth_moments=estimator._needs_fourth_moments(),
+        # a continued fit keeps what it started with, as the numpy path does
+        fourth_moments=(
+            estimator._needs_fourth_moments()
+            if first
+            else estimator.moments_.fourth_moments
+        ),
         name=name,
     )
     if batch.n_samples == 0:

@@ -65,6 +65,9 @@ class MomentAccumulator:
     norm4 : float or None
         ``sum_i w_i ||x_i - mean||^4``; None when the fourth moments are not
         kept.
+    fourth_moments : bool
+        Whether ``norm3`` and ``norm4`` are kept, so that
+        :meth:`ledoit_wolf_shrinkage` can be computed.
 
     Examples
     --------
@@ -89,7 +92,6 @@ class MomentAccumulator:
             raise ValueError(f"kind must be 'full' or 'diag', got {kind!r}.")
         self.n_features = int(n_features)
         self.kind = kind
-        self.fourth_moments = bool(fourth_moments) and kind == "full"
         self.n_samples = 0
         self.n_nonzero = 0
         self.sum_weights = 0.0
@@ -98,12 +100,19 @@ class MomentAccumulator:
             self.scatter = np.zeros((n_features, n_features))
         else:
             self.scatter = np.zeros(n_features)
-        if self.fourth_moments:
+        if fourth_moments and kind == "full":
             self.norm3 = np.zeros(n_features)
             self.norm4 = 0.0
         else:
             self.norm3 = None
             self.norm4 = None
+
+    @property
+    def fourth_moments(self) -> bool:
+        """Whether ``norm3`` and ``norm4`` are kept (Ledoit-Wolf possible)."""
+        # derived from the data, not stored: statistics pickled before this
+        # option existed load with the right value
+        return self.norm3 is not None
 
     def __repr__(self) -> str:
         return (
@@ -257,7 +266,6 @@ class MomentAccumulator:
         self.n_samples += other.n_samples
         self.n_nonzero += other.n_nonzero
         if not other.fourth_moments:
-            self.fourth_moments = False
             self.norm3 = self.norm4 = None
         na, nb = self.sum_weights, other.sum_weights
         if nb == 0:
@@ -344,7 +352,9 @@ class MomentAccumulator:
     def oas_shrinkage(self) -> float:
         """Oracle Approximating Shrinkage intensity, as sklearn's OAS estimates it.
 
-        Computed from the accumulated covariance alone.
+        Computed from the accumulated covariance alone, after scaling it to
+        unit average variance: the intensity does not depend on the scale,
+        and the squares below cannot overflow.
         """
         if self.kind != "full":
             raise ValueError("OAS shrinkage needs kind='full' statistics.")
@@ -352,6 +362,9 @@ class MomentAccumulator:
         if p == 1:
             return 0.0  # one feature: every shrinkage gives the same estimate
         emp_cov = self.scatter / n
+        scale = np.trace(emp_cov) / p
+        if scale > 0:
+            emp_cov = emp_cov / scale
         alpha = np.mean(emp_cov**2)
         mu = np.trace(emp_cov) / p
         mu_squared = mu**2

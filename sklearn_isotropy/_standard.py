@@ -116,7 +116,7 @@ class StandardNormalizer(_StreamingMomentsMixin):
         return self._transform(X)
 
     def _transform_array(self, X):
-        out = np.empty_like(X)
+        out = np.empty(X.shape, dtype=X.dtype)  # C order: blocks of rows
         mean = self.mean_.astype(X.dtype, copy=False) if self.with_mean else None
         scale = self.scale_.astype(X.dtype, copy=False) if self.with_std else None
 

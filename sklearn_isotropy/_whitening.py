@@ -191,9 +191,16 @@ class WhiteningTransformer(_StreamingMomentsMixin):
             if not moments.fourth_moments:
                 raise ValueError(
                     "shrinkage='ledoit-wolf' needs fourth moments of the rows, "
-                    "which this estimator did not collect because its first "
-                    "partial_fit ran with another shrinkage. Call fit (not "
-                    "partial_fit) after switching to 'ledoit-wolf'."
+                    "which moments_ does not hold: the fit that started it used "
+                    "another shrinkage. Call fit (not partial_fit) after "
+                    "switching to 'ledoit-wolf'."
+                )
+            if not (np.isfinite(moments.norm4) and np.all(np.isfinite(moments.norm3))):
+                raise ValueError(
+                    "The fourth moments that shrinkage='ledoit-wolf' needs "
+                    "overflowed float64 (input values of magnitude around 1e77 "
+                    "or more). Rescale the input, e.g. divide it by its largest "
+                    "absolute value, or use shrinkage='oas'."
                 )
             return moments.ledoit_wolf_shrinkage()
         if self.shrinkage == "oas":
@@ -317,7 +324,7 @@ class WhiteningTransformer(_StreamingMomentsMixin):
             out = X @ W
 
         def finish(rows):
-            np.subtract(out[rows], offset, out=out[rows])
+            out[rows] -= offset
 
         _finish_checked(self, X, out, finish)
         return out

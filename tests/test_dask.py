@@ -164,6 +164,23 @@ def test_whitening_options_and_weights_on_cluster(client, small):
     assert_rel(align_signs(Z.compute(), Z_ref), Z_ref)
 
 
+def test_continued_dask_fit_keeps_its_fourth_moments_like_numpy(client, small):
+    # started with Ledoit-Wolf, a detour through another shrinkage must not
+    # drop the fourth moments on the dask path (the numpy path keeps them)
+    X, X_dask = small
+    half = X.shape[0] // 2
+    fits = []
+    for first, second in ((X[:half], X[half:]), (X_dask[:half], X_dask[half:])):
+        est = WhiteningTransformer(shrinkage="ledoit-wolf").fit(first)
+        est.set_params(shrinkage=0.1).partial_fit(second[:1000])
+        est.set_params(shrinkage="ledoit-wolf").partial_fit(second[1000:])
+        assert est.moments_.fourth_moments
+        fits.append(est)
+    whole = WhiteningTransformer(shrinkage="ledoit-wolf").fit(X)
+    for est in fits:
+        assert est.shrinkage_ == pytest.approx(whole.shrinkage_, rel=RTOL)
+
+
 @pytest.mark.parametrize(
     "make",
     [lambda: NATSVTransformer(n_components=3), lambda: StandardNormalizer()],

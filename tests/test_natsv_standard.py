@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.preprocessing import StandardScaler
 
+import sklearn_isotropy._base
 from sklearn_isotropy import NATSVTransformer, StandardNormalizer
 from sklearn_isotropy.exceptions import RankDeficiencyWarning
 
@@ -139,9 +140,10 @@ TRANSFORMERS = [
 @pytest.mark.parametrize("est", TRANSFORMERS, ids=repr)
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
-def test_transform_rejects_non_finite_anywhere(est, dtype, bad):
-    # transform checks finiteness on its output, block by block: a bad entry
-    # must be caught in the first row, past the first block and in the last
+def test_transform_rejects_non_finite_anywhere(est, dtype, bad, monkeypatch):
+    # transform checks finiteness on its output, block by block (made small
+    # here): a bad entry must be caught in the first, a middle and the last
+    monkeypatch.setattr(sklearn_isotropy._base, "_FINISH_BLOCK_BYTES", 512)
     X = cone(n=3000, dtype=dtype)
     est = est.fit(X)
     for row, col in [(0, 0), (1234, 4), (len(X) - 1, X.shape[1] - 1)]:

@@ -17,6 +17,7 @@ from sklearn.decomposition import PCA
 from sklearn.exceptions import NotFittedError
 from sklearn.pipeline import make_pipeline
 
+import sklearn_isotropy._base
 from sklearn_isotropy import WhiteningTransformer
 from sklearn_isotropy.exceptions import RankDeficiencyWarning
 
@@ -304,11 +305,11 @@ def test_non_finite_input_is_rejected(bad):
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
-def test_transform_rejects_non_finite_in_every_column_and_row(bad, dtype):
-    # transform checks finiteness on its output; a non-finite entry must be
-    # caught wherever it sits, including the last row of a long input (past
-    # the first finishing block) and a constant column, whose row of the
-    # whitening matrix is (numerically) zero
+def test_transform_rejects_non_finite_in_every_column_and_row(bad, dtype, monkeypatch):
+    # transform checks finiteness on its output, block by block; a non-finite
+    # entry must be caught in the first, a middle and the last block, and in a
+    # constant column, whose row of the whitening matrix is (numerically) zero
+    monkeypatch.setattr(sklearn_isotropy._base, "_FINISH_BLOCK_BYTES", 512)
     X = anisotropic(n=3000, d=6).astype(dtype)
     X = np.column_stack([X, np.full(len(X), 7.0, dtype=dtype)])
     with pytest.warns(RankDeficiencyWarning):
@@ -445,3 +446,12 @@ def test_failed_fit_leaves_estimator_unfitted():
 def test_overflow_is_an_error():
     with pytest.raises(ValueError, match="overflowed float64"):
         WhiteningTransformer().fit(anisotropic(d=4) * 1e160)
+    # squares fit in float64 but fourth powers do not: only Ledoit-Wolf fails
+    X = anisotropic(d=4) * 1e80
+    with pytest.raises(ValueError, match="fourth moments.*overflowed float64"):
+        WhiteningTransformer(shrinkage="ledoit-wolf").fit(X)
+    # OAS is scale-free and computed scaled: the same intensity as unscaled
+    oas = WhiteningTransformer(shrinkage="oas").fit(X)
+    unscaled = WhiteningTransformer(shrinkage="oas").fit(X / 1e80)
+    assert 0 < oas.shrinkage_ < 1
+    np.testing.assert_allclose(oas.shrinkage_, unscaled.shrinkage_, rtol=1e-12)
