@@ -33,8 +33,13 @@ from _stsb import REPO, stsb_dir  # noqa: E402  (sibling module)
 
 sys.path.insert(0, str(REPO))
 
-from sklearn_isotropy import _cli  # noqa: E402
 from sklearn_isotropy.datasets import get_data_home, load_sts  # noqa: E402
+from sklearn_isotropy.evaluation import (  # noqa: E402
+    GRID_K,
+    GRID_POWER,
+    MethodSettings,
+    run_method,
+)
 
 POOLINGS = ("first_last_avg", "mean", "embeddings_avg")
 METHODS = ("raw", "sn", "natsv", "whitening", "flow", "grid")
@@ -207,16 +212,7 @@ def main(argv=None):
     index = {s: i for i, s in enumerate(sentences)}
     print(f"{len(sentences)} distinct sentences; cache {cache}", flush=True)
 
-    cli_args = argparse.Namespace(
-        model=args.model,
-        natsv_components=5,
-        n_components=256,
-        flow_epochs=1,
-        seed=0,
-        device="cpu",
-        cv=5,
-        fit_on="target",
-    )
+    settings = MethodSettings(progress=True)
     res, enc_seconds = {}, {}
     for pooling in poolings:
         E, secs, hit = _encode_cached(
@@ -231,13 +227,14 @@ def main(argv=None):
             for s, b in splits.items()
         }
         for fit_on in PROTOCOLS:
-            cli_args.fit_on = fit_on
             for method in methods:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     try:
-                        _, r = _cli._run_method(method, emb, splits, cli_args, True)
-                    except (_cli.CLIError, ValueError, RuntimeError) as exc:
+                        _, r = run_method(
+                            method, emb, splits, fit_on=fit_on, settings=settings
+                        )
+                    except (ValueError, RuntimeError) as exc:
                         print(f"  {method}/{fit_on}: failed: {exc}")
                         r = {"spearman_x100": None, "params": {}, "error": str(exc)}
                 res[f"{method}|{pooling}|{fit_on}"] = r
@@ -253,11 +250,11 @@ def main(argv=None):
         "model": args.model or "all-MiniLM-L6-v2 (embedded default)",
         "n_test": len(splits["test"].scores),
         "n_sentences": len(sentences),
-        "grid_k": list(_cli.GRID_K) + ["all"],
-        "grid_power": list(_cli.GRID_POWER),
-        "cv": cli_args.cv,
-        "natsv_k": cli_args.natsv_components,
-        "whitening_k": cli_args.n_components,
+        "grid_k": list(GRID_K) + ["all"],
+        "grid_power": list(GRID_POWER),
+        "cv": settings.cv,
+        "natsv_k": settings.natsv_components,
+        "whitening_k": settings.n_components,
         "targets": targets,
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "machine": f"{platform.machine()} Linux, Python {platform.python_version()}",

@@ -123,7 +123,7 @@ nitpick_ignore_regex = [
 # the torch module class of the private module _flow_layers, which the API
 # reference deliberately does not document. (Better fixed in the docstring,
 # as ``Glow`` in literal text; then drop this entry.)
-nitpick_ignore = [("py:class", "sklearn_isotropy._flow_layers.Glow")]
+nitpick_ignore = [("py:class", "sklearn_isotropy.flow._layers.Glow")]
 
 # Components being written on other branches would go here while they are not
 # importable from the checked-out package: a reference to one of them renders

@@ -12,17 +12,22 @@ the estimators that need them are used.
 
 from __future__ import annotations
 
-from ._glow import GlowFlowTransformer
-from ._moments import MomentAccumulator
-from ._natsv import NATSVTransformer
-from ._standard import StandardNormalizer
-from ._vectorizer import BertPoolingVectorizer
-from ._whitening import WhiteningTransformer
+from . import _compat
+from .flow import GlowFlowTransformer
+from .linear import (
+    MomentAccumulator,
+    NATSVTransformer,
+    StandardNormalizer,
+    WhiteningTransformer,
+)
 from .metrics import (
     PairedCosineSimilarity,
     cosine_spearman_score,
     cosine_spearman_scorer,
 )
+from .text import BertPoolingVectorizer
+
+_compat.install()  # pickles of 0.1.0.dev0 name the modules of the flat layout
 
 __version__ = "0.1.0.dev0"
 

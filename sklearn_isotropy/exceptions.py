@@ -13,9 +13,12 @@ from __future__ import annotations
 from sklearn.exceptions import ConvergenceWarning
 
 __all__ = [
+    "DeviceWarning",
+    "EvaluationError",
     "FlowTrainingWarning",
     "IsotropyWarning",
     "ModelNotFoundError",
+    "NoSplitColumnError",
     "RankDeficiencyWarning",
     "TruncationWarning",
     "UndefinedCorrelationWarning",
@@ -28,6 +31,22 @@ class ModelNotFoundError(OSError):
     The message lists every source (installed package, local path, hub name)
     and why each failed. Subclass of :class:`OSError`, which is what
     ``transformers`` raises for a model it cannot find.
+    """
+
+
+class EvaluationError(ValueError):
+    """An evaluation cannot run: data or model missing, or too little data.
+
+    The message is one line saying what to pass instead; the command line
+    prints it and exits with status 1.
+    """
+
+
+class NoSplitColumnError(ValueError):
+    """``load_sts(path, split=...)`` was given one file that has no split column.
+
+    The file holds pairs of one split only; read it without ``split=`` (all
+    of its rows), or pass a directory with one file per split.
     """
 
 
@@ -53,3 +72,7 @@ class UndefinedCorrelationWarning(IsotropyWarning):
 
 class FlowTrainingWarning(IsotropyWarning, ConvergenceWarning):
     """Normalizing-flow training did not end cleanly (non-finite loss)."""
+
+
+class DeviceWarning(IsotropyWarning):
+    """A model set up for a device that is not available here runs on the CPU."""

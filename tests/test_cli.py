@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy.stats import spearmanr
 
-from sklearn_isotropy._cli import main
+from sklearn_isotropy.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 STSB = REPO.parent / "shared" / "data" / "stsb"

@@ -399,9 +399,9 @@ def test_embed_partitions_bag_and_errors(client):
 
 def _count_encoder_loads():
     """Install (once) and read a per-process counter of encoder loads."""
-    import sklearn_isotropy._pooling as pooling
+    import sklearn_isotropy.text._loading as loading
 
-    cls = pooling.LoadedEncoder
+    cls = loading.LoadedEncoder
     if "_n_loads" not in cls.__dict__:
         original = cls.__init__
 

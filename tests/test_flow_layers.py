@@ -9,7 +9,7 @@ from scipy.stats import multivariate_normal
 
 torch = pytest.importorskip("torch")
 
-from sklearn_isotropy._flow_layers import (  # noqa: E402
+from sklearn_isotropy.flow._layers import (  # noqa: E402
     ActNorm,
     Coupling,
     FlowStep,

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.preprocessing import StandardScaler
 
-import sklearn_isotropy._base
+import sklearn_isotropy.linear._base
 from sklearn_isotropy import NATSVTransformer, StandardNormalizer
 from sklearn_isotropy.exceptions import RankDeficiencyWarning
 
@@ -143,7 +143,7 @@ TRANSFORMERS = [
 def test_transform_rejects_non_finite_anywhere(est, dtype, bad, monkeypatch):
     # transform checks finiteness on its output, block by block (made small
     # here): a bad entry must be caught in the first, a middle and the last
-    monkeypatch.setattr(sklearn_isotropy._base, "_FINISH_BLOCK_BYTES", 512)
+    monkeypatch.setattr(sklearn_isotropy.linear._base, "_FINISH_BLOCK_BYTES", 512)
     X = cone(n=3000, dtype=dtype)
     est = est.fit(X)
     for row, col in [(0, 0), (1234, 4), (len(X) - 1, X.shape[1] - 1)]:

@@ -551,12 +551,12 @@ def test_default_model_presets_and_pickle(default_model_path):
 def test_models_without_a_block_list_use_output_hidden_states(tiny_bert, monkeypatch):
     from transformers import AutoModel, AutoTokenizer
 
-    from sklearn_isotropy import _pooling
+    from sklearn_isotropy.text import _loading
 
     model = AutoModel.from_pretrained(tiny_bert).eval()
     tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
     expected = reference(model, tokenizer, TEXTS, pooling="first_last_avg")
-    monkeypatch.setattr(_pooling, "find_layer_list", lambda model: None)
+    monkeypatch.setattr(_loading, "find_layer_list", lambda model: None)
     vec = BertPoolingVectorizer((model, tokenizer), pooling="first_last_avg").fit(TEXTS)
     assert_allclose(vec.transform(TEXTS), expected, rtol=1e-5, atol=1e-5)
 

@@ -17,7 +17,7 @@ from sklearn.decomposition import PCA
 from sklearn.exceptions import NotFittedError
 from sklearn.pipeline import make_pipeline
 
-import sklearn_isotropy._base
+import sklearn_isotropy.linear._base
 from sklearn_isotropy import WhiteningTransformer
 from sklearn_isotropy.exceptions import RankDeficiencyWarning
 
@@ -309,7 +309,7 @@ def test_transform_rejects_non_finite_in_every_column_and_row(bad, dtype, monkey
     # transform checks finiteness on its output, block by block; a non-finite
     # entry must be caught in the first, a middle and the last block, and in a
     # constant column, whose row of the whitening matrix is (numerically) zero
-    monkeypatch.setattr(sklearn_isotropy._base, "_FINISH_BLOCK_BYTES", 512)
+    monkeypatch.setattr(sklearn_isotropy.linear._base, "_FINISH_BLOCK_BYTES", 512)
     X = anisotropic(n=3000, d=6).astype(dtype)
     X = np.column_stack([X, np.full(len(X), 7.0, dtype=dtype)])
     with pytest.warns(RankDeficiencyWarning):

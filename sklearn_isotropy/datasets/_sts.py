@@ -24,6 +24,8 @@ from pathlib import Path
 import numpy as np
 from sklearn.utils import Bunch
 
+from ..exceptions import NoSplitColumnError
+
 __all__ = ["get_data_home", "load_sts"]
 
 logger = logging.getLogger(__name__)
@@ -61,10 +63,6 @@ _SPLIT_FILE_PATTERNS = (
     "SICK_{split}.txt",
 )
 _SPLIT_ALIASES = {"dev": ("dev", "trial", "validation")}
-
-
-class NoSplitColumnError(ValueError):
-    """``split=`` was given for a single file that has no split column."""
 
 
 def get_data_home(data_home=None) -> Path:

@@ -7,6 +7,8 @@ from scipy.special import logsumexp
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_array
 
+from .._utils import normalize_rows
+
 __all__ = [
     "anisotropy_report",
     "effective_rank",
@@ -69,10 +71,7 @@ def pair_cosines(X, *, n_pairs=10_000, random_state=None):
     n = X.shape[0]
     i = rng.randint(n, size=n_pairs)
     j = (i + rng.randint(1, n, size=n_pairs)) % n  # uniform over j != i
-    row_scale = np.max(np.abs(X), axis=1, keepdims=True)  # avoids overflow
-    U = X / np.where(row_scale == 0, 1.0, row_scale)
-    norms = np.linalg.norm(U, axis=1, keepdims=True)
-    U = U / np.where(norms == 0, 1.0, norms)
+    U, _ = normalize_rows(X)
     return np.clip(np.einsum("ij,ij->i", U[i], U[j]), -1.0, 1.0)
 
 
@@ -154,10 +153,7 @@ def isotropy_score(X, *, normalize=False):
     """
     X = _check_X(X, min_samples=1)
     if normalize:
-        row_scale = np.max(np.abs(X), axis=1, keepdims=True)
-        X = X / np.where(row_scale == 0, 1.0, row_scale)
-        norms = np.linalg.norm(X, axis=1, keepdims=True)
-        X = X / np.where(norms == 0, 1.0, norms)
+        X, _ = normalize_rows(X)
     scale = np.max(np.abs(X))
     if scale == 0:
         return 1.0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._utils import import_optional
 from ._measures import _check_X, _covariance_eigenvalues, pair_cosines
 
 __all__ = ["plot_cosine_histogram", "plot_eigenvalue_spectrum"]
@@ -16,14 +17,7 @@ __all__ = ["plot_cosine_histogram", "plot_eigenvalue_spectrum"]
 def _new_axes(ax):
     if ax is not None:
         return ax
-    try:
-        import matplotlib.pyplot as plt
-    except ImportError as exc:  # pragma: no cover - depends on the install
-        raise ImportError(
-            "plotting needs matplotlib; install it with "
-            '`pip install "sklearn-isotropy[plot]"` (or pass `ax=` from your '
-            "own matplotlib figure)"
-        ) from exc
+    plt = import_optional("matplotlib.pyplot", purpose="plotting", extra="plot")
     _, ax = plt.subplots()
     return ax
 

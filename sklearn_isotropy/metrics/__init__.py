@@ -9,11 +9,16 @@ on labelled pairs; :func:`cosine_spearman_scorer` scores fitted estimators.
 from __future__ import annotations
 
 from ._paired import PairedCosineSimilarity, cosine_spearman_scorer
-from ._scores import cosine_spearman_score, paired_cosine_similarity
+from ._scores import (
+    cosine_spearman_score,
+    paired_cosine_similarity,
+    spearman_score,
+)
 
 __all__ = [
     "PairedCosineSimilarity",
     "cosine_spearman_score",
     "cosine_spearman_scorer",
     "paired_cosine_similarity",
+    "spearman_score",
 ]

@@ -9,7 +9,7 @@ from sklearn.utils import get_tags
 from sklearn.utils._param_validation import HasMethods, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted
 
-from ._scores import _row_cosine, _spearman
+from ._scores import _row_cosine, spearman_score
 
 __all__ = ["PairedCosineSimilarity", "cosine_spearman_scorer"]
 
@@ -282,7 +282,7 @@ class PairedCosineSimilarity(BaseEstimator):
         if sample_weight is not None:
             raise ValueError("sample_weight is not supported by a rank correlation")
         y = _check_y(y, X_pairs)
-        return _spearman(y, self.predict(X_pairs))
+        return spearman_score(y, self.predict(X_pairs))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -346,11 +346,15 @@ def cosine_spearman_scorer(estimator, X_pairs, y):
         return estimator.score(X_pairs, y)
     y = _check_y(y, X_pairs)
     if hasattr(estimator, "predict"):
-        return _spearman(y, np.asarray(estimator.predict(X_pairs), dtype=np.float64))
+        return spearman_score(
+            y, np.asarray(estimator.predict(X_pairs), dtype=np.float64)
+        )
     if hasattr(estimator, "transform"):
         check_is_fitted(estimator)
         kind, items, n_pairs = _check_pairs(X_pairs)
-        return _spearman(y, _paired_cosine_through(estimator, kind, items, n_pairs))
+        return spearman_score(
+            y, _paired_cosine_through(estimator, kind, items, n_pairs)
+        )
     raise TypeError(
         "cosine_spearman_scorer needs a fitted PairedCosineSimilarity or a fitted "
         f"transformer with a transform method, got {type(estimator).__name__}"

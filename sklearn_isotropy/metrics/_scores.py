@@ -2,55 +2,76 @@
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 from scipy.stats import rankdata
 from sklearn.utils.validation import check_array, check_consistent_length
 
+from .._utils import normalize_rows, warn
 from ..exceptions import UndefinedCorrelationWarning
 
-__all__ = ["cosine_spearman_score", "paired_cosine_similarity"]
+__all__ = ["cosine_spearman_score", "paired_cosine_similarity", "spearman_score"]
 
 
-def _row_cosine(a, b, *, warn=True):
+def _row_cosine(a, b):
     """Cosine of each row pair; rows of zero norm get cosine 0 (warned)."""
-    a = np.asarray(a, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
-    # scale each row by its largest magnitude first so the norms cannot
-    # overflow for huge finite values; cosine is scale invariant
-    sa = np.max(np.abs(a), axis=1, keepdims=True)
-    sb = np.max(np.abs(b), axis=1, keepdims=True)
-    zero = (sa[:, 0] == 0) | (sb[:, 0] == 0)
-    a = a / np.where(sa == 0, 1.0, sa)
-    b = b / np.where(sb == 0, 1.0, sb)
-    na = np.linalg.norm(a, axis=1)
-    nb = np.linalg.norm(b, axis=1)
-    denom = np.where(zero, 1.0, na * nb)
-    cos = np.einsum("ij,ij->i", a, b) / denom
+    a, zero_a = normalize_rows(a)
+    b, zero_b = normalize_rows(b)
+    zero = zero_a | zero_b
+    cos = np.einsum("ij,ij->i", a, b)
     cos[zero] = 0.0
     np.clip(cos, -1.0, 1.0, out=cos)
-    if warn and zero.any():
-        warnings.warn(
+    if zero.any():
+        warn(
             f"{int(zero.sum())} of {zero.size} pairs contain a zero-norm vector; "
             "their cosine similarity is undefined and set to 0.0",
             UndefinedCorrelationWarning,
-            stacklevel=3,
         )
     return cos
 
 
-def _spearman(y_true, y_pred):
-    """Spearman's rho; 0.0 with a warning when either side is constant."""
-    y_true = np.asarray(y_true, dtype=np.float64)
-    y_pred = np.asarray(y_pred, dtype=np.float64)
+def _as_score_vectors(y_true, y_pred):
+    """Both as float64 vectors of one length, or a ValueError saying which."""
+    y_true = np.asarray(y_true, dtype=np.float64).ravel()
+    y_pred = np.asarray(y_pred, dtype=np.float64).ravel()
+    check_consistent_length(y_true, y_pred)
+    return y_true, y_pred
+
+
+def spearman_score(y_true, y_pred):
+    """Spearman's rank correlation, with a documented value for constant input.
+
+    The STS metric once the similarities are computed: the Pearson
+    correlation of the average ranks (ties share their mean rank), as
+    :func:`scipy.stats.spearmanr`. Where that is undefined (fewer than two
+    values, or either side constant) it returns 0.0 with an
+    :class:`~sklearn_isotropy.exceptions.UndefinedCorrelationWarning`
+    instead of NaN, so a grid search can rank such a candidate last.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_samples,)
+        Gold scores.
+    y_pred : array-like of shape (n_samples,)
+        Predicted similarities.
+
+    Returns
+    -------
+    rho : float
+        In [-1, 1].
+
+    Examples
+    --------
+    >>> from sklearn_isotropy.metrics import spearman_score
+    >>> spearman_score([1, 2, 3, 4], [0.1, 0.4, 0.3, 0.9])
+    0.8
+    """
+    y_true, y_pred = _as_score_vectors(y_true, y_pred)
     if y_true.size < 2 or np.ptp(y_true) == 0 or np.ptp(y_pred) == 0:
         which = "gold scores" if y_true.size < 2 or np.ptp(y_true) == 0 else "cosines"
-        warnings.warn(
+        warn(
             f"Spearman's rho is undefined: the {which} are constant "
             f"(n={y_true.size}); returning 0.0",
             UndefinedCorrelationWarning,
-            stacklevel=3,
         )
         return 0.0
     # Pearson correlation of average ranks = Spearman's rho with ties
@@ -147,4 +168,4 @@ def cosine_spearman_score(emb_a, emb_b, y_true):
         y_true, ensure_2d=False, dtype=np.float64, input_name="y_true"
     ).ravel()
     check_consistent_length(emb_a, y_true)
-    return _spearman(y_true, _row_cosine(emb_a, emb_b))
+    return spearman_score(y_true, _row_cosine(emb_a, emb_b))

@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-import warnings
 from numbers import Integral
 
 import numpy as np
 from sklearn.utils._param_validation import Interval
 
+from .._utils import warn
+from ..exceptions import RankDeficiencyWarning
 from ._base import (
     _check_enough_samples,
     _check_finite_moments,
     _finish_checked,
+    _numerical_rank,
+    _sorted_eigh,
     _StreamingMomentsMixin,
 )
 from ._moments import MomentAccumulator
-from ._whitening import _numerical_rank, _sorted_eigh
-from .exceptions import RankDeficiencyWarning
 
 __all__ = ["NATSVTransformer"]
 
@@ -110,12 +111,11 @@ class NATSVTransformer(_StreamingMomentsMixin):
         evals, evecs = _sorted_eigh(matrix)
         rank = _numerical_rank(evals, moments.n_nonzero + (not self.center), False)
         if k > rank:
-            warnings.warn(
+            warn(
                 f"n_components={k} exceeds the numerical rank {rank} of the "
                 f"training rows (n_samples = {moments.n_samples}); the directions "
                 "beyond the rank carry no variance and are arbitrary.",
                 RankDeficiencyWarning,
-                stacklevel=4,
             )
         self.mean_ = moments.mean.copy() if self.center else None
         self.components_ = evecs[:, :k].T.copy()

@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import time
-import warnings
 from numbers import Integral
 
 import numpy as np
@@ -15,8 +14,10 @@ from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from . import _pooling
-from .exceptions import TruncationWarning
+from .._utils import import_optional, normalize_rows, resolve_device, warn
+from ..exceptions import DeviceWarning, TruncationWarning
+from . import _cache, _loading
+from ._pooling import POOLING_PRESETS, pooled_batch
 
 logger = logging.getLogger(__name__)
 
@@ -61,38 +62,7 @@ def _validate_texts(X):
 
 
 def _resolve_device(device):
-    torch, _ = _pooling.import_text_deps()
-    if device == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        mps = getattr(torch.backends, "mps", None)
-        if mps is not None and mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise ValueError(
-            f"device={device!r} is not a device torch understands; use 'cpu', "
-            "'cuda', 'cuda:<n>', 'mps' or 'auto'."
-        ) from exc
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(
-            f"device={device!r} was requested but torch sees no CUDA device; use "
-            "device='cpu' or device='auto'."
-        )
-    if dev.type == "mps":
-        mps = getattr(torch.backends, "mps", None)
-        if mps is None or not mps.is_available():
-            raise ValueError(
-                f"device={device!r} was requested but MPS is not available; use "
-                "device='cpu' or device='auto'."
-            )
-    if dev.type not in {"cpu", "cuda", "mps"}:
-        raise ValueError(
-            f"device={device!r} is not supported; use 'cpu', 'cuda', 'mps' or 'auto'."
-        )
-    return dev
+    return resolve_device(device, owner="BertPoolingVectorizer")[0]
 
 
 def _is_name(model):
@@ -293,7 +263,8 @@ TruncationWarning` per call says how many. ``None`` uses the model's
 
     _parameter_constraints: dict = {
         "model": "no_validation",  # validated in fit, with a clear TypeError
-        "pooling": [StrOptions(set(_pooling.PRESET_LAYERS))],
+        # a live view: presets registered later are valid values too
+        "pooling": [StrOptions(POOLING_PRESETS.keys())],
         "layers": [None, tuple, list],
         "normalize": ["boolean"],
         "batch_size": [Interval(Integral, 1, None, closed="left")],
@@ -377,12 +348,12 @@ TruncationWarning` per call says how many. ``None`` uses the model's
 
     def _load(self, device):
         if _is_name(self.model):
-            return _pooling.load_by_name(self.model, device)
-        net, tokenizer, sbert_len, description = _pooling.unpack_model_object(
+            return _loading.load_by_name(self.model, device)
+        net, tokenizer, sbert_len, description = _loading.unpack_model_object(
             self.model
         )
         net.to(device)
-        return _pooling.LoadedEncoder(
+        return _loading.LoadedEncoder(
             net,
             tokenizer,
             description,
@@ -392,10 +363,10 @@ TruncationWarning` per call says how many. ``None`` uses the model's
 
     def _resolve_layers(self, n_layers):
         if self.layers is None:
-            preset = _pooling.PRESET_LAYERS[self.pooling]
-            if preset is None:
+            preset = POOLING_PRESETS[self.pooling]
+            if preset.layers is None:
                 return (n_layers,)
-            raw = preset
+            raw = preset.layers
         else:
             if self.pooling != "mean":
                 raise ValueError(
@@ -429,12 +400,12 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         return tuple(resolved)
 
     def _resolve_max_length(self, loaded):
-        limit = _pooling.position_limit(loaded.model.config)
+        limit = _loading.position_limit(loaded.model.config)
         n_special = 0
         if hasattr(loaded.tokenizer, "num_special_tokens_to_add"):
             n_special = loaded.tokenizer.num_special_tokens_to_add()
         if self.max_length is None:
-            return _pooling.default_max_length(
+            return _loading.default_max_length(
                 loaded.tokenizer, loaded.model.config, loaded.sbert_max_length
             )
         if limit is not None and self.max_length > limit:
@@ -455,16 +426,15 @@ TruncationWarning` per call says how many. ``None`` uses the model's
     def _get_loaded(self):
         loaded = getattr(self, "_loaded", None)
         if loaded is None:  # first use after unpickling
-            try:
-                device = _resolve_device(self.device_)
-            except ValueError:
-                warnings.warn(
+            device, fallback = resolve_device(
+                self.device_, owner=type(self).__name__, allow_fallback=True
+            )
+            if fallback is not None:
+                warn(
                     f"The vectorizer was fitted on device {self.device_!r}, which "
-                    "is not available here; encoding on the CPU.",
-                    UserWarning,
-                    stacklevel=3,
+                    f"is not available here ({fallback}); encoding on the CPU.",
+                    DeviceWarning,
                 )
-                device = _resolve_device("cpu")
             loaded = self._load(device)
             self._loaded = loaded
         return loaded
@@ -507,7 +477,7 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         todo = np.arange(len(unique_texts))
         keys = None
         if store is not None:
-            keys = _pooling.text_keys(unique_texts)
+            keys = _cache.text_keys(unique_texts)
             found = store.get(keys)
             for i, value in found.items():
                 out[i] = value
@@ -526,8 +496,7 @@ TruncationWarning` per call says how many. ``None`` uses the model's
             )
         result = out[inverse]
         if self.normalize:
-            norms = np.linalg.norm(result, axis=1, keepdims=True)
-            np.divide(result, norms, out=result, where=norms > 0)
+            result, _ = normalize_rows(result, dtype=np.float32)
         return result
 
     def fit_transform(self, X, y=None):
@@ -548,12 +517,12 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         return self.fit(X, y).transform(X)
 
     def _store(self):
-        root = _pooling.store_root(self.memory)
+        root = _cache.store_root(self.memory)
         if root is None:
             return None
         loaded = self._get_loaded()
         spec = {
-            "model": _pooling.fingerprint(loaded),
+            "model": _cache.fingerprint(loaded),
             "pooling": self.pooling,
             "layers": list(self.layers_),
             "max_length": self.max_length_,
@@ -562,7 +531,7 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         namespace = hashlib.sha256(
             json.dumps(spec, sort_keys=True).encode()
         ).hexdigest()
-        return _pooling.EmbeddingStore(root, namespace[:32])
+        return _cache.EmbeddingStore(root, namespace[:32])
 
     def _tokenize(self, tokenizer, texts):
         """Token ids (and token type ids) per text, and how many were truncated."""
@@ -589,17 +558,16 @@ TruncationWarning` per call says how many. ``None`` uses the model's
 
     def _encode(self, texts):
         """Pooled embeddings of ``texts`` (no cache, no normalisation)."""
-        torch, _ = _pooling.import_text_deps()
+        torch, _ = _loading.import_text_deps()
         loaded = self._get_loaded()
         tokenizer, model = loaded.tokenizer, loaded.model
         ids, types, n_truncated = self._tokenize(tokenizer, texts)
         if n_truncated:
-            warnings.warn(
+            warn(
                 f"{n_truncated} of {len(texts)} texts were longer than "
                 f"max_length={self.max_length_} tokens and were truncated; pass a "
                 "larger max_length to keep more of them.",
                 TruncationWarning,
-                stacklevel=3,
             )
         lengths = np.fromiter((len(x) for x in ids), dtype=np.intp, count=len(ids))
         order = np.argsort(-lengths, kind="stable")
@@ -612,9 +580,7 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         pad_type = getattr(tokenizer, "pad_token_type_id", 0) or 0
         device = next(model.parameters()).device
         out = np.empty((len(texts), self.hidden_size_), dtype=np.float32)
-        pooling, layers = self.pooling, self.layers_
-        if pooling not in ("cls", "pooler"):
-            pooling = "mean"
+        reader, layers = POOLING_PRESETS[self.pooling].reader, self.layers_
         was_training = model.training
         model.eval()
         try:
@@ -642,8 +608,8 @@ TruncationWarning` per call says how many. ``None`` uses the model's
                         inputs["token_type_ids"] = torch.from_numpy(token_types).to(
                             device
                         )
-                    pooled = _pooling.pooled_batch(
-                        loaded, inputs, mask_t, pooling, layers, self.n_layers_
+                    pooled = pooled_batch(
+                        loaded, inputs, mask_t, reader, layers, self.n_layers_
                     )
                     out[batch] = pooled.float().cpu().numpy()
         finally:
@@ -654,13 +620,9 @@ TruncationWarning` per call says how many. ``None`` uses the model's
     def _progress(self, batches):
         if not (self.show_progress_bar or self.verbose):
             return batches
-        try:
-            from tqdm.auto import tqdm
-        except ImportError as exc:  # pragma: no cover - tqdm ships with the extra
-            raise ImportError(
-                "show_progress_bar=True needs tqdm; install it with "
-                'pip install "sklearn-isotropy[text]"'
-            ) from exc
+        tqdm = import_optional(
+            "tqdm.auto", purpose="show_progress_bar=True", extra="text"
+        ).tqdm
         return tqdm(batches, desc="Encoding", unit="batch")
 
     # --------------------------------------------------------- conventions

@@ -33,7 +33,7 @@ This module imports torch at import time; the scikit-learn wrapper
 Examples
 --------
 >>> import torch
->>> from sklearn_isotropy._flow_layers import Glow
+>>> from sklearn_isotropy.flow._layers import Glow
 >>> _ = torch.manual_seed(0)
 >>> flow = Glow(6, n_levels=2, depth=2, hidden_size=8)
 >>> x = torch.randn(5, 6)

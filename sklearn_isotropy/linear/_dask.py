@@ -1,21 +1,20 @@
-"""Dask back end of the linear post-processors and of text embedding.
+"""Dask back end of the linear post-processors: moments by tree reduction.
 
-Nothing here imports dask at module level: :func:`_is_dask_collection` only
-looks at ``sys.modules``, so a numpy fit never imports dask, and the
-functions that build task graphs import it when they run. The user-facing
-documentation lives in :mod:`sklearn_isotropy.dask`.
+Nothing here imports dask at module level (the estimators only call
+:func:`~sklearn_isotropy._utils.is_dask_collection`, which looks at
+``sys.modules``), so a numpy fit never imports dask; the functions that build
+task graphs import it when they run. The user guide's "Scaling" page
+documents the behaviour.
 """
 
 from __future__ import annotations
 
 import copy
-import sys
-import threading
 import uuid
-from collections import OrderedDict
 
 import numpy as np
 
+from .._utils import import_optional, is_dask_collection
 from ._moments import MomentAccumulator
 
 # statistics merged per task of the tree reduction: each combine task holds
@@ -27,28 +26,9 @@ _CHECK_ROWS = 4096
 _MAX_QUOTED_PROBLEMS = 5
 
 
-def _is_dask_collection(obj) -> bool:
-    """True for a dask collection, without importing dask.
-
-    A dask collection can only exist once dask has been imported, so when
-    ``dask`` is absent from ``sys.modules`` the answer is False at no cost.
-    """
-    dask = sys.modules.get("dask")
-    if dask is None:
-        return False
-    is_collection = getattr(dask, "is_dask_collection", None)
-    return bool(is_collection is not None and is_collection(obj))
-
-
 def _import_dask():
-    try:
-        import dask
-        import dask.array  # noqa: F401
-    except ImportError as exc:  # pragma: no cover - dask is present in tests
-        raise ImportError(
-            "Fitting or transforming dask collections needs dask; install the "
-            "extra with `pip install sklearn-isotropy[dask]`."
-        ) from exc
+    dask = import_optional("dask", purpose="Fitting or transforming dask collections")
+    import_optional("dask.array", purpose="Fitting or transforming dask collections")
     return dask
 
 
@@ -123,7 +103,7 @@ def _weight_blocks(sample_weight, X, name):
         return [None] * n_chunks
     known = not any(np.isnan(c) for c in X.chunks[0])
     if not isinstance(sample_weight, da.Array):
-        if _is_dask_collection(sample_weight):
+        if is_dask_collection(sample_weight):
             raise TypeError(
                 "sample_weight must be a numpy array or a 1-D dask array, got "
                 f"{type(sample_weight).__qualname__}."
@@ -332,9 +312,7 @@ def partial_fit_dask(estimator, X, sample_weight=None, *, first: bool):
     moments = batch if first else estimator.moments_.merge(batch)
     if first:
         estimator.n_features_in_ = d
-    estimator._fit_moments(moments)
-    estimator.moments_ = moments
-    estimator.n_samples_seen_ = moments.n_samples
+    estimator._commit(moments)
     return estimator
 
 
@@ -383,139 +361,3 @@ def transform_dask(estimator, X):
         meta=np.empty((0, n_out), dtype=dtype),
         name=f"isotropy-{name.lower()}-transform-{token}",
     )
-
-
-# ------------------------------------------------------------------ embedding
-# vectorizers in use in this process, keyed by the token of the call that
-# shipped them; at most _CACHE_SIZE are kept so finished calls free their model
-_CACHE_SIZE = 1
-_VECTORIZERS: OrderedDict = OrderedDict()
-_CACHE_LOCK = threading.Lock()
-
-
-def _cached_vectorizer(vectorizer, token):
-    """The first copy of ``vectorizer`` this process saw under ``token``.
-
-    Every partition of a call runs with the same object, so a vectorizer that
-    loads its model on first use loads it once per worker process.
-    """
-    with _CACHE_LOCK:
-        cached = _VECTORIZERS.get(token)
-        if cached is None:
-            _VECTORIZERS[token] = cached = vectorizer
-            while len(_VECTORIZERS) > _CACHE_SIZE:
-                _VECTORIZERS.popitem(last=False)
-        else:
-            _VECTORIZERS.move_to_end(token)
-        return cached
-
-
-def _partition_texts(partition) -> list:
-    if hasattr(partition, "columns"):  # one-column pandas DataFrame
-        partition = partition.iloc[:, 0]
-    if hasattr(partition, "tolist"):
-        return partition.tolist()
-    return list(partition)
-
-
-def _count(partition) -> int:
-    if hasattr(partition, "__len__"):
-        return len(partition)
-    return sum(1 for _ in partition)
-
-
-def _embed_partition(partition, vectorizer, token, dtype=None):
-    texts = _partition_texts(partition)
-    vectorizer = _cached_vectorizer(vectorizer, token)
-    out = vectorizer.transform(texts)
-    if hasattr(out, "toarray"):  # sparse output (e.g. HashingVectorizer)
-        out = out.toarray()
-    out = np.asarray(out, dtype=dtype)
-    if out.ndim != 2 or out.shape[0] != len(texts):
-        raise ValueError(
-            f"{type(vectorizer).__name__}.transform returned shape {out.shape} for "
-            f"{len(texts)} texts; expected ({len(texts)}, n_features)."
-        )
-    return out
-
-
-def _text_partitions(texts):
-    """Delayed partitions of a dask Series / one-column DataFrame / Bag."""
-    if not _is_dask_collection(texts) or not hasattr(texts, "to_delayed"):
-        raise TypeError(
-            "embed_partitions needs a dask DataFrame column (dask Series), a "
-            "one-column dask DataFrame or a dask Bag of strings; got "
-            f"{type(texts).__module__}.{type(texts).__qualname__}. For an "
-            "in-memory list call vectorizer.transform(texts) directly."
-        )
-    meta = getattr(texts, "_meta", None)
-    if meta is not None and getattr(meta, "ndim", 1) == 2:
-        if meta.shape[1] != 1:
-            raise ValueError(
-                "embed_partitions needs one column of texts; got a dask DataFrame "
-                f"with columns {list(meta.columns)}. Select one, e.g. df['text']."
-            )
-    elif meta is not None and getattr(meta, "ndim", 1) != 1:
-        raise TypeError(
-            "embed_partitions needs a dask Series, one-column DataFrame or Bag; "
-            f"got a collection of {getattr(meta, 'ndim', '?')}-D partitions."
-        )
-    return list(texts.to_delayed())
-
-
-def embed_partitions(vectorizer, texts, *, n_features=None, dtype=None):
-    """Embed a dask collection of texts partition by partition.
-
-    See :func:`sklearn_isotropy.dask.embed_partitions` for the documentation.
-    """
-    from sklearn.utils.validation import check_is_fitted
-
-    dask = _import_dask()
-    import dask.array as da
-
-    if not hasattr(vectorizer, "transform"):
-        raise TypeError(
-            "vectorizer must have a transform(list_of_str) method, got "
-            f"{type(vectorizer).__qualname__}."
-        )
-    if hasattr(vectorizer, "fit"):  # an estimator: it must be fitted
-        check_is_fitted(
-            vectorizer,
-            msg=(
-                "This %(name)s instance is not fitted yet; embed_partitions sends "
-                "the fitted vectorizer to the workers. Call its fit first (for "
-                "BertPoolingVectorizer, fit only loads the model)."
-            ),
-        )
-    parts = _text_partitions(texts)
-    token = f"{type(vectorizer).__name__}-{uuid.uuid4().hex}"
-    # one key holds the vectorizer: it is sent to each worker once, and
-    # _cached_vectorizer keeps a single copy per worker process
-    vec = dask.delayed(vectorizer, name=f"isotropy-vectorizer-{token}")
-    lengths = [
-        dask.delayed(_count, pure=True)(p, dask_key_name=f"isotropy-len-{i}-{token}")
-        for i, p in enumerate(parts)
-    ]
-    probe = None
-    if n_features is None or dtype is None:
-        probe = dask.delayed(_embed_partition)(
-            ["width probe"], vec, token, dask_key_name=f"isotropy-probe-{token}"
-        )
-    *lengths, sample = dask.compute(*lengths, probe)
-    if sample is not None:
-        n_features, dtype = sample.shape[1], sample.dtype
-    dtype = np.dtype(dtype)
-    blocks = [
-        da.from_delayed(
-            dask.delayed(_embed_partition, pure=True)(
-                p, vec, token, dtype, dask_key_name=f"isotropy-embed-{i}-{token}"
-            ),
-            shape=(int(n), int(n_features)),
-            dtype=dtype,
-            meta=np.empty((0, int(n_features)), dtype=dtype),
-        )
-        for i, (p, n) in enumerate(zip(parts, lengths))
-    ]
-    if not blocks:
-        return da.empty((0, int(n_features)), dtype=dtype, chunks=((0,), (n_features,)))
-    return da.concatenate(blocks, axis=0)

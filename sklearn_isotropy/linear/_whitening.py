@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -10,40 +9,19 @@ from scipy import linalg
 from sklearn.utils._param_validation import Interval, RealNotInt, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
+from .._utils import warn
+from ..exceptions import RankDeficiencyWarning
 from ._base import (
     _check_enough_samples,
     _check_finite_moments,
     _finish_checked,
+    _numerical_rank,
+    _sorted_eigh,
     _StreamingMomentsMixin,
 )
 from ._moments import MomentAccumulator
-from .exceptions import RankDeficiencyWarning
 
 __all__ = ["WhiteningTransformer"]
-
-
-def _sorted_eigh(cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Eigenpairs of a symmetric matrix, largest first, with deterministic signs."""
-    evals, evecs = np.linalg.eigh(cov)  # LAPACK syevd, divide and conquer
-    evals, evecs = evals[::-1], evecs[:, ::-1]
-    # the entry of largest magnitude of every eigenvector is made positive, so
-    # two fits on the same statistics give the same components
-    signs = np.sign(evecs[np.argmax(np.abs(evecs), axis=0), np.arange(evecs.shape[1])])
-    signs[signs == 0] = 1.0
-    return evals, evecs * signs
-
-
-def _numerical_rank(evals: np.ndarray, n_nonzero: int, shrunk: bool) -> int:
-    """Directions the data actually span: eigenvalues above round-off level."""
-    top = evals[0] if evals.size else 0.0
-    if top <= 0:
-        return 0
-    tol = top * evals.size * np.finfo(np.float64).eps
-    rank = int(np.count_nonzero(evals > tol))
-    if not shrunk:
-        # n centred rows span at most n - 1 directions
-        rank = min(rank, n_nonzero - 1)
-    return rank
 
 
 class WhiteningTransformer(_StreamingMomentsMixin):
@@ -280,13 +258,12 @@ class WhiteningTransformer(_StreamingMomentsMixin):
         n_components = self.n_components
         if n_components is None:
             if rank < d:
-                warnings.warn(
+                warn(
                     f"The covariance has numerical rank {rank} < n_features = {d} "
                     f"(too few samples or collinear features); only {rank} "
                     "components are kept. Pass shrinkage > 0 (e.g. 'ledoit-wolf') "
                     "to keep every dimension.",
                     RankDeficiencyWarning,
-                    stacklevel=4,
                 )
             return rank
         if isinstance(n_components, Integral):

@@ -1,6 +1,6 @@
 """BERT-flow as a scikit-learn transformer: a Glow normalizing flow on embeddings.
 
-The torch bijectors live in :mod:`sklearn_isotropy._flow_layers`; this module
+The torch bijectors live in :mod:`sklearn_isotropy.flow._layers`; this module
 only validates, trains and persists them. torch is imported lazily, inside the
 methods that need it, so ``import sklearn_isotropy`` never imports torch.
 """
@@ -11,7 +11,6 @@ import copy
 import io
 import logging
 import math
-import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -25,31 +24,24 @@ from sklearn.utils import check_array, check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .exceptions import FlowTrainingWarning, IsotropyWarning
+from .._utils import import_optional, resolve_device, warn
+from ..exceptions import DeviceWarning, FlowTrainingWarning
+from ..linear import StandardNormalizer
 
 __all__ = ["GlowFlowTransformer"]
 
 logger = logging.getLogger(__name__)
 
-_INSTALL_HINT = 'pip install "sklearn-isotropy[flow]"'
 _CHUNK = 8192  # rows per forward pass at transform time
 
 
 def _import_torch():
-    """Import torch or raise an ImportError that names the extra to install."""
-    try:
-        import torch
-    except ImportError as exc:  # pragma: no cover - torch is in the test extra
-        raise ImportError(
-            "GlowFlowTransformer needs PyTorch, which is not installed. "
-            f"Install it with: {_INSTALL_HINT}"
-        ) from exc
-    return torch
+    return import_optional("torch", purpose="GlowFlowTransformer", extra="flow")
 
 
 def _build_flow(torch, config: dict, seed: int | None):
     """Build the Glow module from ``config`` without touching torch's global RNG."""
-    from ._flow_layers import Glow
+    from ._layers import Glow
 
     with torch.random.fork_rng(devices=[]):
         if seed is not None:
@@ -141,7 +133,7 @@ class GlowFlowTransformer(
     Attributes
     ----------
     flow_ : torch.nn.Module
-        The fitted :class:`~sklearn_isotropy._flow_layers.Glow` module (float32
+        The fitted :class:`~sklearn_isotropy.flow._layers.Glow` module (float32
         parameters), in evaluation mode.
     mean_ : ndarray of shape (n_features_in_,)
         Per-feature mean used for standardisation (zeros when
@@ -313,11 +305,9 @@ class GlowFlowTransformer(
 
         X64 = X.astype(np.float64, copy=False)
         if self.standardize:
-            self.mean_ = X64.mean(axis=0)
-            scale = X64.std(axis=0)
-            scale[scale < 10 * np.finfo(np.float64).eps * np.abs(self.mean_)] = 0.0
-            scale[scale == 0.0] = 1.0
-            self.scale_ = scale
+            # the same statistics and constant-feature rule as StandardNormalizer
+            normalizer = StandardNormalizer().fit(X64)
+            self.mean_, self.scale_ = normalizer.mean_, normalizer.scale_
         else:
             self.mean_ = np.zeros(n_features)
             self.scale_ = np.ones(n_features)
@@ -353,19 +343,7 @@ class GlowFlowTransformer(
         return self
 
     def _fit_device(self, torch):
-        try:
-            device = torch.device(self.device)
-        except (RuntimeError, TypeError) as exc:
-            raise ValueError(
-                f"device={self.device!r} is not a torch device; pass e.g. 'cpu', "
-                "'cuda' or 'cuda:0'"
-            ) from exc
-        if device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(
-                f"device={self.device!r} was requested but CUDA is not available "
-                "(torch.cuda.is_available() is False); pass device='cpu'"
-            )
-        return device
+        return resolve_device(self.device, owner=type(self).__name__)[0]
 
     def _train(self, torch, flow, X_train, X_val, device, seed):
         log_det_std = -float(np.log(self.scale_).sum())
@@ -462,7 +440,7 @@ class GlowFlowTransformer(
         # noise-level changes are normal when the initial flow (standardised
         # data, ActNorm) is already about right; a blow-up is far larger
         if not final_nll <= initial_nll + 0.1 * X_check.shape[1]:
-            warnings.warn(
+            warn(
                 "Flow training made the model worse than its initialisation: the "
                 "mean negative log-likelihood of the training rows rose from "
                 f"{initial_nll - log_det_std:.4g} to {final_nll - log_det_std:.4g} "
@@ -471,7 +449,6 @@ class GlowFlowTransformer(
                 + ("" if self.standardize else " or set standardize=True")
                 + ".",
                 FlowTrainingWarning,
-                stacklevel=4,  # _train < fit < _fit_context
             )
 
     def _handle_divergence(self, torch, flow, X_train, diverged, best_state):
@@ -497,11 +474,10 @@ class GlowFlowTransformer(
                 f"{epoch}, batch {batch}, and the parameters reached by then give "
                 f"non-finite outputs. To fix it, {remedy}."
             )
-        warnings.warn(
+        warn(
             f"Flow training stopped early: the {what} became non-finite at epoch "
             f"{epoch}, batch {batch}; kept {kept}. To train further, {remedy}.",
             FlowTrainingWarning,
-            stacklevel=5,  # _handle_divergence < _train < fit < _fit_context
         )
 
     def _progress_bar(self, n_train):
@@ -709,20 +685,14 @@ class GlowFlowTransformer(
         flow = _build_flow(torch, self._flow_config, seed=None)
         flow.load_state_dict(state_dict)
         flow.eval()
-        device = torch.device("cpu")
-        try:
-            requested = torch.device(self.device)
-        except (RuntimeError, TypeError):
-            requested = device
-        if requested.type == "cuda":
-            if torch.cuda.is_available():
-                device = requested
-            else:
-                warnings.warn(
-                    f"This GlowFlowTransformer was set up for device={self.device!r} "
-                    "but CUDA is not available here; it runs on the CPU instead. "
-                    "Call set_params(device='cpu') to silence this warning.",
-                    IsotropyWarning,
-                    stacklevel=2,
-                )
+        device, fallback = resolve_device(
+            self.device, owner=type(self).__name__, allow_fallback=True
+        )
+        if fallback is not None:
+            warn(
+                f"This GlowFlowTransformer was set up for device={self.device!r} "
+                f"but {fallback.split(' but ', 1)[1]}; it runs on the CPU instead. "
+                "Call set_params(device='cpu') to silence this warning.",
+                DeviceWarning,
+            )
         self.flow_ = flow.to(device)

@@ -16,7 +16,7 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
-from ._dask import _is_dask_collection
+from .._utils import is_dask_collection
 from ._moments import MomentAccumulator
 
 FLOAT_DTYPES = (np.float64, np.float32)
@@ -100,7 +100,7 @@ class _StreamingMomentsMixin(
             Fitted estimator.
         """
         self._reset()
-        if _is_dask_collection(X) or _is_dask_collection(sample_weight):
+        if is_dask_collection(X) or is_dask_collection(sample_weight):
             from ._dask import partial_fit_dask
 
             return partial_fit_dask(self, X, sample_weight, first=True)
@@ -129,7 +129,7 @@ class _StreamingMomentsMixin(
             Updated estimator.
         """
         first = not hasattr(self, "moments_")
-        if _is_dask_collection(X) or _is_dask_collection(sample_weight):
+        if is_dask_collection(X) or is_dask_collection(sample_weight):
             from ._dask import partial_fit_dask
 
             return partial_fit_dask(self, X, sample_weight, first=first)
@@ -146,12 +146,18 @@ class _StreamingMomentsMixin(
         # as one clear error (_check_finite_moments) instead of warnings
         with np.errstate(over="ignore", invalid="ignore"):
             moments.update(X, sample_weight)
-        # compute the new map before committing anything, so a batch that
-        # cannot be fitted leaves a previously fitted estimator untouched
+        self._commit(moments)
+        return self
+
+    def _commit(self, moments: MomentAccumulator) -> None:
+        """Fit the map to ``moments`` and store them (numpy and dask paths).
+
+        The new map is computed before anything is stored, so a batch that
+        cannot be fitted leaves a previously fitted estimator untouched.
+        """
         self._fit_moments(moments)
         self.moments_ = moments
         self.n_samples_seen_ = moments.n_samples
-        return self
 
     def _fit_moments(self, moments: MomentAccumulator) -> None:  # pragma: no cover
         raise NotImplementedError
@@ -174,7 +180,7 @@ class _StreamingMomentsMixin(
         output in ``_transform_array`` with :func:`_finish_checked`, which
         checks the output instead (one pass over memory fewer).
         """
-        if _is_dask_collection(X):
+        if is_dask_collection(X):
             return self._transform_dask(X)
         check_is_fitted(self)
         X = validate_data(
@@ -242,3 +248,27 @@ def _check_finite_moments(moments: MomentAccumulator) -> None:
             "(values of magnitude around 1e154 or more). Rescale the input, e.g. "
             "divide it by its largest absolute value, before fitting."
         )
+
+
+def _sorted_eigh(cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Eigenpairs of a symmetric matrix, largest first, with deterministic signs."""
+    evals, evecs = np.linalg.eigh(cov)  # LAPACK syevd, divide and conquer
+    evals, evecs = evals[::-1], evecs[:, ::-1]
+    # the entry of largest magnitude of every eigenvector is made positive, so
+    # two fits on the same statistics give the same components
+    signs = np.sign(evecs[np.argmax(np.abs(evecs), axis=0), np.arange(evecs.shape[1])])
+    signs[signs == 0] = 1.0
+    return evals, evecs * signs
+
+
+def _numerical_rank(evals: np.ndarray, n_nonzero: int, shrunk: bool) -> int:
+    """Directions the data actually span: eigenvalues above round-off level."""
+    top = evals[0] if evals.size else 0.0
+    if top <= 0:
+        return 0
+    tol = top * evals.size * np.finfo(np.float64).eps
+    rank = int(np.count_nonzero(evals > tol))
+    if not shrunk:
+        # n centred rows span at most n - 1 directions
+        rank = min(rank, n_nonzero - 1)
+    return rank

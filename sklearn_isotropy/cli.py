@@ -1,0 +1,281 @@
+"""The ``sklearn-isotropy`` command: argparse in front of the evaluation module.
+
+``sklearn-isotropy evaluate`` encodes an STS data set with a sentence encoder
+(the embedded all-MiniLM-L6-v2 by default), applies each post-processing
+method, and reports Spearman's rho x100 between the gold scores and the
+cosine similarities on the test split, together with fit/transform times and
+anisotropy diagnostics. The choices of ``--pooling`` and ``--methods`` come
+from the registries (:data:`~sklearn_isotropy.text.POOLING_PRESETS`,
+:data:`~sklearn_isotropy.evaluation.METHODS`). Exit status: 0 on success, 2
+for bad arguments, 1 for missing data or model (with a one-line message).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import textwrap
+from pathlib import Path
+
+__all__ = ["build_parser", "main"]
+
+PROG = "sklearn-isotropy"
+
+
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def _methods(text):
+    from .evaluation import METHODS
+
+    names = [m.strip() for m in text.split(",") if m.strip()]
+    unknown = [m for m in names if m not in METHODS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown method(s) {unknown or [text]}; choose from {', '.join(METHODS)}"
+        )
+    return list(dict.fromkeys(names))
+
+
+def build_parser():
+    """The argument parser of ``sklearn-isotropy`` (choices from the registries).
+
+    Returns
+    -------
+    parser : argparse.ArgumentParser
+    """
+    from .evaluation import DEFAULT_METHODS, DEFAULT_POOLINGS, METHODS, PROTOCOLS
+    from .text import POOLING_PRESETS
+
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Isotropy post-processing for sentence embeddings.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    ev = sub.add_parser(
+        "evaluate",
+        help=f"compare {'/'.join(METHODS)} on an STS data set",
+        description=textwrap.fill(
+            "Encode an STS data set, post-process the embeddings with each "
+            "method and report Spearman x100 on the test split. Exit status: 0 "
+            "success, 2 bad arguments, 1 missing data or model.",
+            width=78,
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="methods:\n"
+        + "\n".join(f"  {m.name:<10} {m.help}" for m in METHODS.values())
+        + "\n\npoolings:\n"
+        + "\n".join(
+            f"  {p.name:<15} {p.description}" for p in POOLING_PRESETS.values()
+        ),
+    )
+    ev.add_argument(
+        "--model",
+        default=None,
+        help="Hugging Face model name or local directory (default: the embedded "
+        "all-MiniLM-L6-v2)",
+    )
+    ev.add_argument(
+        "--pooling",
+        action="append",
+        choices=list(POOLING_PRESETS),
+        help="pooling preset; repeat for several (default: "
+        f"{' and '.join(DEFAULT_POOLINGS)})",
+    )
+    ev.add_argument(
+        "--data",
+        default="stsb",
+        help="STS directory with train/dev/test files, a single file (used as "
+        "test), or 'stsb' to download the STS Benchmark (default: stsb)",
+    )
+    ev.add_argument(
+        "--methods",
+        type=_methods,
+        default=list(DEFAULT_METHODS),
+        help=f"comma-separated, from {','.join(METHODS)} (default: "
+        f"{','.join(DEFAULT_METHODS)})",
+    )
+    ev.add_argument(
+        "--fit-on",
+        choices=list(PROTOCOLS),
+        default="target",
+        help="fit the transforms on the test sentences (target, the papers' "
+        "protocol) or on the train split (default: target)",
+    )
+    ev.add_argument(
+        "--n-components",
+        type=_positive_int,
+        default=256,
+        help="kept dimensions for 'whitening' (capped at the embedding width; "
+        "default: 256)",
+    )
+    ev.add_argument(
+        "--natsv-components",
+        type=_positive_int,
+        default=5,
+        help="top directions removed by 'natsv' (default: 5)",
+    )
+    ev.add_argument(
+        "--out",
+        default="results",
+        help="directory for results.md, results.json and PNG figures "
+        "(default: ./results)",
+    )
+    ev.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    ev.add_argument(
+        "--batch-size", type=_positive_int, default=64, help="encoding batch size"
+    )
+    ev.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    ev.add_argument(
+        "--cv", type=_positive_int, default=5, help="folds of the 'grid' search"
+    )
+    ev.add_argument(
+        "--max-pairs",
+        type=_positive_int,
+        default=None,
+        help="use a random subset of at most this many pairs per split (for "
+        "quick runs)",
+    )
+    ev.add_argument(
+        "--flow-epochs",
+        type=_positive_int,
+        default=1,
+        help="training epochs of 'flow' (default: 1, as in BERT-flow)",
+    )
+    ev.add_argument(
+        "--cache",
+        default=None,
+        help="directory caching sentence encodings across runs (optional)",
+    )
+    ev.add_argument(
+        "--no-figures", action="store_true", help="do not write PNG figures"
+    )
+    ev.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress bars or log lines"
+    )
+    return parser
+
+
+def _evaluate(args):
+    from .evaluation import (
+        DEFAULT_POOLINGS,
+        TITLE,
+        MethodSettings,
+        evaluate_sts,
+        format_table,
+        load_sts_splits,
+        required_splits,
+        write_reports,
+    )
+
+    progress = not args.quiet
+    splits = load_sts_splits(
+        args.data,
+        required_splits(args.methods, args.fit_on),
+        max_pairs=args.max_pairs,
+        random_state=args.seed,
+    )
+    out_dir = Path(args.out)
+    try:  # before any work: a run must not fail only when it writes its results
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _CLIError(f"cannot create --out directory {out_dir}: {exc}") from exc
+
+    def log(line):
+        if progress:
+            print(line, file=sys.stderr, flush=True)
+
+    print(f"Data: {args.data}")
+    print(f"Model: {args.model or 'all-MiniLM-L6-v2 (embedded default)'}")
+    sys.stdout.flush()
+    settings = MethodSettings(
+        n_components=args.n_components,
+        natsv_components=args.natsv_components,
+        flow_epochs=args.flow_epochs,
+        cv=args.cv,
+        seed=args.seed,
+        device=args.device,
+    )
+    ev = evaluate_sts(
+        splits,
+        data_name=args.data,
+        model=args.model,
+        poolings=args.pooling or DEFAULT_POOLINGS,
+        methods=args.methods,
+        fit_on=args.fit_on,
+        settings=settings,
+        batch_size=args.batch_size,
+        cache=args.cache,
+        progress=progress,
+        log=log,
+    )
+    print()
+    print(TITLE)
+    print(format_table(ev))
+    print(f"Pairs: {', '.join(f'{s} {n}' for s, n in ev.splits.items())}")
+    print(f"Fitting protocol: {ev.protocol}.")
+    for method in ev.methods:
+        for pooling in ev.poolings:
+            record = ev.results[(method, pooling)]
+            if record.get("error"):
+                print(f"{method} failed for {pooling}: {record['error']}")
+            if record["params"].get("chosen"):
+                print(f"grid choice for {pooling}: {record['params']['chosen']}")
+    try:
+        files, note = write_reports(ev, out_dir, figures=not args.no_figures)
+    except OSError as exc:
+        raise _CLIError(f"cannot write the results to {args.out}: {exc}") from exc
+    if note:
+        print(note, file=sys.stderr)
+    pngs = len(files) - 2
+    print(f"Wrote {files[0]}, {files[1]}", end="")
+    print(f" and {pngs} figures." if pngs else ".")
+    return ev
+
+
+class _CLIError(Exception):
+    """An error reported as one line with exit status 1."""
+
+
+def main(argv=None):
+    """Run the ``sklearn-isotropy`` command; return its exit status.
+
+    Parameters
+    ----------
+    argv : list of str, default=None
+        Arguments without the program name; ``sys.argv[1:]`` when None.
+
+    Returns
+    -------
+    status : int
+        0 on success, 1 for missing data or model. Bad arguments exit with
+        status 2 through :class:`SystemExit`, as argparse does.
+
+    Examples
+    --------
+    >>> from sklearn_isotropy.cli import main
+    >>> main(["evaluate", "--data", "/nonexistent/sts", "--quiet"])
+    1
+    """
+    from .exceptions import EvaluationError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING if args.quiet else logging.INFO,
+        format="%(name)s: %(message)s",
+    )
+    try:
+        _evaluate(args)
+    except (EvaluationError, _CLIError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,23 @@
+"""The linear post-processors and the exact streaming statistics behind them.
+
+Each estimator is fitted from the count, mean and scatter matrix of its
+training rows, accumulated in float64 by :class:`MomentAccumulator` (exact
+and mergeable, so ``partial_fit`` and Dask fits equal an in-memory fit);
+``_base.py`` holds what they share (the streaming ``fit``/``partial_fit``,
+the checked transform, the eigen helpers) and ``_dask.py`` the tree
+reduction of the statistics on a cluster.
+"""
+
+from __future__ import annotations
+
+from ._moments import MomentAccumulator
+from ._natsv import NATSVTransformer
+from ._standard import StandardNormalizer
+from ._whitening import WhiteningTransformer
+
+__all__ = [
+    "MomentAccumulator",
+    "NATSVTransformer",
+    "StandardNormalizer",
+    "WhiteningTransformer",
+]

@@ -1,0 +1,22 @@
+"""From texts to pooled transformer embeddings.
+
+:class:`BertPoolingVectorizer` is the estimator. Beside it: model loading
+(``_loading.py``), the hidden-state taps that read intermediate layers
+(``_taps.py``), the pooling presets (``_pooling.py``, the registry
+:data:`POOLING_PRESETS`, extended with :func:`register_pooling`), the
+per-sentence embedding cache (``_cache.py``) and the partition-wise embedding
+of dask collections (``_dask.py``). torch and transformers are imported only
+when a model is loaded.
+"""
+
+from __future__ import annotations
+
+from ._pooling import POOLING_PRESETS, PoolingPreset, register_pooling
+from ._vectorizer import BertPoolingVectorizer
+
+__all__ = [
+    "POOLING_PRESETS",
+    "BertPoolingVectorizer",
+    "PoolingPreset",
+    "register_pooling",
+]

