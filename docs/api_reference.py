@@ -145,9 +145,7 @@ def render_api_reference() -> str:
         if own:
             lines += _autosummary(own)
         if shared:
-            refs = ", ".join(
-                f":obj:`~{home[id(getattr(module, n))]}`" for n in shared
-            )
+            refs = ", ".join(f":obj:`~{home[id(getattr(module, n))]}`" for n in shared)
             lines += [
                 f"Also exported by ``{module_name}`` (documented under the "
                 f"names linked here): {refs}.",

@@ -30,6 +30,7 @@ import io
 import os
 import re
 import sys
+import tempfile
 from pathlib import Path
 
 DOCS_DIR = Path(__file__).resolve().parent
@@ -49,9 +50,25 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # imported (Sphinx itself imports neither); override by exporting them.
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
-# the examples locate the data relative to the repository; tell them where
-# the repository is when sphinx-gallery runs them from another directory
-os.environ.setdefault("SKLEARN_ISOTROPY_REPO", str(REPO_ROOT))
+# The examples read STS-B with load_sts_splits("stsb"), which looks in the data
+# cache before downloading. Point the cache at the copy shipped beside the
+# repository (<repo>/../shared/data/stsb) or at $SKLEARN_ISOTROPY_STSB, so the
+# build needs no network; a user's own SKLEARN_ISOTROPY_DATA wins.
+def _point_data_home_at_stsb() -> None:
+    if os.environ.get("SKLEARN_ISOTROPY_DATA"):
+        return
+    shipped = REPO_ROOT.parent / "shared" / "data"
+    if (shipped / "stsb" / "test.csv").is_file():
+        os.environ["SKLEARN_ISOTROPY_DATA"] = str(shipped)
+        return
+    elsewhere = os.environ.get("SKLEARN_ISOTROPY_STSB")
+    if elsewhere and (Path(elsewhere) / "test.csv").is_file():
+        home = Path(tempfile.mkdtemp(prefix="sklearn_isotropy_data_"))
+        (home / "stsb").symlink_to(Path(elsewhere).resolve())
+        os.environ["SKLEARN_ISOTROPY_DATA"] = str(home)
+
+
+_point_data_home_at_stsb()
 
 from api_reference import write_api_reference  # noqa: E402
 
@@ -194,7 +211,7 @@ sphinx_gallery_conf = {
     "examples_dirs": "examples",
     "gallery_dirs": "auto_examples",
     "filename_pattern": r"/plot_",
-    # _stsb.py is the examples' shared data helper, not an example
+    # a module starting with "_" next to the examples would be a helper
     "ignore_pattern": "|".join(
         [r"(^|[/\\])_\w*\.py$", *(re.escape(n) for n in SKIPPED_EXAMPLES)]
     ),
