@@ -50,6 +50,8 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # imported (Sphinx itself imports neither); override by exporting them.
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
+
+
 # The examples read STS-B with load_sts_splits("stsb"), which looks in the data
 # cache before downloading. Point the cache at the copy shipped beside the
 # repository (<repo>/../shared/data/stsb) or at $SKLEARN_ISOTROPY_STSB, so the
