@@ -285,7 +285,7 @@ _write_if_changed(GENERATED_DIR / "anisotropy_figures.inc", _figures)
 # evaluate``, taken from the parser at build time.
 def _cli_help() -> str | None:
     try:
-        from sklearn_isotropy._cli import build_parser
+        from sklearn_isotropy.cli import build_parser
     except ImportError:
         return None
     buffer = io.StringIO()
