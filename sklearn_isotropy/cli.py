@@ -4,18 +4,25 @@
 (the embedded all-MiniLM-L6-v2 by default), applies each post-processing
 method, and reports Spearman's rho x100 between the gold scores and the
 cosine similarities on the test split, together with fit/transform times and
-anisotropy diagnostics. The choices of ``--pooling`` and ``--methods`` come
-from the registries (:data:`~sklearn_isotropy.text.POOLING_PRESETS`,
-:data:`~sklearn_isotropy.evaluation.METHODS`). Exit status: 0 on success, 2
-for bad arguments, 1 for missing data or model (with a one-line message).
+anisotropy diagnostics. The choices of ``--pooling``, ``--methods`` and
+``--format`` come from the registries
+(:data:`~sklearn_isotropy.text.POOLING_PRESETS`,
+:data:`~sklearn_isotropy.evaluation.METHODS`, the loader's formats). Exit
+status: 0 on success, 2 for bad arguments, 1 when the run cannot start
+(missing data or model, an output directory that cannot be written) or when
+a method failed (the results of the others are still written); each error is
+one line on stderr, and so is each warning.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
+import tempfile
 import textwrap
+import warnings
 from pathlib import Path
 
 __all__ = ["build_parser", "main"]
@@ -52,12 +59,17 @@ def build_parser():
     -------
     parser : argparse.ArgumentParser
     """
+    from . import __version__
+    from .datasets import FORMATS
     from .evaluation import DEFAULT_METHODS, DEFAULT_POOLINGS, METHODS, PROTOCOLS
     from .text import POOLING_PRESETS
 
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Isotropy post-processing for sentence embeddings.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {__version__}"
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     ev = sub.add_parser(
@@ -66,7 +78,8 @@ def build_parser():
         description=textwrap.fill(
             "Encode an STS data set, post-process the embeddings with each "
             "method and report Spearman x100 on the test split. Exit status: 0 "
-            "success, 2 bad arguments, 1 missing data or model.",
+            "success, 2 bad arguments, 1 when the run cannot start (data, model "
+            "or output directory) or a method failed.",
             width=78,
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -95,6 +108,12 @@ def build_parser():
         default="stsb",
         help="STS directory with train/dev/test files, a single file (used as "
         "test), or 'stsb' to download the STS Benchmark (default: stsb)",
+    )
+    ev.add_argument(
+        "--format",
+        choices=list(FORMATS),
+        default=None,
+        help="file format of the STS data (default: detected from the files)",
     )
     ev.add_argument(
         "--methods",
@@ -164,6 +183,22 @@ def build_parser():
     return parser
 
 
+def _check_writable(out):
+    """Create ``out`` and write a probe file in it, before any work is done."""
+    out_dir = Path(out).expanduser()
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out_dir, prefix=".write-probe-"):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise _CLIError(
+            f"cannot write to --out directory {str(out)!r} ({reason}); pass "
+            "--out with a directory you can write to"
+        ) from exc
+    return out_dir
+
+
 def _evaluate(args):
     from .evaluation import (
         DEFAULT_POOLINGS,
@@ -177,17 +212,14 @@ def _evaluate(args):
     )
 
     progress = not args.quiet
+    out_dir = _check_writable(args.out)
     splits = load_sts_splits(
         args.data,
         required_splits(args.methods, args.fit_on),
         max_pairs=args.max_pairs,
         random_state=args.seed,
+        format=args.format,
     )
-    out_dir = Path(args.out)
-    try:  # before any work: a run must not fail only when it writes its results
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise _CLIError(f"cannot create --out directory {out_dir}: {exc}") from exc
 
     def log(line):
         if progress:
@@ -219,16 +251,15 @@ def _evaluate(args):
     )
     print()
     print(TITLE)
+    print()
     print(format_table(ev))
+    print()
     print(f"Pairs: {', '.join(f'{s} {n}' for s, n in ev.splits.items())}")
     print(f"Fitting protocol: {ev.protocol}.")
-    for method in ev.methods:
-        for pooling in ev.poolings:
-            record = ev.results[(method, pooling)]
-            if record.get("error"):
-                print(f"{method} failed for {pooling}: {record['error']}")
-            if record["params"].get("chosen"):
-                print(f"grid choice for {pooling}: {record['params']['chosen']}")
+    for pooling in ev.poolings:
+        record = ev.results.get(("grid", pooling))
+        if record and record["params"].get("chosen"):
+            print(f"grid choice for {pooling}: {record['params']['chosen']}")
     try:
         files, note = write_reports(ev, out_dir, figures=not args.no_figures)
     except OSError as exc:
@@ -238,7 +269,31 @@ def _evaluate(args):
     pngs = len(files) - 2
     print(f"Wrote {files[0]}, {files[1]}", end="")
     print(f" and {pngs} figures." if pngs else ".")
-    return ev
+    sys.stdout.flush()
+    for method, pooling, error in ev.failures:
+        print(
+            f"{PROG}: error: method {method!r} failed for {pooling} pooling: {error}",
+            file=sys.stderr,
+        )
+    return 1 if ev.failures else 0
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    """Print a warning as one line, ``sklearn-isotropy: warning: ...``."""
+    text = " ".join(str(message).split())
+    print(f"{PROG}: warning: {text}", file=file or sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def _one_line_warnings():
+    """Show each warning of the run once, on one line of stderr."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")  # once per distinct message and place
+        original, warnings.showwarning = warnings.showwarning, _show_warning
+        try:
+            yield
+        finally:
+            warnings.showwarning = original
 
 
 class _CLIError(Exception):
@@ -256,8 +311,10 @@ def main(argv=None):
     Returns
     -------
     status : int
-        0 on success, 1 for missing data or model. Bad arguments exit with
-        status 2 through :class:`SystemExit`, as argparse does.
+        0 on success; 1 when the run cannot start (missing data or model, an
+        output directory that cannot be written) or when a method failed.
+        Bad arguments exit with status 2 through :class:`SystemExit`, as
+        argparse does.
 
     Examples
     --------
@@ -274,8 +331,8 @@ def main(argv=None):
         format="%(name)s: %(message)s",
     )
     try:
-        _evaluate(args)
+        with _one_line_warnings():
+            return _evaluate(args)
     except (EvaluationError, _CLIError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1
-    return 0

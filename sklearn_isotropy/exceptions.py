@@ -15,6 +15,7 @@ from sklearn.exceptions import ConvergenceWarning
 __all__ = [
     "DeviceWarning",
     "EvaluationError",
+    "EvaluationWarning",
     "FlowTrainingWarning",
     "IsotropyWarning",
     "ModelNotFoundError",
@@ -76,3 +77,14 @@ class FlowTrainingWarning(IsotropyWarning, ConvergenceWarning):
 
 class DeviceWarning(IsotropyWarning):
     """A model set up for a device that is not available here runs on the CPU."""
+
+
+class EvaluationWarning(IsotropyWarning):
+    """A method warned while an evaluation ran it.
+
+    :func:`~sklearn_isotropy.evaluation.evaluate_sts` records the warnings of
+    each method with its result and raises each distinct one again, once, as
+    this class, prefixed with the pooling and the method (``"[mean] grid:
+    RankDeficiencyWarning: ..."``), so that they are seen while the run goes
+    on and not only in ``results.json``.
+    """

@@ -171,7 +171,7 @@ def test_evaluate_succeeds_and_names_its_protocol(tiny_run):
     assert tiny_run["status"] == 0
     stdout, fit_on = tiny_run["stdout"], tiny_run["fit_on"]
     assert f"'{fit_on}'" in stdout and "Fitting protocol" in stdout
-    assert "whitening-4" in stdout and "embeddings_avg ρ×100" in stdout
+    assert "whitening-4" in stdout and "embeddings_avg pooling:" in stdout
     payload = tiny_run["payload"]
     assert payload["fit_on"] == fit_on and fit_on in payload["protocol"]
 
@@ -327,3 +327,176 @@ def test_evaluate_default_model_small_subset(stsb_dir, tmp_path, capsys):
     got = {r["method"]: r["spearman_x100"] for r in payload["results"]}
     # the static-vector regime is anisotropic: post-processing helps
     assert got["sn"] > got["raw"] + 3
+
+
+# ------------------------------------------------ hostile runs and output
+
+
+def _argv(data, out, *extra, model=None, methods="raw"):
+    argv = ["evaluate", "--data", str(data), "--methods", methods, "--out", str(out)]
+    if model is not None:
+        argv += ["--model", str(model)]
+    return [*argv, "--no-figures", *extra]
+
+
+def test_version(capsys):
+    import sklearn_isotropy
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert (
+        capsys.readouterr().out.strip()
+        == f"sklearn-isotropy {sklearn_isotropy.__version__}"
+    )
+
+
+def _no_encoding(monkeypatch):
+    from sklearn_isotropy import BertPoolingVectorizer
+
+    def fail(self, *args, **kwargs):
+        raise AssertionError("the model was loaded before the --out check")
+
+    monkeypatch.setattr(BertPoolingVectorizer, "fit", fail)
+
+
+def test_out_that_is_a_file_fails_before_encoding(
+    tiny_sts_dir, tiny_bert, tmp_path, capsys, monkeypatch
+):
+    _no_encoding(monkeypatch)
+    blocker = tmp_path / "results"
+    blocker.write_text("not a directory")
+    status = main(_argv(tiny_sts_dir, blocker / "sub", model=tiny_bert))
+    err = capsys.readouterr().err.strip()
+    assert status == 1 and len(err.splitlines()) == 1
+    assert err.startswith("sklearn-isotropy: error: cannot write to --out directory")
+    assert blocker.read_text() == "not a directory"
+
+
+def test_out_that_cannot_be_written_fails_before_encoding(
+    tiny_sts_dir, tiny_bert, tmp_path, capsys, monkeypatch
+):
+    import tempfile
+
+    _no_encoding(monkeypatch)
+    out = tmp_path / "readonly"
+    out.mkdir()
+
+    def refuse(*args, dir=None, **kwargs):
+        if dir is not None and Path(dir) == out:
+            raise PermissionError(13, "Permission denied", str(out))
+        return original(*args, dir=dir, **kwargs)
+
+    original = tempfile.TemporaryFile
+    monkeypatch.setattr(tempfile, "TemporaryFile", refuse)
+    status = main(_argv(tiny_sts_dir, out, model=tiny_bert))
+    err = capsys.readouterr().err.strip()
+    assert status == 1 and len(err.splitlines()) == 1
+    assert "cannot write to --out directory" in err and "Permission denied" in err
+    assert list(out.iterdir()) == []
+
+
+@pytest.mark.skipif(
+    not hasattr(__import__("os"), "geteuid") or __import__("os").geteuid() == 0,
+    reason="root writes to read-only directories",
+)
+def test_out_read_only_directory(tiny_sts_dir, tiny_bert, tmp_path, capsys):
+    out = tmp_path / "ro"
+    out.mkdir(mode=0o500)
+    status = main(_argv(tiny_sts_dir, out, model=tiny_bert))
+    assert status == 1
+    assert "cannot write to --out directory" in capsys.readouterr().err
+
+
+def test_a_failed_method_exits_1_with_one_line(
+    tiny_sts_dir, tiny_bert, tmp_path, capsys
+):
+    # 8 test pairs: at most 16 sentences, a covariance of rank <= 15, so
+    # keeping 20 of the 32 dimensions cannot be fitted
+    argv = _argv(
+        tiny_sts_dir,
+        tmp_path,
+        "--max-pairs",
+        "8",
+        "--n-components",
+        "20",
+        "--pooling",
+        "mean",
+        "--quiet",
+        model=tiny_bert,
+        methods="raw,whitening",
+    )
+    status = main(argv)
+    captured = capsys.readouterr()
+    errors = [ln for ln in captured.err.splitlines() if ": error: " in ln]
+    assert status == 1
+    assert len(errors) == 1
+    assert errors[0].startswith(
+        "sklearn-isotropy: error: method 'whitening' failed for mean pooling: "
+        "n_components=20 exceeds the rank"
+    )
+    # the other method's result is still written
+    payload = json.loads((tmp_path / "results.json").read_text())
+    got = _cells(payload)
+    assert np.isfinite(got[("raw", "mean")]["spearman_x100"])
+    assert got[("whitening", "mean")]["error"].startswith("n_components=20")
+
+
+def test_warnings_are_shown_once_on_stderr(tiny_sts_dir, tiny_bert, tmp_path, capsys):
+    # 8 pairs, 32 dimensions: whitening every dimension is rank deficient
+    argv = _argv(
+        tiny_sts_dir,
+        tmp_path,
+        "--max-pairs",
+        "8",
+        "--pooling",
+        "mean",
+        "--quiet",
+        model=tiny_bert,
+        methods="whitening",
+    )
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if "RankDeficiencyWarning" in ln]
+    assert len(lines) == 1, err
+    assert lines[0].startswith(
+        "sklearn-isotropy: warning: [mean] whitening: RankDeficiencyWarning: "
+        "The covariance has numerical rank"
+    )
+    payload = json.loads((tmp_path / "results.json").read_text())
+    (record,) = payload["results"]
+    assert record["warnings"] and "numerical rank" in record["warnings"][0]
+
+
+def test_console_table_fits_100_columns(tiny_run):
+    stdout = tiny_run["stdout"]
+    table = stdout[stdout.index("mean pooling:") : stdout.index("Pairs:")]
+    assert "embeddings_avg pooling:" in table
+    assert max(len(line) for line in table.splitlines()) <= 100
+
+
+def test_format_option_reaches_the_loader(tiny_sts_dir, tiny_bert, tmp_path, capsys):
+    # the tiny files are comma-separated: read as SentEval TSV they fail,
+    # read as stsb-csv (what detection picks too) they work
+    status = main(
+        _argv(
+            tiny_sts_dir, tmp_path, "--format", "senteval", "--quiet", model=tiny_bert
+        )
+    )
+    err = capsys.readouterr().err.strip()
+    assert status == 1 and len(err.splitlines()) == 1 and "senteval" in err
+    status = main(
+        _argv(
+            tiny_sts_dir, tmp_path, "--format", "stsb-csv", "--quiet", model=tiny_bert
+        )
+    )
+    assert status == 0
+
+
+def test_format_choices_come_from_the_loader():
+    from sklearn_isotropy.cli import build_parser
+    from sklearn_isotropy.datasets import FORMATS
+
+    sub = build_parser()._subparsers._group_actions[0].choices["evaluate"]
+    (action,) = [a for a in sub._actions if "--format" in a.option_strings]
+    assert tuple(action.choices) == tuple(FORMATS)

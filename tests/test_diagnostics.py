@@ -199,3 +199,33 @@ def test_matplotlib_is_imported_lazily():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_spectrum_stops_at_the_numerical_rank(plt):
+    from sklearn_isotropy import NATSVTransformer
+
+    rng = np.random.RandomState(8)
+    X = (rng.normal(size=(400, 12)) * np.geomspace(3, 0.3, 12) + 2).astype(np.float32)
+    nulled = NATSVTransformer(n_components=3).fit_transform(X)  # rank 12 - 3
+    few = X[:5]  # 5 rows span 4 directions
+    ax = plot_eigenvalue_spectrum({"raw": X, "natsv": nulled, "few rows": few})
+    lengths = [len(line.get_ydata()) for line in ax.get_lines()]
+    assert lengths == [12, 9, 4]
+    # what is drawn is the data's spectrum, not round-off
+    expected = PCA().fit(nulled.astype(np.float64)).explained_variance_ratio_[:9]
+    np.testing.assert_allclose(ax.get_lines()[1].get_ydata(), expected, rtol=1e-4)
+    assert min(ln.get_ydata().min() for ln in ax.get_lines()) > 1e-6
+
+
+def test_overlapping_lines_stay_distinguishable(plt):
+    X = np.random.RandomState(9).normal(size=(100, 40))
+    ax = plot_eigenvalue_spectrum({"a": X, "b": X.copy(), "c": X * 2})
+    lines = ax.get_lines()
+    styles = {(ln.get_marker(), ln.get_linestyle()) for ln in lines}
+    assert len(styles) == 3
+    # markers of coinciding lines sit at different components
+    starts = {ln.get_markevery()[0] for ln in lines}
+    assert len(starts) > 1
+    legend = ax.get_legend()
+    # the legend is outside the axes (anchored right of them), not over data
+    assert legend.get_bbox_to_anchor().x0 >= ax.get_window_extent().x1 - 1

@@ -4,14 +4,16 @@ One home each for what several families need: importing an optional
 dependency with the extra that installs it (:func:`import_optional`),
 resolving a torch device (:func:`resolve_device`), scaling rows to unit norm
 without overflow (:func:`normalize_rows`), telling dask collections apart
-without importing dask (:func:`is_dask_collection`), and warning at the
-user's line (:func:`warn`).
+without importing dask (:func:`is_dask_collection`), progress bars that
+cost nothing when off (:func:`progress_bar`), and warning at the user's line
+(:func:`warn`).
 """
 
 from __future__ import annotations
 
 from ._device import resolve_device
 from ._optional import import_optional, is_dask_collection
+from ._progress import progress_bar
 from ._rows import normalize_rows
 from ._warnings import warn
 
@@ -19,6 +21,7 @@ __all__ = [
     "import_optional",
     "is_dask_collection",
     "normalize_rows",
+    "progress_bar",
     "resolve_device",
     "warn",
 ]

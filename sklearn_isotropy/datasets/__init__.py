@@ -7,6 +7,6 @@ and can download the STS Benchmark into a local cache.
 
 from __future__ import annotations
 
-from ._sts import get_data_home, load_sts
+from ._sts import FORMATS, get_data_home, load_sts
 
-__all__ = ["get_data_home", "load_sts"]
+__all__ = ["FORMATS", "get_data_home", "load_sts"]

@@ -18,24 +18,77 @@ def _new_axes(ax):
     if ax is not None:
         return ax
     plt = import_optional("matplotlib.pyplot", purpose="plotting", extra="plot")
-    _, ax = plt.subplots()
+    _, ax = plt.subplots(layout="constrained")  # room for an outside legend
     return ax
 
 
-def _as_named(embeddings):
-    """Accept one matrix or a mapping ``label -> matrix``."""
+def _as_named(embeddings, *, keep_dtype=False):
+    """Accept one matrix or a mapping ``label -> matrix``.
+
+    With ``keep_dtype``, each value is ``(X, dtype)``: the float64 matrix and
+    the dtype it came in (whose precision sets the numerical rank).
+    """
     if isinstance(embeddings, dict):
         if not embeddings:
             raise ValueError("embeddings is an empty dict; pass at least one matrix")
-        return {str(k): _check_X(v) for k, v in embeddings.items()}
-    return {"embeddings": _check_X(embeddings)}
+        items = embeddings.items()
+    else:
+        items = [("embeddings", embeddings)]
+
+    def check(X):
+        dtype = getattr(X, "dtype", np.dtype(np.float64))
+        return (_check_X(X), dtype) if keep_dtype else _check_X(X)
+
+    return {str(k): check(v) for k, v in items}
+
+
+#: Markers and line styles cycled through so that lines drawn on top of each
+#: other (two methods with the same output) stay distinguishable.
+_MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*")
+_LINESTYLES = ("-", "--", "-.", ":")
+
+
+def _numerical_rank_spectrum(X, dtype, *, relative):
+    """Covariance eigenvalues of ``X`` down to its numerical rank.
+
+    Directions whose singular value is below ``s_max * max(n, d) * eps`` (the
+    rule of :func:`numpy.linalg.matrix_rank`, with the machine epsilon of the
+    input's dtype) are round-off, not data: a float32 embedding nulled or
+    truncated by a transform has eigenvalues of 1e-12 there, which say
+    nothing and squash the informative range of a log axis.
+    """
+    ev = _covariance_eigenvalues(X, relative=relative)
+    if ev.size == 0 or ev[0] <= 0:
+        return ev[:0]
+    eps = np.finfo(dtype).eps if np.issubdtype(dtype, np.floating) else 0.0
+    eps = max(eps, np.finfo(np.float64).eps)
+    tol = np.sqrt(ev[0]) * max(X.shape) * eps
+    return ev[np.sqrt(ev) > tol]
+
+
+def _legend_outside(ax, n_entries):
+    """Put the legend to the right of the axes, where it cannot hide data."""
+    if n_entries > 1:
+        ax.legend(
+            loc="upper left",
+            bbox_to_anchor=(1.02, 1.0),
+            borderaxespad=0.0,
+            fontsize="small",
+            frameon=False,
+        )
 
 
 def plot_eigenvalue_spectrum(embeddings, *, normalize=True, ax=None):
     """Plot the sorted covariance eigenvalues of one or more embedding matrices.
 
     An anisotropic embedding has a spectrum that falls steeply (a few
-    directions dominate); a whitened one is flat.
+    directions dominate); a whitened one is flat. Each spectrum is drawn down
+    to the numerical rank of its matrix (the rule of
+    :func:`numpy.linalg.matrix_rank`, with the machine epsilon of the
+    matrix's dtype): directions a transform removed, or that fewer rows than
+    dimensions cannot span, are left out instead of being drawn as round-off
+    at 1e-12. Lines get distinct markers and styles, so spectra that
+    coincide stay visible, and the legend sits outside the axes.
 
     Parameters
     ----------
@@ -64,21 +117,30 @@ def plot_eigenvalue_spectrum(embeddings, *, normalize=True, ax=None):
     >>> [line.get_label() for line in ax.get_lines()]
     ['before', 'after']
     """
-    named = _as_named(embeddings)
+    named = _as_named(embeddings, keep_dtype=True)
     ax = _new_axes(ax)
-    for label, X in named.items():
-        ev = _covariance_eigenvalues(X, relative=normalize)
+    for i, (label, (X, dtype)) in enumerate(named.items()):
+        ev = _numerical_rank_spectrum(X, dtype, relative=normalize)
         if normalize and ev.sum() > 0:
             ev = ev / ev.sum()
-        # numerically zero eigenvalues cannot be drawn on a log axis: floor
-        # them at 1e-10 of the largest so the informative range stays visible
-        floor = ev.max() * 1e-10 if ev.max() > 0 else 1e-12
-        ax.plot(np.arange(1, ev.size + 1), np.maximum(ev, floor), label=label)
+        x = np.arange(1, ev.size + 1)
+        # markers at staggered positions: two identical spectra show both
+        step = max(1, ev.size // 10)
+        ax.plot(
+            x,
+            ev,
+            label=label,
+            marker=_MARKERS[i % len(_MARKERS)],
+            linestyle=_LINESTYLES[i % len(_LINESTYLES)],
+            markevery=((i * step) // max(1, len(named)) % step, step),
+            markersize=5,
+            markerfacecolor="none",
+        )
     ax.set_yscale("log")
     ax.set_xlabel("component (sorted by eigenvalue)")
     ax.set_ylabel("share of variance" if normalize else "covariance eigenvalue")
     ax.set_title("Covariance eigenvalue spectrum")
-    ax.legend()
+    _legend_outside(ax, len(named))
     return ax
 
 
@@ -136,5 +198,5 @@ def plot_cosine_histogram(
     ax.set_xlabel("cosine similarity of random pairs")
     ax.set_ylabel("density")
     ax.set_title("Pair cosine similarity")
-    ax.legend()
+    _legend_outside(ax, len(named))
     return ax

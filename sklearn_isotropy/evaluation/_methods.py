@@ -67,9 +67,10 @@ class Method:
     ----------
     name : str
         The ``--methods`` name.
-    label : str
-        Table label; ``{key}`` fields are filled from the reported params
-        (``"whitening-{n_components}"``).
+    label : str or callable
+        Table label: a template whose ``{key}`` fields are filled from the
+        reported params (``"whitening-{n_components}"``), or a function
+        ``label(params) -> str`` for labels that depend on what was chosen.
     help : str
         One line for ``--help``.
     build : callable
@@ -82,7 +83,7 @@ class Method:
     """
 
     name: str
-    label: str
+    label: str | Callable
     help: str
     build: Callable
     needs_dev: bool = False
@@ -90,8 +91,10 @@ class Method:
     def format_label(self, params: dict) -> str:
         """The table label with ``params`` filled in (the bare name if missing)."""
         try:
+            if callable(self.label):
+                return str(self.label(params))
             return self.label.format(**params)
-        except (KeyError, IndexError):
+        except (KeyError, IndexError, TypeError, ValueError):
             return self.name
 
 
@@ -106,9 +109,9 @@ def register_method(name, *, label=None, help="", needs_dev=False):
     ----------
     name : str
         The ``--methods`` name; must not be taken.
-    label : str, default=None
-        Table label (``str.format`` fields from the reported params); the
-        name when None.
+    label : str or callable, default=None
+        Table label: a template with ``str.format`` fields from the reported
+        params, or a function of the params; the name when None.
     help : str, default=""
         One line for ``--help``.
     needs_dev : bool, default=False
@@ -222,9 +225,37 @@ def _describe_params(params):
     return out
 
 
+def _grid_label(params):
+    """What the grid chose, in words: 'power=0' is a rotation, not a whitening."""
+    chosen = params.get("chosen")
+    if not chosen:
+        return "grid (whitening k, power on dev)"
+    if chosen.get("transformer") == "passthrough":
+        return "grid: no transform (raw), chosen on dev"
+    k = chosen.get("n_components")
+    k = "all" if k is None else k
+    power = float(chosen.get("power", 1.0))
+    if power == 0:
+        return f"grid: rotation only / no whitening, k={k}"
+    kind = "whitening" if power == 1 else f"partial whitening (power {power:g})"
+    return f"grid: {kind}, k={k}"
+
+
+class _FitCounter:
+    """A scorer that ticks a progress bar once per fold it scores."""
+
+    def __init__(self, bar):
+        self.bar = bar
+
+    def __call__(self, estimator, X, y):
+        score = estimator.score(X, y)
+        self.bar.update(1)
+        return score
+
+
 @register_method(
     "grid",
-    label="grid (whitening k, power on dev)",
+    label=_grid_label,
     help="GridSearchCV over whitening k and power (and none) on the dev split",
     needs_dev=True,
 )
@@ -241,13 +272,23 @@ def _build_grid(n_features, settings, dev=None):
             f"the dev split has {len(dev_scores)} pairs, too few for "
             f"{settings.cv}-fold cross-validation (cv={settings.cv})"
         )
-    search = GridSearchCV(
-        PairedCosineSimilarity(),
-        _grid_candidates(n_features),
-        cv=KFold(settings.cv, shuffle=True, random_state=settings.seed),
-        refit=False,
-    )
-    search.fit(dev_pairs, dev_scores)
+    from sklearn.model_selection import ParameterGrid
+
+    from .._utils import progress_bar
+
+    candidates = _grid_candidates(n_features)
+    n_fits = len(ParameterGrid(candidates)) * settings.cv
+    with progress_bar(
+        total=n_fits, desc="grid search", unit="fit", enabled=settings.progress
+    ) as bar:
+        search = GridSearchCV(
+            PairedCosineSimilarity(),
+            candidates,
+            cv=KFold(settings.cv, shuffle=True, random_state=settings.seed),
+            scoring=_FitCounter(bar),
+            refit=False,
+        )
+        search.fit(dev_pairs, dev_scores)
     best = clone(search.estimator).set_params(**search.best_params_)
     return best.transformer, {
         "chosen": _describe_params(search.best_params_),

@@ -22,38 +22,7 @@ __all__ = [
 TITLE = "Spearman ρ×100 on the test split (cosine of pair embeddings)"
 
 
-def format_table(evaluation, *, markdown=False):
-    """The results table: one row per method, three columns per pooling.
-
-    Parameters
-    ----------
-    evaluation : STSEvaluation
-        A finished run.
-    markdown : bool, default=False
-        A Markdown table instead of aligned plain text.
-
-    Returns
-    -------
-    table : str
-    """
-    ev = evaluation
-    header = ["method"]
-    for p in ev.poolings:
-        header += [f"{p} ρ×100", "fit s", "transform s"]
-    rows = []
-    for m in ev.methods:
-        row = [ev.label(m)]
-        for p in ev.poolings:
-            r = ev.results.get((m, p))
-            if r is None or r["spearman_x100"] is None:
-                row += ["failed" if r else "-", "-", "-"]
-            else:
-                row += [
-                    f"{r['spearman_x100']:.2f}",
-                    f"{r['fit_seconds']:.2f}",
-                    f"{r['transform_seconds']:.2f}",
-                ]
-        rows.append(row)
+def _table(header, rows, *, markdown):
     if markdown:
         lines = ["| " + " | ".join(header) + " |"]
         lines.append("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
@@ -69,6 +38,50 @@ def format_table(evaluation, *, markdown=False):
 
     sep = "  ".join("-" * w for w in widths)
     return "\n".join([fmt(header), sep, *[fmt(r) for r in rows]])
+
+
+def format_table(evaluation, *, markdown=False):
+    """The results: one block per pooling, one row per method.
+
+    Each pooling gets its own block (a heading line, then the table), so the
+    plain-text output stays within 100 columns however many poolings were
+    run, and a label can say what a method chose for that pooling (the
+    ``grid`` method's whitening dimension and power).
+
+    Parameters
+    ----------
+    evaluation : STSEvaluation
+        A finished run.
+    markdown : bool, default=False
+        Markdown (a ``###`` heading and a table per pooling) instead of
+        aligned plain text.
+
+    Returns
+    -------
+    table : str
+    """
+    ev = evaluation
+    header = ["method", "ρ×100", "fit s", "transform s"]
+    blocks = []
+    for p in ev.poolings:
+        rows = []
+        for m in ev.methods:
+            r = ev.results.get((m, p))
+            if r is None or r["spearman_x100"] is None:
+                rows.append([m, "failed" if r else "-", "-", "-"])
+                continue
+            rows.append(
+                [
+                    r.get("label") or ev.label(m, p),
+                    f"{r['spearman_x100']:.2f}",
+                    f"{r['fit_seconds']:.2f}",
+                    f"{r['transform_seconds']:.2f}",
+                ]
+            )
+        title = f"{p} pooling"
+        heading = f"### {title}" if markdown else f"{title}:"
+        blocks.append(f"{heading}\n\n{_table(header, rows, markdown=markdown)}")
+    return "\n\n".join(blocks)
 
 
 def _sizes(ev):
@@ -150,7 +163,8 @@ def to_json(evaluation, figures=()):
     payload = {
         "data": ev.data,
         "splits": ev.splits,
-        "model": ev.model,
+        "model": ev.model_id,
+        "model_description": ev.model_name,
         "poolings": ev.poolings,
         "methods": ev.methods,
         "fit_on": ev.fit_on,
@@ -169,8 +183,57 @@ def to_json(evaluation, figures=()):
     return json.dumps(payload, indent=2, default=_json_default)
 
 
+def _spectrum_figure(Figure, transformed, pooling):
+    from ..diagnostics import plot_eigenvalue_spectrum
+
+    fig = Figure(figsize=(9, 4.8), layout="constrained")
+    ax = fig.add_subplot()
+    plot_eigenvalue_spectrum(transformed, ax=ax)
+    ax.set_title(f"Covariance spectrum ({pooling} pooling, test sentences)")
+    return fig
+
+
+def _cosines_figure(Figure, transformed, pooling, reference=None):
+    """Small multiples: one panel per method, the raw histogram behind each."""
+    from ..diagnostics import pair_cosines
+
+    labels = list(transformed)
+    ncols = min(3, len(labels))
+    nrows = -(-len(labels) // ncols)
+    fig = Figure(figsize=(3.4 * ncols, 2.6 * nrows + 0.6), layout="constrained")
+    axes = fig.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False)
+    edges = np.linspace(-1.0, 1.0, 51)
+    ref = None
+    if reference is not None:
+        ref = pair_cosines(transformed[reference], random_state=0)
+    for ax, label in zip(axes.flat, labels):
+        cos = pair_cosines(transformed[label], random_state=0)
+        if ref is not None and label != reference:
+            ax.hist(ref, bins=edges, density=True, color="0.8", label=reference)
+        ax.hist(cos, bins=edges, density=True, histtype="step", linewidth=1.5)
+        mean = float(cos.mean())
+        mean = 0.0 if abs(mean) < 0.005 else mean  # "0.00", not "-0.00"
+        ax.set_title(f"{label}\nmean cosine {mean:.2f}", fontsize="small")
+        ax.set_xlim(-1.0, 1.0)
+    for ax in axes.flat[len(labels) :]:
+        ax.set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel("cosine of random pairs")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("density")
+    note = f" (grey: {reference})" if ref is not None else ""
+    fig.suptitle(f"Pair cosine similarity, {pooling} pooling, test sentences{note}")
+    return fig
+
+
 def save_figures(evaluation, out_dir):
     """Write the spectrum and cosine-histogram figures of every pooling.
+
+    ``<pooling>_spectrum.png`` draws the covariance spectrum of every
+    method's output on one log axis (down to each matrix's numerical rank,
+    with markers so that coinciding lines stay visible, the legend beside
+    the axes); ``<pooling>_cosines.png`` has one panel per method, with the
+    raw embeddings' histogram behind each for reference.
 
     Parameters
     ----------
@@ -190,7 +253,6 @@ def save_figures(evaluation, out_dir):
         from matplotlib.figure import Figure
     except ImportError:
         return [], "figures skipped: matplotlib is not installed (extra [plot])"
-    from ..diagnostics import plot_cosine_histogram, plot_eigenvalue_spectrum
 
     out_dir = Path(out_dir)
     files = []
@@ -198,15 +260,11 @@ def save_figures(evaluation, out_dir):
         transformed = evaluation.transformed.get(pooling)
         if not transformed:
             continue
-        for kind, plot in (
-            ("spectrum", plot_eigenvalue_spectrum),
-            ("cosines", plot_cosine_histogram),
+        raw = evaluation.results.get(("raw", pooling), {}).get("label")
+        for kind, fig in (
+            ("spectrum", _spectrum_figure(Figure, transformed, pooling)),
+            ("cosines", _cosines_figure(Figure, transformed, pooling, raw)),
         ):
-            fig = Figure(figsize=(7, 4.5), layout="constrained")
-            ax = fig.add_subplot()
-            kwargs = {"random_state": 0} if kind == "cosines" else {}
-            plot(transformed, ax=ax, **kwargs)
-            ax.set_title(f"{ax.get_title()} ({pooling} pooling, test sentences)")
             path = out_dir / f"{pooling}_{kind}.png"
             fig.savefig(path, dpi=110)
             files.append(str(path))

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..exceptions import EvaluationError, NoSplitColumnError
+from .._utils import warn
+from ..exceptions import EvaluationError, EvaluationWarning, NoSplitColumnError
 from ._methods import METHODS, MethodSettings
 
 __all__ = [
@@ -32,6 +33,8 @@ __all__ = [
 DEFAULT_POOLINGS = ("mean", "embeddings_avg")
 DEFAULT_METHODS = ("raw", "sn", "natsv", "whitening", "flow", "grid")
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2 (embedded default)"
+#: How reports name the default encoder (its hub name).
+DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 
 #: What each fitting protocol means, as written in every report.
 PROTOCOLS = {
@@ -73,7 +76,9 @@ def required_splits(methods, fit_on="target"):
     return needed
 
 
-def load_sts_splits(data, splits=("test",), *, max_pairs=None, random_state=0):
+def load_sts_splits(
+    data, splits=("test",), *, max_pairs=None, random_state=0, format=None
+):
     """Load the named splits of an STS data set.
 
     Parameters
@@ -90,6 +95,9 @@ def load_sts_splits(data, splits=("test",), *, max_pairs=None, random_state=0):
         quick runs), in the original order.
     random_state : int, default=0
         Seeds the subset.
+    format : str, default=None
+        The file format of every split (see
+        :func:`~sklearn_isotropy.datasets.load_sts`); detected when None.
 
     Returns
     -------
@@ -134,14 +142,14 @@ def load_sts_splits(data, splits=("test",), *, max_pairs=None, random_state=0):
                 )
             try:
                 try:  # a file holding every split (sbert tsv.gz): its test rows
-                    bunch = load_sts(path, split="test")
+                    bunch = load_sts(path, split="test", format=format)
                 except NoSplitColumnError:  # a file of pairs: all of it is test
-                    bunch = load_sts(path)
+                    bunch = load_sts(path, format=format)
             except (OSError, ValueError) as exc:
                 raise EvaluationError(f"cannot read {data}: {exc}") from exc
         else:
             try:
-                bunch = load_sts(data, split=split)
+                bunch = load_sts(data, split=split, format=format)
             except (OSError, ValueError) as exc:
                 raise EvaluationError(
                     f"cannot read the {split} split of {data}: {exc}"
@@ -358,6 +366,18 @@ class STSEvaluation:
     def protocol(self) -> str:
         return PROTOCOLS[self.fit_on]
 
+    @property
+    def model_id(self) -> str:
+        """The encoder by name: what was asked for, or the default's hub name."""
+        return self.model or DEFAULT_MODEL_ID
+
+    @property
+    def failures(self) -> list:
+        """``(method, pooling, error)`` of every run that failed."""
+        return [
+            (m, p, r["error"]) for (m, p), r in self.results.items() if r.get("error")
+        ]
+
     def label(self, method, pooling=None) -> str:
         """Table label of ``method`` (from its first successful run)."""
         runs = [
@@ -367,6 +387,26 @@ class STSEvaluation:
         ]
         params = runs[0]["params"] if runs else {}
         return METHODS[method].format_label(params) if runs else method
+
+
+def _raise_once(caught, where):
+    """Record the distinct warnings a method raised; raise each one again, once.
+
+    The method ran under ``catch_warnings(record=True)`` so that its warnings
+    are kept with its result; each distinct (class, message) is raised once
+    more, as an :class:`~sklearn_isotropy.exceptions.EvaluationWarning` that
+    says ``where`` it came from, so that it is seen during the run (a grid
+    search repeats the same warning for every fold: it is shown once).
+
+    Returns
+    -------
+    messages : list of str
+        The distinct messages, sorted.
+    """
+    messages = sorted({(w.category.__name__, str(w.message)) for w in caught})
+    for category, message in messages:
+        warn(f"{where}: {category}: {' '.join(message.split())}", EvaluationWarning)
+    return [message for _, message in messages]
 
 
 def evaluate_sts(
@@ -383,12 +423,15 @@ def evaluate_sts(
     progress=False,
     log=None,
     data_name=None,
+    format=None,
 ):
     """Encode an STS data set and score every method on its test split.
 
     Each method's failure (e.g. a numerical error) is recorded as a result
-    and the run goes on; the warnings each method raised are recorded with
-    it.
+    and the run goes on. The warnings each method raised are recorded with
+    its result, and each distinct one is raised again once, as an
+    :class:`~sklearn_isotropy.exceptions.EvaluationWarning` naming the
+    pooling and the method.
 
     Parameters
     ----------
@@ -418,6 +461,9 @@ def evaluate_sts(
         Called with one line of progress text after each step.
     data_name : str, default=None
         How the reports name the data; ``str(data)`` when None.
+    format : str, default=None
+        The file format of the splits (see
+        :func:`~sklearn_isotropy.datasets.load_sts`); detected when None.
 
     Returns
     -------
@@ -448,7 +494,11 @@ def evaluate_sts(
         splits = data
     else:
         splits = load_sts_splits(
-            data, needed, max_pairs=max_pairs, random_state=settings.seed
+            data,
+            needed,
+            max_pairs=max_pairs,
+            random_state=settings.seed,
+            format=format,
         )
     ev = STSEvaluation(
         data=data_name or ("splits passed in" if isinstance(data, dict) else str(data)),
@@ -484,21 +534,26 @@ def evaluate_sts(
                     # a numerical failure of one method is a result, not a crash
                     msg = " ".join(str(exc).split())
                     log(f"[{pooling}] {name} failed: {msg}")
-                    ev.results[(name, pooling)] = {
-                        "method": name,
-                        "pooling": pooling,
-                        "spearman_x100": None,
-                        "fit_seconds": None,
-                        "transform_seconds": None,
-                        "params": {},
-                        "error": msg,
-                    }
-                    continue
-            record["warnings"] = sorted({str(w.message) for w in caught})
-            record["pooling"] = pooling
+                    fitted, record = (
+                        None,
+                        {
+                            "method": name,
+                            "pooling": pooling,
+                            "label": name,
+                            "spearman_x100": None,
+                            "fit_seconds": None,
+                            "transform_seconds": None,
+                            "params": {},
+                            "error": msg,
+                        },
+                    )
+            record["warnings"] = _raise_once(caught, f"[{pooling}] {name}")
             ev.results[(name, pooling)] = record
+            if fitted is None:
+                continue
+            record["pooling"] = pooling
+            label = record["label"] = METHODS[name].format_label(record["params"])
             Z = _transformed_test(fitted, emb["test"])
-            label = METHODS[name].format_label(record["params"])
             ev.transformed[pooling][label] = Z
             ev.diagnostics[pooling][name] = anisotropy_report(
                 Z, random_state=settings.seed

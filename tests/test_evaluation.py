@@ -1,0 +1,147 @@
+"""The evaluation module on precomputed embeddings: labels, reports, warnings."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.utils import Bunch
+
+from sklearn_isotropy.evaluation import (
+    METHODS,
+    MethodSettings,
+    STSEvaluation,
+    evaluate_sts,
+    format_table,
+    to_json,
+)
+from sklearn_isotropy.exceptions import EvaluationWarning
+
+
+@pytest.mark.parametrize(
+    "chosen, expected",
+    [
+        ({"transformer": "passthrough"}, "grid: no transform (raw), chosen on dev"),
+        (
+            {"transformer": "WhiteningTransformer", "n_components": 64, "power": 0.0},
+            "grid: rotation only / no whitening, k=64",
+        ),
+        (
+            {"transformer": "WhiteningTransformer", "n_components": None, "power": 1.0},
+            "grid: whitening, k=all",
+        ),
+        (
+            {"transformer": "WhiteningTransformer", "n_components": 128, "power": 0.5},
+            "grid: partial whitening (power 0.5), k=128",
+        ),
+    ],
+)
+def test_grid_label_says_what_was_chosen(chosen, expected):
+    assert METHODS["grid"].format_label({"chosen": chosen}) == expected
+
+
+def test_a_label_template_with_missing_fields_falls_back_to_the_name():
+    assert METHODS["whitening"].format_label({}) == "whitening"
+    assert METHODS["whitening"].format_label({"n_components": 8}) == "whitening-8"
+
+
+def _splits(rng, n, d, offset=3.0):
+    """Pairs of anisotropic embeddings with scores tied to their cosine."""
+    base = rng.normal(size=(n, d)) * np.geomspace(5, 0.05, d) + offset
+    other = base + rng.normal(scale=2.0, size=(n, d))
+    emb = np.stack([base, other], axis=1)
+    scores = rng.uniform(0, 5, size=n)
+    return emb, Bunch(scores=scores)
+
+
+def test_json_names_the_default_model():
+    ev = STSEvaluation(
+        data="x",
+        model=None,
+        poolings=[],
+        methods=[],
+        fit_on="target",
+        settings=MethodSettings(),
+    )
+    payload = json.loads(to_json(ev))
+    assert payload["model"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert "embedded default" in payload["model_description"]
+    ev.model = "/models/mine"
+    assert json.loads(to_json(ev))["model"] == "/models/mine"
+
+
+def test_run_warnings_are_raised_once_with_their_origin(monkeypatch):
+    from sklearn_isotropy.evaluation import _sts
+
+    rng = np.random.default_rng(0)
+    # 6 test pairs of 20 dimensions: 12 rows, whitening is rank deficient
+    emb, bunch = _splits(rng, 6, 20)
+    splits = {"test": bunch}
+
+    def fake_encode(splits, **kwargs):
+        return {"test": emb}, 12, 0.0
+
+    monkeypatch.setattr(_sts, "encode_pairs", fake_encode)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ev = evaluate_sts(
+            splits, poolings=["mean", "cls"], methods=["raw", "whitening"]
+        )
+    ours = [w for w in caught if issubclass(w.category, EvaluationWarning)]
+    # once per pooling, and each names where it came from
+    assert len(ours) == 2
+    assert str(ours[0].message).startswith(
+        "[mean] whitening: RankDeficiencyWarning: The covariance has numerical rank"
+    )
+    assert str(ours[1].message).startswith("[cls] whitening: RankDeficiencyWarning")
+    assert ours[0].filename == __file__  # the caller's line
+    record = ev.results[("whitening", "mean")]
+    assert len(record["warnings"]) == 1 and "numerical rank" in record["warnings"][0]
+    assert ev.results[("raw", "mean")]["warnings"] == []
+
+
+def test_table_blocks_per_pooling_fit_100_columns(monkeypatch):
+    from sklearn_isotropy.evaluation import _sts
+
+    rng = np.random.default_rng(1)
+    emb, bunch = _splits(rng, 60, 10)
+    monkeypatch.setattr(_sts, "encode_pairs", lambda s, **k: ({"test": emb}, 120, 0.0))
+    poolings = ["first_last_avg", "embeddings_avg", "last2_avg", "mean"]
+    ev = evaluate_sts(
+        {"test": bunch}, poolings=poolings, methods=["raw", "sn", "natsv"]
+    )
+    text = format_table(ev)
+    assert max(len(line) for line in text.splitlines()) <= 100
+    for p in poolings:
+        assert f"{p} pooling:" in text
+    md = format_table(ev, markdown=True)
+    assert md.count("### ") == len(poolings)
+    assert f"{ev.results[('sn', 'mean')]['spearman_x100']:.2f}" in md
+
+
+def test_grid_search_shows_a_progress_bar(capfd):
+    from sklearn_isotropy.evaluation import run_method
+
+    rng = np.random.default_rng(2)
+    emb, bunch = _splits(rng, 40, 12)
+    dev, dev_bunch = _splits(rng, 30, 12)
+    settings = MethodSettings(cv=3, progress=True)
+    _, record = run_method(
+        "grid",
+        {"test": emb, "dev": dev},
+        {"test": bunch, "dev": dev_bunch},
+        settings=settings,
+    )
+    err = capfd.readouterr().err
+    n_fits = record["params"]["n_candidates"] * 3
+    assert "grid search" in err and f"{n_fits}/{n_fits}" in err
+    settings.progress = False
+    run_method(
+        "grid",
+        {"test": emb, "dev": dev},
+        {"test": bunch, "dev": dev_bunch},
+        settings=settings,
+    )
+    assert "grid search" not in capfd.readouterr().err
