@@ -2,11 +2,12 @@
 
 :func:`load_sts` reads the common STS file formats (STS-B CSV, SentEval TSV,
 sentence-transformers' ``stsbenchmark.tsv.gz``, SemEval STS 2012-2016, SICK)
-and can download the STS Benchmark into a local cache.
+and can download the STS Benchmark into a local cache. :data:`STS_FORMATS`
+lists the names its ``format=`` accepts.
 """
 
 from __future__ import annotations
 
-from ._sts import get_data_home, load_sts
+from ._sts import STS_FORMATS, get_data_home, load_sts
 
-__all__ = ["get_data_home", "load_sts"]
+__all__ = ["STS_FORMATS", "get_data_home", "load_sts"]
