@@ -8,6 +8,12 @@ lists the names its ``format=`` accepts.
 
 from __future__ import annotations
 
-from ._sts import STS_FORMATS, get_data_home, load_sts
+from . import _sts
+from ._sts import get_data_home, load_sts
+
+#: The names :func:`load_sts` accepts as ``format=``, as a tuple of str in the
+#: order they are documented: ``("stsb-csv", "senteval", "sbert", "semeval",
+#: "sick")``. A command line can offer them as ``choices=``.
+STS_FORMATS = _sts.STS_FORMATS
 
 __all__ = ["STS_FORMATS", "get_data_home", "load_sts"]
