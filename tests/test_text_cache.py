@@ -28,7 +28,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from sklearn_isotropy import BertPoolingVectorizer  # noqa: E402
-from sklearn_isotropy.exceptions import CacheWarning  # noqa: E402
+from sklearn_isotropy.exceptions import CacheWarning, TruncationWarning  # noqa: E402
 from sklearn_isotropy.text import _cache  # noqa: E402
 
 TEXTS = [
@@ -456,7 +456,8 @@ def test_key_does_not_depend_on_a_previous_uncached_run(
     # truncation set), then with it
     model, tokenizer = _fresh_pair(tiny_bert)
     pair = (model, tokenizer)
-    BertPoolingVectorizer(pair, max_length=12).fit(TEXTS).transform(TEXTS)
+    with pytest.warns(TruncationWarning):
+        BertPoolingVectorizer(pair, max_length=12).fit(TEXTS).transform(TEXTS)
     BertPoolingVectorizer(pair, memory=tmp_path).fit(TEXTS).transform(TEXTS)
     # process B: a fresh tokenizer and model, straight to the cache
     fresh_process()

@@ -622,6 +622,23 @@ def test_grid_search_draws_no_bar_per_fold_for_cached_rows(
     assert _bars(tty.getvalue()) == 2
 
 
+def test_cross_val_score_draws_no_bar_per_fold_for_cached_rows(
+    tiny_bert, terminal, tmp_path
+):
+    from sklearn.model_selection import cross_val_score
+
+    tty = terminal()
+    texts = [f"the cat {w} sat on a mat" for w in "abcdefghijklmnopqrstuvwx"]
+    y = np.arange(len(texts)) % 2
+    vec = BertPoolingVectorizer(tiny_bert, batch_size=2, memory=tmp_path)
+    pipe = make_pipeline(vec, StandardScaler(), LogisticRegression())
+    scores = cross_val_score(pipe, texts, y, cv=4)
+    assert len(scores) == 4
+    # fold 1 encodes its 18 training texts (a bar) and its 6 test texts (3
+    # batches: no bar); every later fold reads the cache
+    assert _bars(tty.getvalue()) == 1
+
+
 def test_grid_search_without_cache_draws_a_bar_per_encoding(tiny_bert, terminal):
     tty = terminal()
     texts = [f"the cat {w} sat on a mat" for w in "abcdefghijklmnopqrstuvwx"]
