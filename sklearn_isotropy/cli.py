@@ -60,7 +60,7 @@ def build_parser():
     parser : argparse.ArgumentParser
     """
     from . import __version__
-    from .datasets import FORMATS
+    from .datasets import STS_FORMATS
     from .evaluation import DEFAULT_METHODS, DEFAULT_POOLINGS, METHODS, PROTOCOLS
     from .text import POOLING_PRESETS
 
@@ -111,7 +111,7 @@ def build_parser():
     )
     ev.add_argument(
         "--format",
-        choices=list(FORMATS),
+        choices=list(STS_FORMATS),
         default=None,
         help="file format of the STS data (default: detected from the files)",
     )
@@ -211,7 +211,8 @@ def _evaluate(args):
         write_reports,
     )
 
-    progress = not args.quiet
+    # bars only where someone watches (a terminal); step lines always
+    progress = False if args.quiet else None
     out_dir = _check_writable(args.out)
     splits = load_sts_splits(
         args.data,
@@ -222,7 +223,7 @@ def _evaluate(args):
     )
 
     def log(line):
-        if progress:
+        if not args.quiet:
             print(line, file=sys.stderr, flush=True)
 
     print(f"Data: {args.data}")
@@ -287,8 +288,9 @@ def _show_warning(message, category, filename, lineno, file=None, line=None):
 @contextlib.contextmanager
 def _one_line_warnings():
     """Show each warning of the run once, on one line of stderr."""
+    # the filters stay as they are (Python's default shows a warning once per
+    # place and message); only how a shown warning is printed changes
     with warnings.catch_warnings():
-        warnings.simplefilter("default")  # once per distinct message and place
         original, warnings.showwarning = warnings.showwarning, _show_warning
         try:
             yield

@@ -13,6 +13,7 @@ from __future__ import annotations
 from sklearn.exceptions import ConvergenceWarning
 
 __all__ = [
+    "CacheWarning",
     "DeviceWarning",
     "EvaluationError",
     "EvaluationWarning",
@@ -77,6 +78,15 @@ class FlowTrainingWarning(IsotropyWarning, ConvergenceWarning):
 
 class DeviceWarning(IsotropyWarning):
     """A model set up for a device that is not available here runs on the CPU."""
+
+
+class CacheWarning(IsotropyWarning):
+    """The embedding cache could not be read or written; no result is affected.
+
+    Raised by ``BertPoolingVectorizer(memory=...)`` when a cache file is
+    damaged (it is set aside and its sentences are encoded again) or when the
+    cache cannot be written (the embeddings are returned, not stored).
+    """
 
 
 class EvaluationWarning(IsotropyWarning):

@@ -495,8 +495,8 @@ def test_format_option_reaches_the_loader(tiny_sts_dir, tiny_bert, tmp_path, cap
 
 def test_format_choices_come_from_the_loader():
     from sklearn_isotropy.cli import build_parser
-    from sklearn_isotropy.datasets import FORMATS
+    from sklearn_isotropy.datasets import STS_FORMATS
 
     sub = build_parser()._subparsers._group_actions[0].choices["evaluate"]
     (action,) = [a for a in sub._actions if "--format" in a.option_strings]
-    assert tuple(action.choices) == tuple(FORMATS)
+    assert tuple(action.choices) == tuple(STS_FORMATS)

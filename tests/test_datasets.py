@@ -10,6 +10,7 @@ import http.server
 import os
 import socket
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -315,7 +316,13 @@ def test_download_checksum_mismatch(http_root, tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     with pytest.raises(OSError, match="sha256"):
         load_sts("stsb", split="test", data_home=cache)
-    # nothing half-written is left behind to be read later
+    # nothing half-written is left behind to be read later, not even the
+    # directories the download created
+    assert not cache.exists()
+    # a cache directory that existed before is kept (and stays empty)
+    (cache / "stsb").mkdir(parents=True)
+    with pytest.raises(OSError, match="sha256"):
+        load_sts("stsb", split="test", data_home=cache)
     assert list((cache / "stsb").iterdir()) == []
 
 
@@ -326,6 +333,7 @@ def test_download_server_down(tmp_path, monkeypatch):
     _point_stsb_at(monkeypatch, f"http://127.0.0.1:{port}/test.csv", "0" * 64)
     with pytest.raises(OSError, match="could not download.*pass their directory"):
         load_sts("stsb", split="test", data_home=tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()  # no empty cache left behind
     with pytest.raises(OSError, match="not in the cache.*--data path/to/stsb"):
         load_sts(
             "stsb", split="test", data_home=tmp_path / "c2", download_if_missing=False
@@ -340,3 +348,305 @@ def test_real_stsb_urls_and_checksums_are_pinned():
         assert len(sha) == 64 and int(sha, 16) >= 0
         if STSB is not None:  # the shared copy is the file the checksum pins
             assert _sts._sha256(STSB / f"{split}.csv") == sha
+
+
+class _TrickleHandler(http.server.BaseHTTPRequestHandler):
+    """Announces a large file, then sends one byte every 20 ms (for 30 s)."""
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "1000000")
+        self.end_headers()
+        for _ in range(1500):
+            try:
+                self.wfile.write(b"a")
+                self.wfile.flush()
+            except OSError:  # the client gave up
+                return
+            time.sleep(0.02)
+
+    def log_message(self, *args):
+        pass
+
+
+class _ShortHandler(http.server.BaseHTTPRequestHandler):
+    """Announces 1,000 bytes, sends 10 and closes the connection."""
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "1000")
+        self.end_headers()
+        self.wfile.write(b"a,b,1.0\nc,")
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def serve():
+    """Start a loopback HTTP server with a given handler class; yield its URL."""
+    servers = []
+
+    def start(handler):
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        servers.append((server, thread))
+        return f"http://127.0.0.1:{server.server_address[1]}/stsb-en-test.csv"
+
+    yield start
+    for server, thread in servers:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_download_that_trickles_hits_the_total_deadline(serve, tmp_path, monkeypatch):
+    url = serve(_TrickleHandler)
+    _point_stsb_at(monkeypatch, url, "0" * 64)
+    monkeypatch.setattr(_sts, "_DOWNLOAD_DEADLINE", 0.5)
+    cache = tmp_path / "cache"
+    start = time.monotonic()
+    with pytest.raises(OSError, match=r"did not finish within 0.5 s") as err:
+        load_sts("stsb", split="test", data_home=cache)
+    # the deadline, not the 5 s per-read timeout (never reached by a trickle)
+    # nor the 30 s the server would keep trickling, ended it
+    assert time.monotonic() - start < _sts._DOWNLOAD_TIMEOUT
+    assert "could not download STS-B split 'test'" in str(err.value)
+    assert "\n" not in str(err.value)
+    assert not cache.exists()
+
+
+def test_download_larger_than_any_sts_file_is_stopped(http_root, tmp_path, monkeypatch):
+    root, base = http_root
+    (root / "big.csv").write_bytes(b"a,b,1.0\n" * 1000)
+    _point_stsb_at(monkeypatch, f"{base}/big.csv", "0" * 64)
+    monkeypatch.setattr(_sts, "_DOWNLOAD_MAX_BYTES", 1000)
+    with pytest.raises(OSError, match="larger than 1,000 bytes"):
+        load_sts("stsb", split="test", data_home=tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()
+
+
+def test_download_cut_short_is_a_clear_error(serve, tmp_path, monkeypatch):
+    _point_stsb_at(monkeypatch, serve(_ShortHandler), "0" * 64)
+    with pytest.raises(OSError, match="could not download.*closed the connection"):
+        load_sts("stsb", split="test", data_home=tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()
+
+
+def test_cli_without_network_leaves_no_cache_directory(tmp_path, monkeypatch, capsys):
+    from sklearn_isotropy.cli import main
+
+    with socket.socket() as s:  # a port with nothing listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    _point_stsb_at(monkeypatch, f"http://127.0.0.1:{port}/test.csv", "0" * 64)
+    data_home = tmp_path / "data-home"
+    monkeypatch.setenv("SKLEARN_ISOTROPY_DATA", str(data_home))
+    monkeypatch.chdir(tmp_path)
+    status = main(["evaluate", "--methods", "raw", "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert status == 1 and len(err.splitlines()) == 1
+    assert "could not download" in err
+    assert not data_home.exists()
+
+
+# ------------------------------------------------ byte-order marks, encodings
+
+BOM = "\ufeff"
+
+
+def test_bom_is_not_part_of_the_first_sentence(tmp_path):
+    p = tmp_path / "pairs.csv"
+    p.write_text(BOM + "A cat.,A dog.,1.5\nB.,C.,2\n", encoding="utf-8")
+    d = load_sts(p)
+    assert d.sentences1 == ["A cat.", "B."]
+    # Python's own "utf-8-sig" codec is the independent reference
+    with open(p, encoding="utf-8-sig", newline="") as fh:
+        assert d.sentences1[0] == next(csv.reader(fh))[0]
+
+
+@pytest.mark.parametrize("name", ["stsbenchmark.tsv", "stsbenchmark.tsv.gz"])
+def test_bom_does_not_hide_the_split_column_of_an_sbert_file(tmp_path, name):
+    p = tmp_path / name
+    _write_sbert(p)  # gzip-compressed, whatever the name
+    raw = BOM.encode("utf-8") + gzip.decompress(p.read_bytes())
+    p.write_bytes(gzip.compress(raw) if name.endswith(".gz") else raw)
+    test = load_sts(p, split="test")
+    assert test.format == "sbert"
+    assert test.sentences1 == ["C.", "E."]
+    assert load_sts(tmp_path, split="dev").sentences2 == ["B."]
+
+
+def test_bom_in_senteval_sick_and_semeval_files(tmp_path):
+    st = tmp_path / "sts-test.tsv"
+    st.write_text(BOM + "main\tfile\t2012\t1\t3.5\tA b.\tC d.\n", encoding="utf-8")
+    assert load_sts(st).sentences1 == ["A b."]
+    sick = tmp_path / "SICK_test.txt"
+    sick.write_text(
+        BOM + "pair_ID\tsentence_A\tsentence_B\trelatedness_score\n1\ta\tb\t4\n",
+        encoding="utf-8",
+    )
+    assert load_sts(sick).format == "sick"
+    inp = tmp_path / "STS.input.x.txt"
+    gs = tmp_path / "STS.gs.x.txt"
+    inp.write_text(BOM + "a\tb\n", encoding="utf-8")
+    gs.write_text(BOM + "4.0\n", encoding="utf-8")
+    d = load_sts(inp)
+    assert d.sentences1 == ["a"] and d.scores.tolist() == [4.0]
+
+
+@pytest.mark.parametrize(
+    "name, content",
+    [
+        ("pairs.csv", "A cat.,A dog.,1.5\nUn café.,Un thé.,2\n"),
+        ("sts-test.tsv", "m\tf\t2012\t1\t3.5\tA.\tB.\nm\tf\t2012\t2\t1\tcafé\tb\n"),
+        (
+            "stsbenchmark.tsv",
+            "split\tscore\tsentence1\tsentence2\ntest\t1\ta\tb\ntest\t2\tcafé\tb\n",
+        ),
+    ],
+)
+def test_latin1_file_is_one_clear_error_naming_the_line(tmp_path, name, content):
+    p = tmp_path / name
+    p.write_bytes(content.encode("latin-1"))
+    with pytest.raises(ValueError) as err:
+        load_sts(p)
+    message = str(err.value)
+    assert type(err.value) is ValueError  # not a UnicodeDecodeError
+    lines = content.encode("latin-1").split(b"\n")
+    lineno, line = next((i, x) for i, x in enumerate(lines, 1) if 0xE9 in x)
+    # the line and the byte's 1-based column on it are right
+    column = line.index(0xE9) + 1
+    assert f"{name}:{lineno}: byte 0xe9 at column {column} " in message
+    assert "not UTF-8" in message and "iconv" in message and "\n" not in message
+
+
+def test_semeval_latin1_gold_file(tmp_path):
+    (tmp_path / "STS.input.x.txt").write_text("a\tb\n", encoding="utf-8")
+    (tmp_path / "STS.gs.x.txt").write_bytes("4.0 \xe9\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"STS.gs.x.txt:1: byte 0xe9"):
+        load_sts(tmp_path / "STS.input.x.txt")
+
+
+def test_utf16_and_compressed_files_are_named_as_such(tmp_path):
+    p = tmp_path / "pairs.csv"
+    p.write_text("A cat.,A dog.,1.5\n", encoding="utf-16")
+    with pytest.raises(ValueError, match="UTF-16"):
+        load_sts(p)
+    p.write_bytes(gzip.compress(b"A cat.,A dog.,1.5\n"))
+    with pytest.raises(ValueError, match=r"gzip-compressed; give it a \.gz suffix"):
+        load_sts(p)
+
+
+def test_unclosed_quote_swallowing_the_file_is_one_clear_error(tmp_path):
+    limit = csv.field_size_limit()
+    p = tmp_path / "pairs.csv"
+    rows = [f"sentence {i},other {i},1.0" for i in range(20_000)]
+    rows[2] = '"An unclosed quote,B.,1.0'
+    p.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError) as err:
+        load_sts(p)
+    message = str(err.value)
+    assert type(err.value) is ValueError  # not _csv.Error
+    assert "pairs.csv:3: a field of the record starting on this line" in message
+    assert "131,072 characters" in message and "quote" in message
+    assert csv.field_size_limit() == limit  # global csv state left alone
+
+
+@pytest.mark.parametrize("name", ["pairs.csv", "sts-test.tsv"])
+def test_field_over_the_csv_limit_is_one_clear_error(tmp_path, name):
+    p = tmp_path / name
+    long = "word " * 30_000  # 150,000 characters
+    if name.endswith(".csv"):
+        p.write_text(f"a,b,1\n{long},b,2\n", encoding="utf-8")
+    else:
+        p.write_text(
+            f"m\tf\t2012\t1\t3.5\ta\tb\nm\tf\t2012\t2\t1\t{long}\tb\n",
+            encoding="utf-8",
+        )
+    with pytest.raises(ValueError, match=rf"{name}:2: a field .* 131,072"):
+        load_sts(p)
+
+
+# ------------------------------------------------------------ header rows
+
+
+@pytest.mark.parametrize(
+    "header, order",
+    [
+        ("sentence1,sentence2,score", (0, 1, 2)),
+        ("Sentence A,Sentence B,Similarity", (0, 1, 2)),
+        ("score,text_a,text_b", (1, 2, 0)),
+        ("text1,label,text2", (0, 2, 1)),
+        ("first,second,relatedness_score", (0, 1, 2)),
+    ],
+)
+def test_header_row_is_detected_and_names_the_columns(tmp_path, header, order):
+    pairs = [("A cat.", "A dog.", "1.5"), ('With "quotes", commas.', "B.", "4")]
+    p = tmp_path / "pairs.csv"
+    with open(p, "w", encoding="utf-8", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(header.split(","))
+        for s1, s2, score in pairs:
+            row = [None, None, None]
+            row[order[0]], row[order[1]], row[order[2]] = s1, s2, score
+            writer.writerow(row)
+    d = load_sts(p)
+    assert d.sentences1 == [s1 for s1, _, _ in pairs]
+    assert d.sentences2 == [s2 for _, s2, _ in pairs]
+    np.testing.assert_array_equal(d.scores, [1.5, 4.0])
+
+
+def test_header_with_extra_columns(tmp_path):
+    p = tmp_path / "pairs.csv"
+    p.write_text(
+        BOM + "id,sentence1,sentence2,genre,score\n7,A.,B.,news,3.25\n8,C.,D.,x,0\n",
+        encoding="utf-8",
+    )
+    d = load_sts(p)
+    assert d.sentences1 == ["A.", "C."] and d.sentences2 == ["B.", "D."]
+    np.testing.assert_array_equal(d.scores, [3.25, 0.0])
+    p.write_text("id,sentence1,sentence2,genre,score\n7,A.,B.,3.25\n")
+    with pytest.raises(ValueError, match=r"pairs.csv:2: expected 5 columns"):
+        load_sts(p)
+
+
+def test_a_first_pair_is_never_taken_for_a_header(tmp_path):
+    p = tmp_path / "pairs.csv"
+    p.write_text("label,score,1.0\nsentence1,sentence2,2\n")  # data, not names
+    d = load_sts(p)
+    assert d.sentences1 == ["label", "sentence1"]
+    np.testing.assert_array_equal(d.scores, [1.0, 2.0])
+
+
+def test_first_line_neither_pair_nor_header(tmp_path):
+    p = tmp_path / "pairs.csv"
+    p.write_text("a,b,high\nc,d,1\n")
+    with pytest.raises(ValueError, match=r"pairs.csv:1: the first line .* header"):
+        load_sts(p)
+
+
+def test_format_names_are_public_and_complete(tmp_path):
+    from sklearn_isotropy.datasets import STS_FORMATS
+
+    assert isinstance(STS_FORMATS, tuple)
+    assert STS_FORMATS == ("stsb-csv", "senteval", "sbert", "semeval", "sick")
+    assert set(STS_FORMATS) == set(_sts._READERS)
+    with pytest.raises(ValueError) as err:
+        load_sts(tmp_path, format="xml")
+    assert str(STS_FORMATS) in str(err.value)
+    p = tmp_path / "pairs.csv"
+    p.write_text("a,b,1\n")
+    assert load_sts(p, format=STS_FORMATS[0]).format == "stsb-csv"
+
+
+def test_cli_reports_a_non_utf8_file_in_one_line(tmp_path, capsys):
+    from sklearn_isotropy.cli import main
+
+    bad = tmp_path / "test.csv"
+    bad.write_bytes("a,b,1\ncaf\xe9,d,2\n".encode("latin-1"))
+    status = main(["evaluate", "--data", str(bad), "--methods", "raw", "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert status == 1 and len(err.splitlines()) == 1
+    assert "test.csv:2: byte 0xe9" in err and "UTF-8" in err

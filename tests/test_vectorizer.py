@@ -9,6 +9,7 @@ References are computed text by text, unpadded, straight from Hugging Face
 from __future__ import annotations
 
 import csv
+import io
 import pickle
 import sys
 import warnings
@@ -200,6 +201,26 @@ def test_non_string_item_raises_type_error_with_index(tiny_bert, bad, index, typ
     vec = BertPoolingVectorizer(tiny_bert).fit(TEXTS)
     with pytest.raises(TypeError, match=rf"index {index} is {type_name}"):
         vec.transform(bad)
+
+
+@pytest.mark.parametrize(
+    "bad, index",
+    [
+        (["fine", "broken \ud800 text", "also fine"], 1),
+        (["\udcff"], 0),  # what errors="surrogateescape" makes of a 0xff byte
+        (["a", "b", "c", "x\udfff"], 3),
+    ],
+)
+def test_lone_surrogate_names_the_item_and_the_fix(tiny_bert, bad, index):
+    vec = BertPoolingVectorizer(tiny_bert).fit(TEXTS)
+    pattern = rf"text at index {index} .*surrogate"
+    for method in (vec.transform, vec.fit):
+        with pytest.raises(ValueError, match=pattern) as e:
+            method(bad)
+        assert "encode('utf-8', 'replace')" in str(e.value)
+    # the suggested repair gives texts that encode
+    fixed = [t.encode("utf-8", "replace").decode("utf-8") for t in bad]
+    assert vec.transform(fixed).shape == (len(bad), 32)
 
 
 @pytest.mark.parametrize("empty", [[], (), np.array([], dtype=str)])
@@ -476,6 +497,158 @@ def test_pickle_with_model_object_round_trips(tiny_bert, pooling):
     X = vec.transform(TEXTS)
     restored = pickle.loads(pickle.dumps(vec))
     assert_allclose(restored.transform(TEXTS), X, rtol=1e-6)
+
+
+# ------------------------------------------------------------ progress bar
+
+
+class _Terminal(io.StringIO):
+    """A stderr that says it is a terminal."""
+
+    def isatty(self):
+        return True
+
+
+def _bars(text):
+    """Number of progress bars drawn (each ends its last line with a newline)."""
+    return sum("Encoding" in line for line in text.split("\n"))
+
+
+LONG = [f"the cat sat on the mat {w}" for w in "abcdefghijklmnopqrstuvwxyz"]
+
+
+@pytest.fixture
+def terminal(monkeypatch):
+    """Call to make stderr a terminal that records what is drawn on it.
+
+    (Called in the test body: pytest's output capture resets ``sys.stderr``
+    between a fixture's setup and the test.)
+    """
+
+    def install():
+        stream = _Terminal()
+        monkeypatch.setattr(sys, "stderr", stream)
+        return stream
+
+    return install
+
+
+def test_progress_bar_by_default_on_a_terminal_for_long_work(tiny_bert, terminal):
+    tty = terminal()
+    vec = BertPoolingVectorizer(tiny_bert, batch_size=2).fit(LONG)
+    vec.transform(LONG)  # 13 batches
+    out = tty.getvalue()
+    assert _bars(out) == 1
+    assert f"{len(LONG)}/{len(LONG)}" in out and "text" in out
+
+
+def test_no_progress_bar_by_default_for_short_work(tiny_bert, terminal):
+    tty = terminal()
+    vec = BertPoolingVectorizer(tiny_bert, batch_size=2).fit(LONG)
+    vec.transform(LONG[:8])  # 4 batches: not long enough to matter
+    assert tty.getvalue() == ""
+
+
+def test_no_progress_bar_by_default_when_stderr_is_not_a_terminal(tiny_bert, capfd):
+    vec = BertPoolingVectorizer(tiny_bert, batch_size=2).fit(LONG)
+    vec.transform(LONG)
+    captured = capfd.readouterr()
+    assert "Encoding" not in captured.err and "Encoding" not in captured.out
+
+
+def test_show_progress_bar_false_silences_and_true_forces(
+    tiny_bert, terminal, capfd, monkeypatch
+):
+    tty = terminal()
+    vec = BertPoolingVectorizer(tiny_bert, batch_size=2, show_progress_bar=False)
+    vec.fit(LONG).transform(LONG)
+    vec.set_params(verbose=1).transform(LONG)
+    assert tty.getvalue() == ""
+    # True draws a bar even for one batch and on a stream that is no terminal
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    vec.set_params(show_progress_bar=True, verbose=0).transform(LONG[:1])
+    assert _bars(sys.stderr.getvalue()) == 1
+    assert "Encoding" not in capfd.readouterr().out  # stderr only
+
+
+def test_progress_bar_in_a_worker_thread_is_off_by_default(tiny_bert, terminal):
+    tty = terminal()
+    import threading
+
+    vec = BertPoolingVectorizer(tiny_bert, batch_size=2).fit(LONG)
+    worker = threading.Thread(target=vec.transform, args=(LONG,))
+    worker.start()
+    worker.join()
+    assert tty.getvalue() == ""
+
+
+def test_progress_bar_counts_only_texts_that_reach_the_model(
+    tiny_bert, terminal, tmp_path
+):
+    tty = terminal()
+    vec = BertPoolingVectorizer(tiny_bert, batch_size=2, memory=tmp_path).fit(LONG)
+    vec.transform(LONG)
+    assert _bars(tty.getvalue()) == 1
+    vec.transform(LONG + LONG[:3])  # all cached: no bar
+    vec.transform(LONG * 3 + ["a dog ran"])  # repeats and one new text: no bar
+    assert _bars(tty.getvalue()) == 1
+
+
+def test_grid_search_draws_no_bar_per_fold_for_cached_rows(
+    tiny_bert, terminal, tmp_path
+):
+    tty = terminal()
+    texts = [f"the cat {w} sat on a mat" for w in "abcdefghijklmnopqrstuvwx"] + [
+        f"a big dog {w} ran fast" for w in "abcdefghijklmnopqrstuvwx"
+    ]
+    y = np.arange(len(texts)) % 2
+    vec = BertPoolingVectorizer(tiny_bert, batch_size=2, memory=tmp_path)
+    pipe = make_pipeline(vec, StandardScaler(), LogisticRegression())
+    search = GridSearchCV(pipe, {"logisticregression__C": [0.1, 1.0]}, cv=3)
+    calls = []
+    original = BertPoolingVectorizer.transform
+
+    def counting(self, X):
+        calls.append(len(X))
+        return original(self, X)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(BertPoolingVectorizer, "transform", counting)
+        search.fit(texts, y)
+    # 2 candidates x 3 folds x (train, test, train score) + refit: many calls,
+    # but only the first fold's train (32 texts) and test (16 texts) rows
+    # reached the model, each in more than four batches
+    assert len(calls) >= 12
+    assert _bars(tty.getvalue()) == 2
+
+
+def test_cross_val_score_draws_no_bar_per_fold_for_cached_rows(
+    tiny_bert, terminal, tmp_path
+):
+    from sklearn.model_selection import cross_val_score
+
+    tty = terminal()
+    texts = [f"the cat {w} sat on a mat" for w in "abcdefghijklmnopqrstuvwx"]
+    y = np.arange(len(texts)) % 2
+    vec = BertPoolingVectorizer(tiny_bert, batch_size=2, memory=tmp_path)
+    pipe = make_pipeline(vec, StandardScaler(), LogisticRegression())
+    scores = cross_val_score(pipe, texts, y, cv=4)
+    assert len(scores) == 4
+    # fold 1 encodes its 18 training texts (a bar) and its 6 test texts (3
+    # batches: no bar); every later fold reads the cache
+    assert _bars(tty.getvalue()) == 1
+
+
+def test_grid_search_without_cache_draws_a_bar_per_encoding(tiny_bert, terminal):
+    tty = terminal()
+    texts = [f"the cat {w} sat on a mat" for w in "abcdefghijklmnopqrstuvwx"]
+    y = np.arange(len(texts)) % 2
+    vec = BertPoolingVectorizer(tiny_bert, batch_size=2)
+    pipe = make_pipeline(vec, StandardScaler(), LogisticRegression())
+    GridSearchCV(pipe, {"logisticregression__C": [1.0]}, cv=2).fit(texts, y)
+    # each fit encodes its 12 training texts (6 batches) and each score its
+    # 12 test texts; the refit encodes 24: all long enough, all shown
+    assert _bars(tty.getvalue()) == 2 * 2 + 1
 
 
 def test_verbose_logs_and_shows_progress(tiny_bert, caplog, capsys):

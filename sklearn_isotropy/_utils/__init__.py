@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from ._device import resolve_device
 from ._optional import import_optional, is_dask_collection
-from ._progress import progress_bar
+from ._progress import interactive_stderr, progress_bar
 from ._rows import normalize_rows
 from ._warnings import warn
 
 __all__ = [
     "import_optional",
+    "interactive_stderr",
     "is_dask_collection",
     "normalize_rows",
     "progress_bar",

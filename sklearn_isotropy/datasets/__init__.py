@@ -2,11 +2,18 @@
 
 :func:`load_sts` reads the common STS file formats (STS-B CSV, SentEval TSV,
 sentence-transformers' ``stsbenchmark.tsv.gz``, SemEval STS 2012-2016, SICK)
-and can download the STS Benchmark into a local cache.
+and can download the STS Benchmark into a local cache. :data:`STS_FORMATS`
+lists the names its ``format=`` accepts.
 """
 
 from __future__ import annotations
 
-from ._sts import FORMATS, get_data_home, load_sts
+from . import _sts
+from ._sts import get_data_home, load_sts
 
-__all__ = ["FORMATS", "get_data_home", "load_sts"]
+#: The names :func:`load_sts` accepts as ``format=``, as a tuple of str in the
+#: order they are documented: ``("stsb-csv", "senteval", "sbert", "semeval",
+#: "sick")``. A command line can offer them as ``choices=``.
+STS_FORMATS = _sts.STS_FORMATS
+
+__all__ = ["STS_FORMATS", "get_data_home", "load_sts"]

@@ -7,16 +7,18 @@ columns, the gold scores and the ``(n, 2)`` object array of pairs that
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
 import hashlib
+import http.client
 import io
 import logging
 import math
 import os
-import shutil
 import sys
 import tempfile
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -26,11 +28,10 @@ from sklearn.utils import Bunch
 
 from ..exceptions import NoSplitColumnError
 
-__all__ = ["get_data_home", "load_sts"]
+__all__ = ["STS_FORMATS", "get_data_home", "load_sts"]
 
 logger = logging.getLogger(__name__)
 
-FORMATS = ("stsb-csv", "senteval", "sbert", "semeval", "sick")
 SPLITS = ("train", "dev", "test")
 
 # The English files of PhilipMay/stsb-multi-mt, which redistributes the STS
@@ -51,7 +52,13 @@ _STSB_REMOTE = {
         "11523b625219e94e9ca05d2816b5f02cac1614c5894fe657376fa0806378d053",
     ),
 }
+# Seconds a read may wait for the next byte; seconds a whole file may take
+# (a server that trickles bytes never trips the first); largest file taken
+# (the STS-B files are about 0.5 MB). Module constants, so tests can shrink
+# them and point _STSB_REMOTE at a local server.
 _DOWNLOAD_TIMEOUT = 30.0
+_DOWNLOAD_DEADLINE = 300.0
+_DOWNLOAD_MAX_BYTES = 64 << 20
 
 # File names a directory is searched for, per split, in this order.
 _SPLIT_FILE_PATTERNS = (
@@ -107,10 +114,89 @@ def get_data_home(data_home=None) -> Path:
 # --------------------------------------------------------------------------
 
 
+def _open_binary(path: Path):
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
 def _open_text(path: Path):
-    if path.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
-    return open(path, encoding="utf-8", newline="")
+    # utf-8-sig: a byte-order mark (as Excel and Notepad write) is not text;
+    # left in, it would stick to the first sentence or hide a header name
+    return io.TextIOWrapper(_open_binary(path), encoding="utf-8-sig", newline="")
+
+
+def _not_utf8(path: Path) -> ValueError:
+    """Say where a file stops being UTF-8 and what it probably is instead."""
+    with _open_binary(path) as fh:
+        head = fh.read(4)
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        what = "it is UTF-16 text (it starts with a UTF-16 byte-order mark)"
+    elif head.startswith(b"\x1f\x8b"):
+        what = "it is gzip-compressed; give it a .gz suffix"
+    else:
+        what = (
+            "it was probably saved in another encoding such as Latin-1 or Windows-1252"
+        )
+    where = str(path)
+    with _open_binary(path) as fh:
+        for lineno, line in enumerate(fh, start=1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                where = (
+                    f"{path}:{lineno}: byte 0x{line[exc.start]:02x} at column "
+                    f"{exc.start + 1} is not UTF-8"
+                )
+                break
+    return ValueError(
+        f"{where}; load_sts reads UTF-8 text and {what}. Re-save the file as "
+        f"UTF-8 (for example: iconv -f cp1252 -t utf-8 {path.name} > "
+        "utf8.csv) and load that copy"
+    )
+
+
+@contextlib.contextmanager
+def _reading(path: Path):
+    """Open ``path`` as text; a file that is not UTF-8 is one clear ValueError."""
+    fh = _open_text(path)
+    try:
+        yield fh
+    except UnicodeDecodeError:
+        raise _not_utf8(path) from None
+    finally:
+        fh.close()
+
+
+def _csv_rows(fh, path: Path, **fmtparams):
+    """``(line number, row)`` of each record; csv errors name the line.
+
+    The line number is that of the record's first line (a quoted field may
+    span several lines).
+    """
+    reader = csv.reader(fh, **fmtparams)
+    start = 1
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise _csv_error(path, start, reader.line_num, exc) from None
+        yield start, row
+        start = reader.line_num + 1
+
+
+def _csv_error(path: Path, start: int, end: int, exc) -> ValueError:
+    if "field larger than field limit" in str(exc):
+        limit = csv.field_size_limit()
+        return ValueError(
+            f"{path}:{start}: a field of the record starting on this line is "
+            f"longer than {limit:,} characters (the csv module's limit; read up "
+            f"to line {end}). Most often a quote character opens a field that "
+            "is never closed, so it swallows the lines after it: check the "
+            f"quotes on line {start}. A real sentence that long is no STS pair; "
+            "shorten it"
+        )
+    return ValueError(f"{path}:{start}: cannot parse this line ({exc})")
 
 
 def _parse_score(text: str, path: Path, lineno: int) -> float:
@@ -129,29 +215,98 @@ def _parse_score(text: str, path: Path, lineno: int) -> float:
 def _bad_columns(path, lineno, expected, got, fmt):
     return ValueError(
         f"{path}:{lineno}: expected {expected} columns for format {fmt!r}, got "
-        f"{got}; fix this line, or pass the right `format=` (one of {FORMATS})"
+        f"{got}; fix this line, or pass the right `format=` (one of "
+        f"{STS_FORMATS})"
     )
+
+
+# Column names a header row of a CSV may use, compared after lower-casing
+# and dropping spaces, "_" and "-" ("Sentence 1", "sentence_A", "Score").
+_CSV_HEADER_NAMES = {
+    "s1": frozenset({"sentence1", "sentencea", "sent1", "s1", "text1", "texta"}),
+    "s2": frozenset({"sentence2", "sentenceb", "sent2", "s2", "text2", "textb"}),
+    "score": frozenset(
+        {
+            "score",
+            "similarity",
+            "similarityscore",
+            "sim",
+            "label",
+            "gold",
+            "goldscore",
+            "relatedness",
+            "relatednessscore",
+            "rating",
+        }
+    ),
+}
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _header_columns(row):
+    """``{"s1": i, "s2": j, "score": k}`` if ``row`` is a header naming them."""
+    names = ["".join(c for c in f.lower() if c not in " _-") for f in row]
+    found = {}
+    for key, aliases in _CSV_HEADER_NAMES.items():
+        hits = [i for i, name in enumerate(names) if name in aliases]
+        if len(hits) == 1:
+            found[key] = hits[0]
+    if "score" not in found:
+        return None
+    if len(row) == 3 and len(found) < 3:
+        # three columns and a named score: the other two are the sentences,
+        # in their order
+        rest = [i for i in range(3) if i != found["score"]]
+        found = {"s1": rest[0], "s2": rest[1], "score": found["score"]}
+    return found if len(found) == 3 else None
 
 
 def _read_stsb_csv(path: Path):
     s1, s2, y = [], [], []
-    with _open_text(path) as fh:
-        for lineno, row in enumerate(csv.reader(fh, dialect="excel"), start=1):
+    columns = {"s1": 0, "s2": 1, "score": 2}
+    width = 3
+    first = True
+    with _reading(path) as fh:
+        for lineno, row in _csv_rows(fh, path, dialect="excel"):
             if not row:
                 continue
-            if len(row) != 3:
-                raise _bad_columns(path, lineno, 3, len(row), "stsb-csv")
-            s1.append(row[0])
-            s2.append(row[1])
-            y.append(_parse_score(row[2], path, lineno))
+            if first:
+                first = False
+                # a first row that does not read as a pair with a numeric
+                # score, but names the columns, is a header: use its names
+                as_pair = len(row) == 3 and _is_number(row[2])
+                header = None if as_pair else _header_columns(row)
+                if header is not None:
+                    columns, width = header, len(row)
+                    logger.info("%s: header row %s", path, row)
+                    continue
+                if len(row) == 3 and not as_pair:
+                    raise ValueError(
+                        f"{path}:{lineno}: the first line {row} is neither a "
+                        "pair with a numeric score nor a header naming the "
+                        "columns (e.g. sentence1,sentence2,score); fix or remove "
+                        "this line, or pass the right `format=`"
+                    )
+            if len(row) != width:
+                raise _bad_columns(path, lineno, width, len(row), "stsb-csv")
+            s1.append(row[columns["s1"]])
+            s2.append(row[columns["s2"]])
+            y.append(_parse_score(row[columns["score"]], path, lineno))
     return s1, s2, y, {}
 
 
 def _read_senteval(path: Path):
     s1, s2, y = [], [], []
-    with _open_text(path) as fh:
-        reader = csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)
-        for lineno, row in enumerate(reader, start=1):
+    with _reading(path) as fh:
+        reader = _csv_rows(fh, path, delimiter="\t", quoting=csv.QUOTE_NONE)
+        for lineno, row in reader:
             if not row or row == [""]:
                 continue
             if len(row) < 7:
@@ -165,9 +320,9 @@ def _read_senteval(path: Path):
 def _read_header_tsv(path: Path, fmt: str, columns: dict, split_column=None):
     """Read a tab-separated file with a header, picking columns by name."""
     s1, s2, y, split_values = [], [], [], []
-    with _open_text(path) as fh:
-        reader = csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)
-        header = next(reader, None)
+    with _reading(path) as fh:
+        reader = _csv_rows(fh, path, delimiter="\t", quoting=csv.QUOTE_NONE)
+        _, header = next(reader, (None, None))
         if header is None:
             raise ValueError(f"{path}: the file is empty; expected a header row")
         header = [h.strip() for h in header]
@@ -179,7 +334,7 @@ def _read_header_tsv(path: Path, fmt: str, columns: dict, split_column=None):
             )
         idx = {key: header.index(name) for key, name in columns.items()}
         split_idx = header.index(split_column) if split_column in header else None
-        for lineno, row in enumerate(reader, start=2):
+        for lineno, row in reader:
             if not row or row == [""]:
                 continue
             if len(row) < len(header):
@@ -231,9 +386,9 @@ def _read_semeval(path: Path):
                 f"{p}: not found; a SemEval STS input file needs its gold-score "
                 "file beside it (STS.input.<name>.txt and STS.gs.<name>.txt)"
             )
-    with _open_text(input_path) as fh:
+    with _reading(input_path) as fh:
         input_lines = fh.read().splitlines()
-    with _open_text(gs_path) as fh:
+    with _reading(gs_path) as fh:
         gs_lines = fh.read().splitlines()
     # a trailing newline at the end of the file is not a record
     while input_lines and input_lines[-1] == "" and len(input_lines) > len(gs_lines):
@@ -268,12 +423,16 @@ _READERS = {
     "sick": _read_sick,
 }
 
+#: The names :func:`load_sts` accepts as ``format=``, in the order they are
+#: documented (a tuple, e.g. for a command line's ``choices=``).
+STS_FORMATS = tuple(_READERS)
+
 
 def _detect_format(path: Path) -> str:
     name = path.name
     if name.startswith(("STS.input.", "STS.gs.")):
         return "semeval"
-    with _open_text(path) as fh:
+    with _reading(path) as fh:
         first = fh.readline().rstrip("\r\n")
     if not first:
         raise ValueError(f"{path}: the file is empty or starts with an empty line")
@@ -339,27 +498,87 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _fetch(url: str, target: Path, sha256: str) -> Path:
-    """Download `url` to `target` atomically, checking its sha256."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    logger.info("downloading %s to %s", url, target)
-    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=target.name + ".part")
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            with urllib.request.urlopen(url, timeout=_DOWNLOAD_TIMEOUT) as response:
-                shutil.copyfileobj(response, out)
-        got = _sha256(tmp)
-        if got != sha256:
+def _make_dirs(directory: Path) -> list[Path]:
+    """Create ``directory`` and its missing parents; return those created."""
+    missing = []
+    for d in (directory, *directory.parents):
+        if d.exists():
+            break
+        missing.append(d)
+    directory.mkdir(parents=True, exist_ok=True)
+    return missing
+
+
+def _remove_empty(directories) -> None:
+    for d in directories:  # deepest first
+        try:
+            d.rmdir()
+        except OSError:  # not empty (someone else wrote there) or gone
+            return
+
+
+def _copy_response(response, out, url: str) -> int:
+    """Copy an HTTP body to ``out`` within the total deadline; return its size."""
+    start = time.monotonic()
+    received = 0
+    while True:
+        # read1 returns whatever one read brings, so a server that sends a
+        # byte at a time cannot keep a read going past the deadline
+        chunk = response.read1(1 << 16)
+        if not chunk:
+            break
+        received += len(chunk)
+        if received > _DOWNLOAD_MAX_BYTES:
             raise OSError(
-                f"the file downloaded from {url} has sha256 {got}, expected "
-                f"{sha256}; it was discarded. The source may have changed or the "
-                "download was corrupted: retry, or pass a local copy to load_sts"
+                f"the file at {url} is larger than {_DOWNLOAD_MAX_BYTES:,} bytes, "
+                "far more than an STS data set; the download was stopped"
             )
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+        out.write(chunk)
+        elapsed = time.monotonic() - start
+        if elapsed > _DOWNLOAD_DEADLINE:
+            raise TimeoutError(
+                f"the download did not finish within {_DOWNLOAD_DEADLINE:g} s "
+                f"({received:,} bytes received): the server is too slow"
+            )
+    left = getattr(response, "length", None)
+    if left:
+        raise ConnectionError(
+            f"the server closed the connection after {received:,} bytes, "
+            f"{left:,} short of the announced size"
+        )
+    return received
+
+
+def _fetch(url: str, target: Path, sha256: str) -> Path:
+    """Download `url` to `target` atomically, checking its sha256.
+
+    Nothing is left behind on failure: no partial file, and no directory
+    that this call created.
+    """
+    created = _make_dirs(target.parent)
+    logger.info("downloading %s to %s", url, target)
+    try:
+        fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=target.name + ".part")
+        tmp = Path(tmp_name)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                with urllib.request.urlopen(url, timeout=_DOWNLOAD_TIMEOUT) as response:
+                    _copy_response(response, out, url)
+            got = _sha256(tmp)
+            if got != sha256:
+                raise OSError(
+                    f"the file downloaded from {url} has sha256 {got}, expected "
+                    f"{sha256}; it was discarded. The source may have changed or "
+                    "the download was corrupted: retry, or pass a local copy to "
+                    "load_sts"
+                )
+            os.replace(tmp, target)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+    except BaseException:
+        _remove_empty(created)
+        raise
     return target
 
 
@@ -378,7 +597,18 @@ def _stsb_cached(split: str, data_home, download_if_missing: bool) -> Path:
         raise OSError(f"STS-B split {split!r} is not in the cache {target}. {how_to}")
     try:
         return _fetch(url, target, sha256)
-    except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+    except PermissionError as exc:
+        raise OSError(
+            f"cannot write the STS-B cache {target.parent} ({exc.strerror}); set "
+            "SKLEARN_ISOTROPY_DATA or pass data_home= to choose a writable "
+            f"directory. {how_to}"
+        ) from exc
+    except (
+        urllib.error.URLError,
+        TimeoutError,
+        ConnectionError,
+        http.client.HTTPException,
+    ) as exc:
         reason = getattr(exc, "reason", exc)
         raise OSError(
             f"could not download STS-B split {split!r} from {url} ({reason}), and "
@@ -425,10 +655,16 @@ def load_sts(
         ``SemEval_set`` column) it filters the rows, and None keeps all rows.
         SICK's ``TRIAL`` set is its ``"dev"`` split.
     format : {"stsb-csv", "senteval", "sbert", "semeval", "sick"}, default=None
-        The file format; detected when None.
+        The file format; detected when None. The names are also in
+        :data:`STS_FORMATS`.
 
-        - ``"stsb-csv"``: CSV (``excel`` dialect), no header, three columns
-          ``sentence1,sentence2,score``.
+        - ``"stsb-csv"``: CSV (``excel`` dialect), three columns
+          ``sentence1,sentence2,score``. A first line that is not a pair
+          with a numeric score but names the columns is a header and is
+          used: ``sentence1``/``sentence_a``/``text1``..., ``sentence2``/
+          ``sentence_b``/``text2``..., ``score``/``similarity``/``label``...
+          (case, spaces, ``_`` and ``-`` ignored); with a header, more
+          columns are allowed and the columns may come in any order.
         - ``"senteval"``: the original STS-B / SentEval tab-separated files,
           seven or more columns ``genre file year id score sentence1
           sentence2``; extra columns are ignored; quote characters are read
@@ -465,11 +701,21 @@ def load_sts(
     FileNotFoundError
         If `source` does not exist or a directory lacks the requested split.
     ValueError
-        If a line is malformed (the message gives file and line number) or
-        an argument is invalid.
+        If a line is malformed, a field is longer than the csv module's
+        limit (131,072 characters, usually an unclosed quote) or the file is
+        not UTF-8 text (each message gives file and line number), or an
+        argument is invalid.
     OSError
-        If ``"stsb"`` is not cached and cannot be downloaded, or the download
-        does not match its checksum.
+        If ``"stsb"`` is not cached and cannot be downloaded (including a
+        download that does not finish within its deadline, 300 s), or the
+        download does not match its checksum.
+
+    Notes
+    -----
+    Files are read as UTF-8; a leading byte-order mark (as Excel and
+    Notepad write) is dropped. A download goes to a temporary file that is
+    renamed into the cache only once its checksum matches; a failed download
+    leaves no file and no directory behind.
 
     Examples
     --------
@@ -483,8 +729,8 @@ def load_sts(
     >>> data.sentences2[0]
     'A cat, sitting.'
     """
-    if format is not None and format not in FORMATS:
-        raise ValueError(f"format={format!r} is not one of {FORMATS}")
+    if format is not None and format not in STS_FORMATS:
+        raise ValueError(f"format={format!r} is not one of {STS_FORMATS}")
     if split is not None and split not in SPLITS:
         raise ValueError(f"split={split!r} is not one of {SPLITS} or None")
     if isinstance(source, (bytes, bytearray)) or not isinstance(

@@ -46,8 +46,10 @@ class MethodSettings:
         Seeds the flow and the grid's folds.
     device : str, default="cpu"
         Torch device of the flow.
-    progress : bool, default=False
-        Progress output of long steps (the flow's bar).
+    progress : bool or None, default=False
+        Progress bars of long steps (the flow's epoch, the grid search's
+        fits): True shows them, False hides them, None shows them only on an
+        interactive stderr (a terminal or a notebook, not a log file).
     """
 
     n_components: int = 256
@@ -56,7 +58,14 @@ class MethodSettings:
     cv: int = 5
     seed: int = 0
     device: str = "cpu"
-    progress: bool = False
+    progress: bool | None = False
+
+    @property
+    def show_bars(self) -> bool:
+        """Whether progress bars are drawn (``progress`` with None resolved)."""
+        from .._utils import interactive_stderr
+
+        return interactive_stderr() if self.progress is None else bool(self.progress)
 
 
 @dataclass(frozen=True)
@@ -195,7 +204,7 @@ def _build_flow(n_features, settings, dev=None):
         max_iter=settings.flow_epochs,
         random_state=settings.seed,
         device=settings.device,
-        verbose=2 if settings.progress else 0,  # 2 = tqdm bar over batches
+        verbose=2 if settings.show_bars else 0,  # 2 = tqdm bar over batches
     )
     return flow, {"max_iter": settings.flow_epochs}
 
@@ -279,7 +288,7 @@ def _build_grid(n_features, settings, dev=None):
     candidates = _grid_candidates(n_features)
     n_fits = len(ParameterGrid(candidates)) * settings.cv
     with progress_bar(
-        total=n_fits, desc="grid search", unit="fit", enabled=settings.progress
+        total=n_fits, desc="grid search", unit="fit", enabled=settings.show_bars
     ) as bar:
         search = GridSearchCV(
             PairedCosineSimilarity(),

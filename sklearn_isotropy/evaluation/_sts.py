@@ -190,8 +190,10 @@ def encode_pairs(
     cache : None, str or path-like, default=None
         Directory caching the encodings across runs (the vectorizer's
         ``memory=``).
-    progress : bool, default=False
-        Show the encoder's progress bar.
+    progress : bool or None, default=False
+        The encoder's progress bar: True shows it, False hides it, None lets
+        the vectorizer decide (a bar on an interactive stderr for long
+        work; see ``show_progress_bar``).
 
     Returns
     -------
@@ -455,8 +457,10 @@ def evaluate_sts(
         Encoding batch size.
     cache : None, str or path-like, default=None
         Directory caching encodings across runs.
-    progress : bool, default=False
-        Progress bars of the encoder and the flow.
+    progress : bool or None, default=False
+        Progress bars of the encoder, the flow and the grid search: True
+        shows them, False hides them, None shows them only on an interactive
+        stderr (a terminal or a notebook).
     log : callable, default=None
         Called with one line of progress text after each step.
     data_name : str, default=None

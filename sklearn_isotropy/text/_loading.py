@@ -164,6 +164,8 @@ class LoadedEncoder:
         # Taps avoid output_hidden_states, which (transformers >= 5) leaves
         # unpicklable hooks on the model and keeps every layer's states.
         self.taps_ok = self.layer_list is not None
+        # (weights signature, digest) of the embedding cache key; see
+        # _cache.fingerprint
         self.fingerprint = None
 
 

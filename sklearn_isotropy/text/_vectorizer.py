@@ -14,12 +14,22 @@ from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from .._utils import import_optional, normalize_rows, resolve_device, warn
+from .._utils import (
+    interactive_stderr,
+    normalize_rows,
+    progress_bar,
+    resolve_device,
+    warn,
+)
 from ..exceptions import DeviceWarning, TruncationWarning
 from . import _cache, _loading
 from ._pooling import POOLING_PRESETS, pooled_batch
 
 logger = logging.getLogger(__name__)
+
+#: With ``show_progress_bar=None``, a bar is shown when the texts that reach
+#: the model fill more than this many batches (and stderr is interactive).
+AUTO_PROGRESS_MIN_BATCHES = 4
 
 __all__ = ["BertPoolingVectorizer"]
 
@@ -58,7 +68,29 @@ def _validate_texts(X):
                 f"{type(text).__name__} ({text!r:.60}). Convert or drop "
                 "non-string items (e.g. missing values) first."
             )
-    return [str(t) for t in texts]
+    texts = [str(t) for t in texts]
+    try:  # one pass over all texts; the loop below runs only on failure
+        "".join(texts).encode("utf-8")
+    except UnicodeEncodeError:
+        _raise_unencodable(texts)
+    return texts
+
+
+def _raise_unencodable(texts):
+    """Name the first text that is not valid Unicode (a lone surrogate)."""
+    for i, text in enumerate(texts):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            char = text[exc.start]
+            raise ValueError(
+                f"The text at index {i} is not valid Unicode: it holds a lone "
+                f"surrogate {char!r} at character {exc.start} ({text!r:.60}), "
+                "which no tokenizer can encode. Such characters come from "
+                "decoding bytes with errors='surrogateescape' or from broken "
+                "\\u escapes in JSON; re-decode the source bytes correctly, or "
+                "replace them: text.encode('utf-8', 'replace').decode('utf-8')."
+            ) from None
 
 
 def _resolve_device(device):
@@ -139,14 +171,26 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         text) under this location. With it, a grid search over downstream
         steps encodes each distinct sentence once, across clones, refits and
         processes; only the texts not cached yet reach the model.
-        ``joblib.Memory.clear()`` removes it.
+        ``joblib.Memory.clear()`` removes it. The cache never changes a
+        result: every cache file is validated when read, a damaged one is
+        set aside with a :class:`~sklearn_isotropy.exceptions.CacheWarning`
+        and its texts are encoded again, and a cache that cannot be written
+        warns once and is skipped (see :doc:`/user_guide/reliability`).
 
-    show_progress_bar : bool, default=False
-        Show a tqdm progress bar over batches.
+    show_progress_bar : bool or None, default=None
+        Show a tqdm progress bar, on stderr, counting the texts encoded.
+        ``None`` shows it when it helps: when the texts that actually reach
+        the model (not cached, not repeated) fill more than four batches and
+        stderr is a terminal or a Jupyter notebook (or ``verbose > 0``), and
+        never in a worker process or thread. So a cached vectorizer inside
+        ``GridSearchCV`` draws no bar for the folds it reads from the cache,
+        and logs and pipes stay clean. ``True`` always shows it; ``False``
+        never does.
 
     verbose : int, default=0
-        If > 0, show the progress bar and log encoding counts and timings at
-        INFO level to the ``sklearn_isotropy`` logger.
+        If > 0, log encoding counts and timings at INFO level to the
+        ``sklearn_isotropy`` logger, and show the progress bar unless
+        ``show_progress_bar=False``.
 
     Attributes
     ----------
@@ -271,7 +315,7 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         "max_length": [None, Interval(Integral, 1, None, closed="left")],
         "device": [str],
         "memory": [None, str, os.PathLike, HasMethods(["cache"])],
-        "show_progress_bar": ["boolean"],
+        "show_progress_bar": [None, "boolean"],
         "verbose": ["verbose"],
     }
 
@@ -286,7 +330,7 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         max_length=None,
         device="cpu",
         memory=None,
-        show_progress_bar=False,
+        show_progress_bar=None,
         verbose=0,
     ):
         self.model = model
@@ -526,12 +570,12 @@ TruncationWarning` per call says how many. ``None`` uses the model's
             "pooling": self.pooling,
             "layers": list(self.layers_),
             "max_length": self.max_length_,
-            "version": 1,
+            "version": _cache.FORMAT_VERSION,
         }
         namespace = hashlib.sha256(
             json.dumps(spec, sort_keys=True).encode()
         ).hexdigest()
-        return _cache.EmbeddingStore(root, namespace[:32])
+        return _cache.EmbeddingStore(root, namespace[:32], self.hidden_size_)
 
     def _tokenize(self, tokenizer, texts):
         """Token ids (and token type ids) per text, and how many were truncated."""
@@ -583,9 +627,10 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         reader, layers = POOLING_PRESETS[self.pooling].reader, self.layers_
         was_training = model.training
         model.eval()
+        bar = self._progress_bar(len(texts), len(batches))
         try:
             with torch.inference_mode():
-                for batch in self._progress(batches):
+                for batch in batches:
                     width = int(lengths[batch[0]])
                     input_ids = np.full((len(batch), width), pad_id, dtype=np.int64)
                     mask = np.zeros((len(batch), width), dtype=np.int64)
@@ -612,18 +657,25 @@ TruncationWarning` per call says how many. ``None`` uses the model's
                         loaded, inputs, mask_t, reader, layers, self.n_layers_
                     )
                     out[batch] = pooled.float().cpu().numpy()
+                    if bar is not None:
+                        bar.update(len(batch))
         finally:
+            if bar is not None:
+                bar.close()
             if was_training:
                 model.train()
         return out
 
-    def _progress(self, batches):
-        if not (self.show_progress_bar or self.verbose):
-            return batches
-        tqdm = import_optional(
-            "tqdm.auto", purpose="show_progress_bar=True", extra="text"
-        ).tqdm
-        return tqdm(batches, desc="Encoding", unit="batch")
+    def _progress_bar(self, n_texts, n_batches):
+        """A tqdm bar on stderr over ``n_texts``, or None; see show_progress_bar."""
+        show = self.show_progress_bar
+        if show is None:
+            show = bool(self.verbose) or (
+                n_batches > AUTO_PROGRESS_MIN_BATCHES and interactive_stderr()
+            )
+        if not show:
+            return None
+        return progress_bar(total=n_texts, desc="Encoding", unit="text")
 
     # --------------------------------------------------------- conventions
 
