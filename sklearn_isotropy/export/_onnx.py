@@ -104,17 +104,21 @@ def _torch_modules(torch, steps, dtype):
             return (x - self.center) @ self.weight + self.bias
 
     class Flow(torch.nn.Module):
-        # the estimator's transform: standardise with mean_/scale_, then the
+        # the estimator's transform: standardise with mean_/scale_ in float64
+        # (as GlowFlowTransformer does, whatever the input dtype), then the
         # flow's forward, whose contract is forward(x) -> (z, log_det)
         def __init__(self, est):
             super().__init__()
             tdtype = torch.float64 if dtype == np.float64 else torch.float32
             self.flow = copy.deepcopy(est.flow_).to(device="cpu", dtype=tdtype).eval()
-            self.register_buffer("mean", torch.from_numpy(est.mean_.astype(dtype)))
-            self.register_buffer("scale", torch.from_numpy(est.scale_.astype(dtype)))
+            self.register_buffer("mean", torch.from_numpy(np.asarray(est.mean_, "f8")))
+            self.register_buffer(
+                "scale", torch.from_numpy(np.asarray(est.scale_, "f8"))
+            )
 
         def forward(self, x):
-            return self.flow((x - self.mean) / self.scale)[0]
+            standardized = ((x.double() - self.mean) / self.scale).to(x.dtype)
+            return self.flow(standardized)[0]
 
     modules, linear_run = [], []
     for name, est in steps:
@@ -259,9 +263,11 @@ def to_onnx(
     exporter (``dynamo=True``, which would also need the ``onnxscript``
     package) cannot trace it: ActNorm's ``if not initialized`` is a branch
     on a tensor value, which ``torch.export`` refuses; and the
-    TorchScript exporter has no ``aten::diag``, which freezing removes. The
-    exported graph uses ``MatMul``/``Gemm``, ``Add``, ``Sub``, ``Mul``,
-    ``Div``, ``Exp``, ``Tanh``, ``Relu``, ``Concat`` and ``Slice``.
+    TorchScript exporter has no ``aten::diag``, which freezing removes. So
+    no ``onnxscript`` is needed. The graph standardises its input in float64,
+    as the estimator does, and then uses only ``MatMul``/``Gemm``, ``Add``,
+    ``Sub``, ``Mul``, ``Div``, ``Exp``, ``Tanh``, ``Relu``, ``Concat``,
+    ``Slice``, ``Gather``, ``Shape`` and ``Cast`` (opset 17 by default).
 
     Examples
     --------

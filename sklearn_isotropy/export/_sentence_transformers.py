@@ -19,8 +19,15 @@ _WHAT = "to_sentence_transformers"
 
 def _import_st():
     st = import_optional("sentence_transformers", purpose=_WHAT, extra="export")
+    # sentence-transformers >= 6 keeps the modules here (and checks the
+    # module types of a saved model against this namespace)
+    modules = import_optional(
+        "sentence_transformers.sentence_transformer.modules",
+        purpose=_WHAT + " (sentence-transformers >= 6)",
+        extra="export",
+    )
     torch = import_optional("torch", purpose=_WHAT, extra="export")
-    return st, torch
+    return st, modules, torch
 
 
 # ------------------------------------------------------- pooling, by reader
@@ -257,8 +264,7 @@ def to_sentence_transformers(pipeline, path, *, overwrite=False):
     >>> model.encode(["A man is playing a guitar."]).shape  # doctest: +SKIP
     (1, 128)
     """
-    st, torch = _import_st()
-    modules = st.sentence_transformer.modules
+    st, modules, torch = _import_st()
     vec, post = _split_pipeline(pipeline)
     affine = fold_affine(post, what=_WHAT) if post else None
     if affine is not None and affine.n_features_in != vec.hidden_size_:
