@@ -451,3 +451,47 @@ def test_faiss_errors(cone, flow):
         to_faiss([WhiteningTransformer().fit(cone), flow])
     with pytest.raises(ValueError, match="no estimator"):
         to_faiss(Pipeline([("skip", "passthrough")]))
+
+
+# ------------------------------------------------------------ the docs page
+def _python_blocks(path):
+    """The ``.. code-block:: python`` blocks of an rst file, dedented."""
+    blocks, current = [], None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip() == ".. code-block:: python":
+            current = []
+            blocks.append(current)
+        elif current is not None:
+            if line.strip() and not line.startswith("   "):
+                current = None
+            else:
+                current.append(line)
+    return [textwrap.dedent("\n".join(b)).strip() for b in blocks]
+
+
+@pytest.mark.slow
+def test_deploying_page_runs(default_model_path, stsb_dir, tmp_path, monkeypatch):
+    """Every example of docs/user_guide/deploying.rst runs, in order."""
+    for name in ("sentence_transformers", "onnxruntime", "skl2onnx", "faiss"):
+        pytest.importorskip(name)
+    from pathlib import Path
+
+    page = Path(__file__).resolve().parents[1] / "docs/user_guide/deploying.rst"
+    blocks = _python_blocks(page)
+    assert len(blocks) == 6
+    home = tmp_path / "data"
+    home.mkdir()
+    (home / "stsb").symlink_to(Path(stsb_dir).resolve())
+    monkeypatch.setenv("SKLEARN_ISOTROPY_DATA", str(home))
+    monkeypatch.chdir(tmp_path)
+    namespace = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # e.g. a flow's slow-convergence notes
+        for block in blocks:
+            exec(compile(block, str(page), "exec"), namespace)  # noqa: S102
+    pipe, queries = namespace["pipe"], namespace["queries"]
+    expected = pipe.transform(queries)
+    assert_allclose(namespace["served"], expected, rtol=0, atol=1e-5)
+    assert_allclose(namespace["Z"], expected, rtol=0, atol=1e-5)
+    assert (tmp_path / "whitened-minilm" / "modules.json").is_file()
+    assert namespace["ids"].shape == (2, 5)
