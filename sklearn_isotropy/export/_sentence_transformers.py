@@ -31,10 +31,13 @@ def _import_st():
 
 
 # ------------------------------------------------------- pooling, by reader
-# ``reader -> build(vec, modules, torch) -> (transformer_kwargs, pooling_modules)``:
-# how the vectorizer's pooling is written with sentence-transformers' own
+# ``reader -> build(vec, modules, torch)``, returning the Transformer's extra
+# arguments, the pooling modules and a description for the model card: how
+# the vectorizer's pooling is written with sentence-transformers' own
 # modules, so that the saved model loads with a plain
-# ``SentenceTransformer(path)`` (no custom code, no trust_remote_code).
+# ``SentenceTransformer(path)``. A module of our own would not: since
+# sentence-transformers 6, loading a module class from outside its namespace
+# needs ``trust_remote_code=True``, even from a local directory.
 _POOLING_EXPORTS = {}
 
 
