@@ -49,12 +49,12 @@ def to_faiss(estimator_or_chain):
 
     Notes
     -----
-    faiss works in float32. ``is_orthonormal`` is computed by
+    faiss works in float32. ``is_orthonormal`` is set by
     ``set_is_orthonormal()``; it is False for a whitening (the map scales
-    directions), and faiss then refuses ``reverse_transform``, which is
-    what a non-invertible or non-orthonormal map calls for. Use
-    :meth:`~sklearn_isotropy.WhiteningTransformer.inverse_transform` to
-    map back.
+    directions), and faiss then raises on ``reverse_transform``, which it
+    implements for orthonormal maps only. Use
+    :meth:`~sklearn_isotropy.WhiteningTransformer.inverse_transform` to map
+    back.
 
     Examples
     --------
