@@ -1,0 +1,29 @@
+"""Carry a fitted pipeline to where embeddings are served.
+
+- :func:`to_sentence_transformers`: a fitted text pipeline (vectorizer and
+  linear post-processors) as a sentence-transformers model directory;
+- :func:`to_onnx`: the linear post-processors, chains of them, and the
+  normalizing flow as ONNX graphs; :func:`register_skl2onnx_converters`
+  lets ``skl2onnx.to_onnx`` convert them inside any scikit-learn pipeline;
+- :func:`to_faiss`: the linear post-processors as a ``faiss.LinearTransform``
+  for an ``IndexPreTransform``.
+
+A chain of linear post-processors is one affine map ``y = x @ W + b``,
+folded in float64 from the estimators' public fitted attributes. The runtimes
+(sentence-transformers, onnx, onnxruntime, skl2onnx, faiss) are imported when
+an exporter is called; ``pip install "sklearn-isotropy[export]"`` installs
+them.
+"""
+
+from __future__ import annotations
+
+from ._faiss import to_faiss
+from ._onnx import register_skl2onnx_converters, to_onnx
+from ._sentence_transformers import to_sentence_transformers
+
+__all__ = [
+    "register_skl2onnx_converters",
+    "to_faiss",
+    "to_onnx",
+    "to_sentence_transformers",
+]

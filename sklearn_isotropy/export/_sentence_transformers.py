@@ -1,0 +1,306 @@
+"""A fitted text pipeline as a sentence-transformers model directory."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from .._utils import import_optional
+from ..text import POOLING_PRESETS, BertPoolingVectorizer
+from ._affine import check_fitted, fold_affine, split_steps
+
+__all__ = ["to_sentence_transformers"]
+
+_WHAT = "to_sentence_transformers"
+
+
+def _import_st():
+    st = import_optional("sentence_transformers", purpose=_WHAT, extra="export")
+    # sentence-transformers >= 6 keeps the modules here (and checks the
+    # module types of a saved model against this namespace)
+    modules = import_optional(
+        "sentence_transformers.sentence_transformer.modules",
+        purpose=_WHAT + " (sentence-transformers >= 6)",
+        extra="export",
+    )
+    torch = import_optional("torch", purpose=_WHAT, extra="export")
+    return st, modules, torch
+
+
+# ------------------------------------------------------- pooling, by reader
+# ``reader -> build(vec, modules, torch)``, returning the Transformer's extra
+# arguments, the pooling modules and a description for the model card: how
+# the vectorizer's pooling is written with sentence-transformers' own
+# modules, so that the saved model loads with a plain
+# ``SentenceTransformer(path)``. A module of our own would not: since
+# sentence-transformers 6, loading a module class from outside its namespace
+# needs ``trust_remote_code=True``, even from a local directory.
+_POOLING_EXPORTS = {}
+
+
+def _pooling_export(reader):
+    def register(build):
+        _POOLING_EXPORTS[reader] = build
+        return build
+
+    return register
+
+
+@_pooling_export("mean")
+def _mean(vec, modules, torch):
+    layers, n_layers, width = vec.layers_, vec.n_layers_, vec.hidden_size_
+    pooling = modules.Pooling(width, pooling_mode="mean")
+    if layers == (n_layers,):  # the last block: sentence-transformers' mean
+        return {}, [pooling], "token mean of the last block"
+    # Average of several hidden states: WeightedLayerPooling with weight 1
+    # on the chosen layers and 0 elsewhere is their exact mean; it reads the
+    # hidden states the Transformer returns with output_hidden_states=True.
+    start = min(layers)
+    weights = torch.zeros(n_layers + 1 - start, dtype=torch.float32)
+    weights[[i - start for i in layers]] = 1.0
+    layer_mean = modules.WeightedLayerPooling(
+        width,
+        num_hidden_layers=n_layers,
+        layer_start=start,
+        layer_weights=torch.nn.Parameter(weights, requires_grad=False),
+    )
+    return (
+        {"config_kwargs": {"output_hidden_states": True}},
+        [layer_mean, pooling],
+        f"token mean of the average of hidden_states{list(layers)}",
+    )
+
+
+@_pooling_export("cls")
+def _cls(vec, modules, torch):
+    pooling = modules.Pooling(vec.hidden_size_, pooling_mode="cls")
+    return {}, [pooling], "first token of the last block"
+
+
+@_pooling_export("pooler")
+def _pooler(vec, modules, torch):
+    # the Transformer itself returns the model's pooler_output as the
+    # sentence embedding
+    kwargs = {
+        "modality_config": {
+            "text": {"method": "forward", "method_output_name": "pooler_output"}
+        },
+        "module_output_name": "sentence_embedding",
+    }
+    return kwargs, [], "the model's pooler_output"
+
+
+def _dense(modules, torch, weight, bias):
+    """A ``Dense`` computing ``x @ weight + bias``: identity activation, a bias."""
+    return modules.Dense(
+        weight.shape[0],
+        weight.shape[1],
+        bias=True,
+        activation_function=torch.nn.Identity(),
+        init_weight=torch.nn.Parameter(
+            torch.from_numpy(np.ascontiguousarray(weight.T, dtype=np.float32))
+        ),
+        init_bias=torch.nn.Parameter(torch.from_numpy(bias.astype(np.float32))),
+    )
+
+
+def _dense_modules(modules, torch, affine):
+    """``(x - center) @ weight + bias`` as one or two ``Dense`` modules.
+
+    The centring is a ``Dense`` of its own (identity weight, bias
+    ``-center``, exact in float32), as in the estimators: folded into the
+    bias of one map, float32 round-off would scale with the embeddings'
+    common offset instead of their spread.
+    """
+    out = []
+    if np.any(affine.center):
+        d = affine.n_features_in
+        out.append(_dense(modules, torch, np.eye(d), -affine.center))
+    out.append(_dense(modules, torch, affine.weight, affine.bias))
+    return out
+
+
+def _split_pipeline(pipeline):
+    if isinstance(pipeline, BertPoolingVectorizer):
+        steps = [("vectorizer", pipeline)]
+    else:
+        steps = split_steps(pipeline, what=_WHAT)
+    name, vec = steps[0]
+    if not isinstance(vec, BertPoolingVectorizer):
+        raise TypeError(
+            f"{_WHAT} exports a pipeline that starts with a BertPoolingVectorizer; "
+            f"its first step {name!r} is a {type(vec).__name__}. To export "
+            "post-processors of precomputed embeddings, use to_onnx or to_faiss."
+        )
+    check_fitted(name, vec, what=_WHAT)
+    return vec, steps[1:]
+
+
+def _model_card(vec, pooling_text, affine, normalize):
+    lines = [
+        "",
+        "## Exported from a scikit-learn pipeline (sklearn-isotropy)",
+        "",
+        "This directory was written by `sklearn_isotropy.export."
+        "to_sentence_transformers` from a fitted pipeline. "
+        '`SentenceTransformer(path, device="cpu").encode(texts)` returns what '
+        "the pipeline's `transform(texts)` returned (float32, to about 1e-5).",
+        "",
+        "It uses only sentence-transformers' own modules (Transformer, "
+        "WeightedLayerPooling, Pooling, Normalize, Dense), so loading it needs "
+        "neither sklearn-isotropy nor `trust_remote_code`.",
+        "",
+        f"- encoder: `{vec.model_name_}`, at most {vec.max_length_} tokens "
+        "per text (special tokens included)",
+        f"- pooling: `{vec.pooling}` ({pooling_text}; Hugging Face "
+        f"`hidden_states` indices {list(vec.layers_)})",
+        f"- unit-norm rows before post-processing: {normalize}",
+    ]
+    if affine is None:
+        lines.append("- post-processing: none")
+    else:
+        lines.append(
+            f"- post-processing: {', '.join(affine.steps)}, folded into one "
+            f"affine map ({affine.n_features_in} -> {affine.n_features_out}): "
+            "a `Dense` module with the identity activation and bias "
+            "`-mean @ W`"
+        )
+    if vec.layers_ != (vec.n_layers_,) and POOLING_PRESETS[vec.pooling].reader == (
+        "mean"
+    ):
+        lines += [
+            "",
+            "The pooling reads intermediate hidden states (`output_hidden_states` "
+            "is set in `config.json`). sentence-transformers' ONNX and OpenVINO "
+            "backends export only the last hidden state, so run this model "
+            'with the default `backend="torch"`.',
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def to_sentence_transformers(pipeline, path, *, overwrite=False):
+    """Write a fitted text pipeline as a sentence-transformers model directory.
+
+    ``SentenceTransformer(path).encode(texts)`` then returns what
+    ``pipeline.transform(texts)`` returns (float32, equal to about 1e-5): the
+    encoder, its tokenizer and maximum length, the pooling preset (every
+    one, including ``first_last_avg``, ``last2_avg``, ``embeddings_avg`` and
+    explicit ``layers=``), ``normalize=`` and the linear post-processors,
+    folded into one affine ``Dense`` layer with the identity activation and
+    the bias ``-mean @ W``.
+
+    Parameters
+    ----------
+    pipeline : Pipeline or BertPoolingVectorizer
+        A fitted :class:`~sklearn.pipeline.Pipeline` whose first step is a
+        :class:`~sklearn_isotropy.BertPoolingVectorizer` and whose other
+        steps (any number, including none) are
+        :class:`~sklearn_isotropy.WhiteningTransformer`,
+        :class:`~sklearn_isotropy.NATSVTransformer` or
+        :class:`~sklearn_isotropy.StandardNormalizer`; or a fitted
+        vectorizer alone.
+    path : str or os.PathLike
+        Directory to write. It must not exist or be empty unless
+        ``overwrite=True``.
+    overwrite : bool, default=False
+        Write into a non-empty directory, replacing the files of the same
+        names.
+
+    Returns
+    -------
+    model : sentence_transformers.SentenceTransformer
+        The exported model, on the CPU (the one that was saved).
+
+    Raises
+    ------
+    sklearn.exceptions.NotFittedError
+        If a step is not fitted.
+    TypeError
+        If the first step is not a vectorizer, or a later step cannot be
+        folded into an affine map (e.g. a
+        :class:`~sklearn_isotropy.GlowFlowTransformer`), naming the step.
+    FileExistsError
+        If ``path`` holds files and ``overwrite`` is False.
+
+    See Also
+    --------
+    to_onnx : The post-processors (or the flow) as an ONNX graph.
+    to_faiss : The post-processors as a faiss pre-transform.
+
+    Notes
+    -----
+    The saved model uses only sentence-transformers' own modules, so it
+    loads without sklearn-isotropy and without ``trust_remote_code``:
+
+    - ``Transformer`` with the encoder, its tokenizer and ``max_seq_length``
+      set to the vectorizer's resolved ``max_length_``;
+    - the pooling: ``Pooling("mean")`` for ``"mean"``, ``Pooling("cls")``
+      for ``"cls"``, the model's ``pooler_output`` for ``"pooler"``, and for
+      an average of several hidden states ``WeightedLayerPooling`` with
+      weight 1 on the chosen layers and 0 on the others (exactly their
+      mean), followed by ``Pooling("mean")``, with ``output_hidden_states``
+      set in the saved ``config.json``;
+    - ``Normalize`` when the vectorizer has ``normalize=True``;
+    - ``Dense`` with weight ``W.T``, bias ``-mean @ W`` and the identity
+      activation (sentence-transformers' default is Tanh, which would
+      bend the map).
+
+    The model card (``README.md``) says how it was made. Poolings that read
+    intermediate hidden states need the default ``backend="torch"``:
+    sentence-transformers' ONNX and OpenVINO backends export the last hidden
+    state only.
+
+    Examples
+    --------
+    >>> from sklearn.pipeline import make_pipeline
+    >>> from sentence_transformers import SentenceTransformer
+    >>> from sklearn_isotropy import BertPoolingVectorizer, WhiteningTransformer
+    >>> from sklearn_isotropy.export import to_sentence_transformers
+    >>> pipe = make_pipeline(BertPoolingVectorizer(pooling="first_last_avg"),
+    ...                      WhiteningTransformer(n_components=128))
+    >>> pipe.fit(sentences)  # doctest: +SKIP
+    >>> to_sentence_transformers(pipe, "whitened-minilm")  # doctest: +SKIP
+    >>> model = SentenceTransformer("whitened-minilm", device="cpu")  # doctest: +SKIP
+    >>> model.encode(["A man is playing a guitar."]).shape  # doctest: +SKIP
+    (1, 128)
+    """
+    st, modules, torch = _import_st()
+    vec, post = _split_pipeline(pipeline)
+    affine = fold_affine(post, what=_WHAT) if post else None
+    if affine is not None and affine.n_features_in != vec.hidden_size_:
+        raise ValueError(
+            f"{_WHAT}: the post-processors expect {affine.n_features_in} features "
+            f"but the vectorizer outputs {vec.hidden_size_}; refit the pipeline."
+        )
+    path = Path(os.fspath(path)).expanduser()
+    if path.exists() and (not path.is_dir() or any(path.iterdir())) and not overwrite:
+        raise FileExistsError(
+            f"{path} exists and is not an empty directory; pass another path or "
+            "overwrite=True."
+        )
+
+    reader = POOLING_PRESETS[vec.pooling].reader
+    transformer_kwargs, pooling, pooling_text = _POOLING_EXPORTS[reader](
+        vec, modules, torch
+    )
+    with tempfile.TemporaryDirectory(prefix="sklearn_isotropy_export_") as tmp:
+        vec.model_.save_pretrained(tmp)
+        vec.tokenizer_.save_pretrained(tmp)
+        transformer = modules.Transformer(
+            tmp, max_seq_length=vec.max_length_, **transformer_kwargs
+        )
+    chain = [transformer, *pooling]
+    if vec.normalize:
+        chain.append(modules.Normalize())
+    if affine is not None:
+        chain += _dense_modules(modules, torch, affine)
+    model = st.SentenceTransformer(modules=chain, device="cpu")
+    model.eval()
+    model.save(str(path))
+    card = path / "README.md"
+    with open(card, "a", encoding="utf-8") as fh:
+        fh.write(_model_card(vec, pooling_text, affine, vec.normalize))
+    return model

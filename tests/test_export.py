@@ -1,0 +1,497 @@
+"""Exporting fitted pipelines: sentence-transformers, ONNX, faiss.
+
+Every exported artefact is run by its own runtime (sentence-transformers,
+onnxruntime, faiss) and compared with the pipeline's ``transform``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose
+from sklearn.exceptions import NotFittedError
+from sklearn.pipeline import Pipeline, make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from sklearn_isotropy import (
+    BertPoolingVectorizer,
+    GlowFlowTransformer,
+    NATSVTransformer,
+    StandardNormalizer,
+    WhiteningTransformer,
+)
+from sklearn_isotropy.export import (
+    register_skl2onnx_converters,
+    to_faiss,
+    to_onnx,
+    to_sentence_transformers,
+)
+from sklearn_isotropy.export._affine import fold_affine
+
+WORDS = (
+    "the a cat dog sat on mat ran fast slow man woman is was big small red blue "
+    "play read walk"
+).split()
+
+
+@pytest.fixture(scope="module")
+def texts():
+    rng = np.random.RandomState(0)
+    out = [" ".join(rng.choice(WORDS, size=rng.randint(1, 14))) for _ in range(80)]
+    # an empty text, word pieces, punctuation and a text longer than 12 tokens
+    return [*out, "", "playing walked reads !", " ".join(WORDS)]
+
+
+@pytest.fixture(scope="module")
+def cone(make_cone):
+    return make_cone(400, 12, seed=1)
+
+
+def _fit(pipe, texts):
+    with warnings.catch_warnings():
+        # a fit on few rows may warn about rank; not what these tests check
+        warnings.simplefilter("ignore")
+        return pipe.fit(texts)
+
+
+def _onnx_run(model, X):
+    ort = pytest.importorskip("onnxruntime")
+    session = ort.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    return session.run(None, {session.get_inputs()[0].name: X})[0]
+
+
+# ---------------------------------------------------------------- the fold
+LINEAR = [
+    pytest.param(lambda: WhiteningTransformer(), id="whitening"),
+    pytest.param(lambda: WhiteningTransformer(n_components=5), id="whitening-k5"),
+    pytest.param(lambda: WhiteningTransformer(method="zca", power=0.5), id="zca"),
+    pytest.param(lambda: NATSVTransformer(n_components=2), id="natsv"),
+    pytest.param(lambda: NATSVTransformer(2, center=False), id="natsv-uncentred"),
+    pytest.param(lambda: StandardNormalizer(), id="sn"),
+    pytest.param(lambda: StandardNormalizer(with_mean=False), id="sn-no-mean"),
+    pytest.param(lambda: StandardNormalizer(with_std=False), id="sn-no-std"),
+]
+
+
+@pytest.mark.parametrize("make", LINEAR)
+def test_fold_is_the_transform_in_float64(make, cone):
+    est = make().fit(cone)
+    affine = fold_affine([("step", est)], what="test")
+    X = cone[:50] * 1.5 - 0.3  # rows the estimator was not fitted on
+    assert_allclose(affine.apply(X), est.transform(X), rtol=1e-12, atol=1e-12)
+    assert_allclose(X @ affine.weight + affine.offset, est.transform(X), atol=1e-9)
+
+
+def test_fold_keeps_standard_normalizer_constant_features(cone):
+    X = cone.copy()
+    X[:, 3] = 7.0  # a constant feature: scale_ is 1 there, not 0
+    est = StandardNormalizer().fit(X)
+    affine = fold_affine([("sn", est)], what="test")
+    assert np.all(np.isfinite(affine.weight))
+    assert_allclose(affine.apply(X), est.transform(X), atol=1e-12)
+
+
+def test_fold_of_a_chain_is_the_composition(cone):
+    pipe = make_pipeline(
+        StandardNormalizer(), NATSVTransformer(1), WhiteningTransformer(n_components=4)
+    ).fit(cone)
+    affine = fold_affine(list(pipe.steps), what="test")
+    assert affine.steps == (
+        "standardnormalizer",
+        "natsvtransformer",
+        "whiteningtransformer",
+    )
+    assert (affine.n_features_in, affine.n_features_out) == (12, 4)
+    assert_allclose(affine.apply(cone), pipe.transform(cone), atol=1e-10)
+
+
+# ------------------------------------------------------- sentence-transformers
+def _encode(path, texts, **kwargs):
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(path), device="cpu").encode(texts, **kwargs)
+
+
+def _whitening_chain():
+    return [StandardNormalizer(), WhiteningTransformer(n_components=8)]
+
+
+def _projection_chain():
+    return [NATSVTransformer(n_components=2), StandardNormalizer(with_std=False)]
+
+
+# The tiny random BERT's first-token vectors (cls, pooler) vary by ~1e-3 per
+# feature: standardising or whitening them multiplies float32 round-off by
+# ~1e3, so that the pipeline itself changes by ~5e-5 with its batch size.
+# Those presets are therefore checked through a chain that does not rescale;
+# the whitening chain is checked on the mean poolings and on MiniLM below.
+POOLINGS = [
+    pytest.param({"pooling": "mean"}, _whitening_chain, id="mean"),
+    pytest.param({"pooling": "cls"}, _projection_chain, id="cls"),
+    pytest.param({"pooling": "pooler"}, _projection_chain, id="pooler"),
+    pytest.param({"pooling": "first_last_avg"}, _whitening_chain, id="first_last"),
+    pytest.param({"pooling": "last2_avg"}, _whitening_chain, id="last2_avg"),
+    pytest.param({"pooling": "embeddings_avg"}, _whitening_chain, id="embeddings"),
+    pytest.param({"layers": (0, 2)}, _whitening_chain, id="layers-0-2"),
+]
+
+
+@pytest.mark.parametrize(("pooling", "chain"), POOLINGS)
+def test_sentence_transformers_parity_for_every_pooling(
+    pooling, chain, tiny_bert, texts, tmp_path
+):
+    pytest.importorskip("sentence_transformers")
+    # a chain of two post-processors after the vectorizer
+    pipe = _fit(
+        make_pipeline(BertPoolingVectorizer(tiny_bert, **pooling), *chain()), texts
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the long text is truncated
+        expected = pipe.transform(texts)
+    model = to_sentence_transformers(pipe, tmp_path / "model")
+    got = _encode(tmp_path / "model", texts)
+    assert got.dtype == np.float32 and got.shape == expected.shape
+    assert_allclose(got, expected, rtol=0, atol=1e-5)
+    # the returned model is the saved one
+    assert_allclose(model.encode(texts[:5]), got[:5], rtol=0, atol=1e-6)
+
+
+def test_sentence_transformers_normalize_and_max_length(tiny_bert, texts, tmp_path):
+    pytest.importorskip("sentence_transformers")
+    vec = BertPoolingVectorizer(
+        tiny_bert, pooling="first_last_avg", normalize=True, max_length=6
+    )
+    pipe = _fit(make_pipeline(vec, WhiteningTransformer(n_components=5)), texts)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # most texts are truncated to 6 tokens
+        expected = pipe.transform(texts)
+    to_sentence_transformers(pipe, tmp_path / "m")
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(tmp_path / "m"), device="cpu")
+    assert model.max_seq_length == 6
+    names = [type(m).__name__ for m in model]
+    assert names == [
+        "Transformer",
+        "WeightedLayerPooling",
+        "Pooling",
+        "Normalize",
+        "Dense",
+        "Dense",
+    ]
+    assert_allclose(model.encode(texts), expected, rtol=0, atol=1e-5)
+
+
+def test_sentence_transformers_vectorizer_alone(tiny_bert, texts, tmp_path):
+    pytest.importorskip("sentence_transformers")
+    vec = BertPoolingVectorizer(tiny_bert, pooling="last2_avg", normalize=True)
+    pipe = _fit(Pipeline([("embed", vec)]), texts)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = pipe.transform(texts)
+    to_sentence_transformers(pipe, tmp_path / "m")
+    got = _encode(tmp_path / "m", texts)
+    assert_allclose(got, expected, rtol=0, atol=1e-5)
+    assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-6)
+    # a bare fitted vectorizer exports the same model
+    to_sentence_transformers(vec, tmp_path / "bare")
+    assert_allclose(_encode(tmp_path / "bare", texts), got, rtol=0, atol=1e-6)
+
+
+def test_sentence_transformers_dense_is_identity_with_bias(tiny_bert, texts, tmp_path):
+    pytest.importorskip("sentence_transformers")
+    pipe = _fit(
+        make_pipeline(
+            BertPoolingVectorizer(tiny_bert), WhiteningTransformer(n_components=4)
+        ),
+        texts,
+    )
+    to_sentence_transformers(pipe, tmp_path / "m")
+    whiten = pipe[-1]
+    # the centring Dense, then the map: identity activations, real biases
+    centre = json.loads((tmp_path / "m" / "2_Dense" / "config.json").read_text())
+    dense = json.loads((tmp_path / "m" / "3_Dense" / "config.json").read_text())
+    for config in (centre, dense):
+        assert config["activation_function"] == "torch.nn.modules.linear.Identity"
+        assert config["bias"] is True
+    assert (dense["in_features"], dense["out_features"]) == (32, 4)
+    from safetensors.numpy import load_file
+
+    weights = load_file(tmp_path / "m" / "3_Dense" / "model.safetensors")
+    assert_allclose(weights["linear.weight"], whiten.whitening_.T, rtol=1e-6)
+    shift = load_file(tmp_path / "m" / "2_Dense" / "model.safetensors")
+    assert_allclose(shift["linear.bias"], -whiten.mean_, rtol=1e-6)
+    card = (tmp_path / "m" / "README.md").read_text()
+    assert "sklearn-isotropy" in card and "trust_remote_code" in card
+
+
+def test_sentence_transformers_loads_in_a_fresh_process(tiny_bert, texts, tmp_path):
+    pytest.importorskip("sentence_transformers")
+    pipe = _fit(
+        make_pipeline(
+            BertPoolingVectorizer(tiny_bert, pooling="first_last_avg"),
+            NATSVTransformer(n_components=2),
+            WhiteningTransformer(n_components=6),
+        ),
+        texts,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = pipe.transform(texts)
+    to_sentence_transformers(pipe, tmp_path / "m")
+    (tmp_path / "texts.json").write_text(json.dumps(texts))
+    script = textwrap.dedent(
+        f"""
+        import json, sys
+        import numpy as np
+        from sentence_transformers import SentenceTransformer
+        texts = json.loads(open({str(tmp_path / "texts.json")!r}).read())
+        model = SentenceTransformer({str(tmp_path / "m")!r}, device="cpu")
+        np.save({str(tmp_path / "out.npy")!r}, model.encode(texts))
+        # the saved model needs no sklearn_isotropy
+        sys.exit(3 if "sklearn_isotropy" in sys.modules else 0)
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert_allclose(np.load(tmp_path / "out.npy"), expected, rtol=0, atol=1e-5)
+
+
+def test_sentence_transformers_default_model(default_model_path, stsb_dir, tmp_path):
+    pytest.importorskip("sentence_transformers")
+    from sklearn_isotropy.datasets import load_sts
+
+    sentences = load_sts(stsb_dir, split="dev").sentences1[:120]
+    pipe = _fit(
+        make_pipeline(
+            BertPoolingVectorizer(default_model_path, pooling="first_last_avg"),
+            WhiteningTransformer(n_components=64),
+        ),
+        sentences,
+    )
+    expected = pipe.transform(sentences)
+    to_sentence_transformers(pipe, tmp_path / "minilm")
+    got = _encode(tmp_path / "minilm", sentences, batch_size=16)
+    assert got.shape == (120, 64)
+    assert_allclose(got, expected, rtol=0, atol=1e-5)
+
+
+def test_sentence_transformers_errors(tiny_bert, texts, tmp_path, cone):
+    pytest.importorskip("sentence_transformers")
+    unfitted = make_pipeline(BertPoolingVectorizer(tiny_bert), WhiteningTransformer())
+    with pytest.raises(NotFittedError, match="bertpoolingvectorizer"):
+        to_sentence_transformers(unfitted, tmp_path / "a")
+
+    vec = BertPoolingVectorizer(tiny_bert).fit(texts)
+    half = Pipeline([("embed", vec), ("whiten", WhiteningTransformer())])
+    with pytest.raises(NotFittedError, match="'whiten'.*not fitted"):
+        to_sentence_transformers(half, tmp_path / "b")
+
+    flow = GlowFlowTransformer(max_iter=1, random_state=0)
+    with_flow = _fit(Pipeline([("embed", vec), ("flow", flow)]), texts)
+    with pytest.raises(TypeError, match="'flow' \\(GlowFlowTransformer\\)"):
+        to_sentence_transformers(with_flow, tmp_path / "c")
+
+    with pytest.raises(TypeError, match="BertPoolingVectorizer"):
+        to_sentence_transformers(make_pipeline(WhiteningTransformer().fit(cone)), "x")
+
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        to_sentence_transformers(vec, tmp_path / "full")
+    assert (tmp_path / "full" / "keep.txt").read_text() == "mine"
+    to_sentence_transformers(vec, tmp_path / "full", overwrite=True)
+    assert (tmp_path / "full" / "modules.json").is_file()
+
+
+# -------------------------------------------------------------------- ONNX
+@pytest.mark.parametrize("make", LINEAR)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_onnx_parity_linear(make, dtype, cone):
+    pytest.importorskip("onnx")
+    est = make().fit(cone)
+    X = cone.astype(dtype)
+    got = _onnx_run(to_onnx(est, dtype=dtype), X)
+    assert got.dtype == dtype
+    tol = 1e-5 if dtype == np.float32 else 1e-10
+    assert_allclose(got, est.transform(X), rtol=0, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_onnx_chain_is_one_affine_map(dtype, cone):
+    onnx = pytest.importorskip("onnx")
+    pipe = make_pipeline(StandardNormalizer(), WhiteningTransformer(n_components=5))
+    pipe.fit(cone)
+    model = to_onnx(pipe, n_features=12, dtype=dtype, X_check=cone)
+    assert [n.op_type for n in model.graph.node] == ["Sub", "MatMul", "Add"]
+    onnx.checker.check_model(model)
+    X = cone.astype(dtype)
+    tol = 1e-5 if dtype == np.float32 else 1e-10
+    assert_allclose(_onnx_run(model, X), pipe.transform(X), rtol=0, atol=tol)
+    # a list is a chain too
+    as_list = to_onnx(list(pipe), dtype=dtype)
+    assert_allclose(_onnx_run(as_list, X), pipe.transform(X), rtol=0, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_skl2onnx_converts_them_inside_a_pipeline(dtype, cone):
+    skl2onnx = pytest.importorskip("skl2onnx")
+    register_skl2onnx_converters()
+    pipe = make_pipeline(
+        StandardScaler(),  # a scikit-learn step between ours
+        NATSVTransformer(1),
+        WhiteningTransformer(n_components=4),
+    ).fit(cone)
+    X = cone.astype(dtype)
+    model = skl2onnx.to_onnx(pipe, X[:1])
+    tol = 1e-5 if dtype == np.float32 else 1e-10
+    assert_allclose(_onnx_run(model, X), pipe.transform(X), rtol=0, atol=tol)
+
+
+@pytest.fixture(scope="module")
+def flow(cone):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return GlowFlowTransformer(
+            max_iter=2, coupling="affine", hidden_size=8, random_state=0
+        ).fit(cone)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_onnx_flow_parity(flow, dtype, make_cone):
+    pytest.importorskip("onnx")
+    model = to_onnx(flow, dtype=dtype)  # checked on flow.sample() rows inside
+    X = make_cone(300, 12, seed=2).astype(dtype)  # new rows, another batch size
+    tol = 1e-5 if dtype == np.float32 else 1e-10
+    assert_allclose(_onnx_run(model, X), flow.transform(X), rtol=0, atol=tol)
+
+
+def test_onnx_linear_then_flow(cone, flow):
+    pytest.importorskip("onnx")
+    pipe = make_pipeline(StandardNormalizer(), NATSVTransformer(1)).fit(cone)
+    chain = [*pipe, flow]  # the flow was fitted on the raw rows: any input works
+    model = to_onnx(chain, X_check=cone[:20])
+    X = cone.astype(np.float32)
+    expected = flow.transform(pipe.transform(X))
+    assert_allclose(_onnx_run(model, X), expected, rtol=0, atol=1e-5)
+
+
+def test_onnx_errors(tiny_bert, cone):
+    pytest.importorskip("onnx")
+    with pytest.raises(NotFittedError, match="not fitted"):
+        to_onnx(WhiteningTransformer())
+    with pytest.raises(NotFittedError, match="not fitted"):
+        to_onnx(GlowFlowTransformer())
+    whiten = WhiteningTransformer().fit(cone)
+    with pytest.raises(ValueError, match="n_features=5"):
+        to_onnx(whiten, n_features=5)
+    with pytest.raises(ValueError, match="float32 or numpy.float64"):
+        to_onnx(whiten, dtype=np.float16)
+    vec = BertPoolingVectorizer(tiny_bert)
+    with pytest.raises(TypeError, match="to_sentence_transformers"):
+        to_onnx(make_pipeline(vec, whiten))
+    with pytest.raises(TypeError, match="StandardScaler"):
+        to_onnx([whiten, StandardScaler().fit(cone)])
+    with pytest.raises(ValueError, match="expects 12 features"):
+        to_onnx([WhiteningTransformer(n_components=3).fit(cone), whiten])
+
+
+# ------------------------------------------------------------------- faiss
+def test_faiss_linear_transform_parity(cone):
+    faiss = pytest.importorskip("faiss")
+    pipe = make_pipeline(
+        StandardNormalizer(), WhiteningTransformer(n_components=6)
+    ).fit(cone)
+    transform = to_faiss(pipe)
+    assert isinstance(transform, faiss.LinearTransform)
+    assert (transform.d_in, transform.d_out) == (12, 6)
+    assert transform.is_trained and transform.have_bias
+    X = cone.astype(np.float32)
+    assert_allclose(transform.apply(X), pipe.transform(X), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("make", LINEAR)
+def test_faiss_parity_each_estimator(make, cone):
+    pytest.importorskip("faiss")
+    est = make().fit(cone)
+    X = cone.astype(np.float32)
+    assert_allclose(to_faiss(est).apply(X), est.transform(X), rtol=0, atol=1e-5)
+
+
+def test_faiss_index_pre_transform_whitens_database_and_queries(cone, make_cone):
+    faiss = pytest.importorskip("faiss")
+    whiten = WhiteningTransformer(n_components=8).fit(cone)
+    index = faiss.IndexPreTransform(to_faiss(whiten), faiss.IndexFlatIP(8))
+    database = cone.astype(np.float32)
+    queries = make_cone(20, 12, seed=3).astype(np.float32)
+    index.add(database)
+    scores, ids = index.search(queries, 5)
+    Zq, Zd = whiten.transform(queries), whiten.transform(database)
+    brute = Zq @ Zd.T
+    expected = np.argsort(-brute, axis=1, kind="stable")[:, :5]
+    assert_allclose(scores, np.take_along_axis(brute, expected, 1), rtol=1e-4)
+    assert np.array_equal(ids[:, 0], expected[:, 0])
+
+
+def test_faiss_errors(cone, flow):
+    pytest.importorskip("faiss")
+    with pytest.raises(NotFittedError):
+        to_faiss(NATSVTransformer())
+    with pytest.raises(TypeError, match="GlowFlowTransformer"):
+        to_faiss([WhiteningTransformer().fit(cone), flow])
+    with pytest.raises(ValueError, match="no estimator"):
+        to_faiss(Pipeline([("skip", "passthrough")]))
+
+
+# ------------------------------------------------------------ the docs page
+def _python_blocks(path):
+    """The ``.. code-block:: python`` blocks of an rst file, dedented."""
+    blocks, current = [], None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip() == ".. code-block:: python":
+            current = []
+            blocks.append(current)
+        elif current is not None:
+            if line.strip() and not line.startswith("   "):
+                current = None
+            else:
+                current.append(line)
+    return [textwrap.dedent("\n".join(b)).strip() for b in blocks]
+
+
+@pytest.mark.slow
+def test_deploying_page_runs(default_model_path, stsb_dir, tmp_path, monkeypatch):
+    """Every example of docs/user_guide/deploying.rst runs, in order."""
+    for name in ("sentence_transformers", "onnxruntime", "skl2onnx", "faiss"):
+        pytest.importorskip(name)
+    from pathlib import Path
+
+    page = Path(__file__).resolve().parents[1] / "docs/user_guide/deploying.rst"
+    blocks = _python_blocks(page)
+    assert len(blocks) == 6
+    home = tmp_path / "data"
+    home.mkdir()
+    (home / "stsb").symlink_to(Path(stsb_dir).resolve())
+    monkeypatch.setenv("SKLEARN_ISOTROPY_DATA", str(home))
+    monkeypatch.chdir(tmp_path)
+    namespace = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # e.g. a flow's slow-convergence notes
+        for block in blocks:
+            exec(compile(block, str(page), "exec"), namespace)  # noqa: S102
+    pipe, queries = namespace["pipe"], namespace["queries"]
+    expected = pipe.transform(queries)
+    assert_allclose(namespace["served"], expected, rtol=0, atol=1e-5)
+    assert_allclose(namespace["Z"], expected, rtol=0, atol=1e-5)
+    assert (tmp_path / "whitened-minilm" / "modules.json").is_file()
+    assert namespace["ids"].shape == (2, 5)
