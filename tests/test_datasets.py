@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sklearn_isotropy.datasets import _sts, get_data_home, load_sts
+from sklearn_isotropy.datasets import _download, _sts, get_data_home, load_sts
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -284,7 +284,7 @@ def http_root(tmp_path):
 
 def _point_stsb_at(monkeypatch, url, sha):
     monkeypatch.setattr(_sts, "_STSB_REMOTE", {"test": (url, sha)})
-    monkeypatch.setattr(_sts, "_DOWNLOAD_TIMEOUT", 5.0)
+    monkeypatch.setattr(_download, "DOWNLOAD_TIMEOUT", 5.0)
 
 
 def test_download_checksum_match_then_cache(http_root, tmp_path, monkeypatch):
@@ -347,7 +347,7 @@ def test_real_stsb_urls_and_checksums_are_pinned():
         assert url.startswith("https://") and url.endswith(f"stsb-en-{split}.csv")
         assert len(sha) == 64 and int(sha, 16) >= 0
         if STSB is not None:  # the shared copy is the file the checksum pins
-            assert _sts._sha256(STSB / f"{split}.csv") == sha
+            assert _download.sha256_of(STSB / f"{split}.csv") == sha
 
 
 class _TrickleHandler(http.server.BaseHTTPRequestHandler):
@@ -360,6 +360,23 @@ class _TrickleHandler(http.server.BaseHTTPRequestHandler):
         for _ in range(1500):
             try:
                 self.wfile.write(b"a")
+                self.wfile.flush()
+            except OSError:  # the client gave up
+                return
+            time.sleep(0.02)
+
+    def log_message(self, *args):
+        pass
+
+
+class _TrickleHeadersHandler(http.server.BaseHTTPRequestHandler):
+    """Sends its status line and headers one byte every 20 ms (for 30 s)."""
+
+    def do_GET(self):
+        head = b"HTTP/1.1 200 OK\r\n" + b"X-Padding: " + b"p" * 1500 + b"\r\n"
+        for byte in head:
+            try:
+                self.wfile.write(bytes([byte]))
                 self.wfile.flush()
             except OSError:  # the client gave up
                 return
@@ -404,16 +421,33 @@ def serve():
 def test_download_that_trickles_hits_the_total_deadline(serve, tmp_path, monkeypatch):
     url = serve(_TrickleHandler)
     _point_stsb_at(monkeypatch, url, "0" * 64)
-    monkeypatch.setattr(_sts, "_DOWNLOAD_DEADLINE", 0.5)
+    monkeypatch.setattr(_download, "DOWNLOAD_DEADLINE", 0.5)
     cache = tmp_path / "cache"
     start = time.monotonic()
     with pytest.raises(OSError, match=r"did not finish within 0.5 s") as err:
         load_sts("stsb", split="test", data_home=cache)
     # the deadline, not the 5 s per-read timeout (never reached by a trickle)
     # nor the 30 s the server would keep trickling, ended it
-    assert time.monotonic() - start < _sts._DOWNLOAD_TIMEOUT
+    assert time.monotonic() - start < _download.DOWNLOAD_TIMEOUT
     assert "could not download STS-B split 'test'" in str(err.value)
     assert "\n" not in str(err.value)
+    assert not cache.exists()
+
+
+def test_download_whose_headers_trickle_hits_the_total_deadline(
+    serve, tmp_path, monkeypatch
+):
+    # urlopen returns only once the headers are in: the deadline must cover
+    # the wait for them too
+    url = serve(_TrickleHeadersHandler)
+    _point_stsb_at(monkeypatch, url, "0" * 64)
+    monkeypatch.setattr(_download, "DOWNLOAD_DEADLINE", 0.5)
+    cache = tmp_path / "cache"
+    start = time.monotonic()
+    with pytest.raises(OSError, match=r"did not finish within 0.5 s") as err:
+        load_sts("stsb", split="test", data_home=cache)
+    assert time.monotonic() - start < 3.0
+    assert "could not download STS-B split 'test'" in str(err.value)
     assert not cache.exists()
 
 
@@ -421,7 +455,7 @@ def test_download_larger_than_any_sts_file_is_stopped(http_root, tmp_path, monke
     root, base = http_root
     (root / "big.csv").write_bytes(b"a,b,1.0\n" * 1000)
     _point_stsb_at(monkeypatch, f"{base}/big.csv", "0" * 64)
-    monkeypatch.setattr(_sts, "_DOWNLOAD_MAX_BYTES", 1000)
+    monkeypatch.setattr(_download, "DOWNLOAD_MAX_BYTES", 1000)
     with pytest.raises(OSError, match="larger than 1,000 bytes"):
         load_sts("stsb", split="test", data_home=tmp_path / "cache")
     assert not (tmp_path / "cache").exists()
@@ -532,8 +566,9 @@ def test_semeval_latin1_gold_file(tmp_path):
 def test_utf16_and_compressed_files_are_named_as_such(tmp_path):
     p = tmp_path / "pairs.csv"
     p.write_text("A cat.,A dog.,1.5\n", encoding="utf-16")
-    with pytest.raises(ValueError, match="UTF-16"):
+    with pytest.raises(ValueError, match="UTF-16") as err:
         load_sts(p)
+    assert "iconv -f utf-16 -t utf-8" in str(err.value)
     p.write_bytes(gzip.compress(b"A cat.,A dog.,1.5\n"))
     with pytest.raises(ValueError, match=r"gzip-compressed; give it a \.gz suffix"):
         load_sts(p)
@@ -650,3 +685,14 @@ def test_cli_reports_a_non_utf8_file_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert status == 1 and len(err.splitlines()) == 1
     assert "test.csv:2: byte 0xe9" in err and "UTF-8" in err
+
+
+def test_blank_lines_before_the_first_pair_are_skipped(tmp_path):
+    p = tmp_path / "pairs.csv"
+    p.write_text("\n  \nA cat.,A dog.,1.5\nA man.,A man!,5.0\n", encoding="utf-8")
+    d = load_sts(p)
+    assert d.sentences1 == ["A cat.", "A man."]
+    np.testing.assert_array_equal(d.scores, [1.5, 5.0])
+    (tmp_path / "blank.csv").write_text("\n\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="the file is empty"):
+        load_sts(tmp_path / "blank.csv")

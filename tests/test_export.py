@@ -312,6 +312,48 @@ def test_sentence_transformers_errors(tiny_bert, texts, tmp_path, cone):
     assert (tmp_path / "full" / "keep.txt").read_text() == "mine"
     to_sentence_transformers(vec, tmp_path / "full", overwrite=True)
     assert (tmp_path / "full" / "modules.json").is_file()
+    assert not (tmp_path / "full" / "keep.txt").exists()
+
+
+def test_overwrite_leaves_nothing_of_the_previous_export(tiny_bert, tmp_path, texts):
+    pytest.importorskip("sentence_transformers")
+    from sentence_transformers import SentenceTransformer
+
+    pipe = _fit(
+        make_pipeline(
+            BertPoolingVectorizer(tiny_bert, pooling="first_last_avg"),
+            WhiteningTransformer(n_components=4),
+        ),
+        texts,
+    )
+    target = tmp_path / "model"
+    to_sentence_transformers(pipe, target)
+    assert any(p.name.endswith("_Dense") for p in target.iterdir())
+    vec = BertPoolingVectorizer(tiny_bert).fit(texts)
+    to_sentence_transformers(vec, target, overwrite=True)
+    # no folder of the whitening export (its weights) survives
+    assert not any(
+        p.name.endswith(("_Dense", "_WeightedLayerPooling")) for p in target.iterdir()
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no staging left
+    got = SentenceTransformer(str(target), device="cpu").encode(texts[:3])
+    assert_allclose(got, vec.transform(texts[:3]), atol=1e-5)
+
+
+def test_nested_pipelines_and_foreign_steps(tiny_bert, tmp_path, texts, cone):
+    pytest.importorskip("sentence_transformers")
+    from sklearn.decomposition import PCA
+
+    vec = BertPoolingVectorizer(tiny_bert).fit(texts)
+    inner = make_pipeline(StandardNormalizer(), WhiteningTransformer(n_components=4))
+    nested = _fit(Pipeline([("embed", vec), ("post", inner)]), texts)
+    model = to_sentence_transformers(nested, tmp_path / "nested")
+    assert_allclose(model.encode(texts[:3]), nested.transform(texts[:3]), atol=1e-5)
+    with_pca = _fit(Pipeline([("embed", vec), ("pca", PCA(4))]), texts)
+    with pytest.raises(TypeError, match="'pca' \\(PCA\\)") as err:
+        to_sentence_transformers(with_pca, tmp_path / "pca")
+    assert "GlowFlowTransformer" not in str(err.value).split("(")[-1]
+    assert "nonlinear" not in str(err.value)
 
 
 # -------------------------------------------------------------------- ONNX

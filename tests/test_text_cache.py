@@ -508,3 +508,16 @@ def test_fingerprint_hashes_every_byte_and_is_reused(tiny_bert):
     # the same bytes again give the same key, in a new encoder object too
     assert _cache.fingerprint(loaded) == first
     assert _cache.fingerprint(LoadedEncoder(model, tokenizer, "test")) == first
+
+
+def test_a_whole_tensor_changed_through_data_is_noticed(tiny_bert, tmp_path):
+    # .data bypasses torch's version counter; the sampled entries catch it
+    model, tokenizer = _fresh_pair(tiny_bert)
+    vec = BertPoolingVectorizer((model, tokenizer), memory=tmp_path).fit(TEXTS)
+    before = vec.transform(TEXTS)
+    model.embeddings.word_embeddings.weight.data.mul_(2.0)
+    after, n_encoded, _ = _transform_recording(vec, TEXTS)
+    assert n_encoded == len(TEXTS)
+    expected = BertPoolingVectorizer((model, tokenizer)).fit(TEXTS).transform(TEXTS)
+    assert_allclose(after, expected, rtol=1e-6, atol=1e-7)
+    assert not np.allclose(after, before)

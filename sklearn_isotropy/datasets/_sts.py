@@ -10,15 +10,12 @@ from __future__ import annotations
 import contextlib
 import csv
 import gzip
-import hashlib
 import http.client
 import io
 import logging
 import math
 import os
 import sys
-import tempfile
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -27,6 +24,7 @@ import numpy as np
 from sklearn.utils import Bunch
 
 from ..exceptions import NoSplitColumnError
+from ._download import fetch
 
 __all__ = ["STS_FORMATS", "get_data_home", "load_sts"]
 
@@ -52,13 +50,6 @@ _STSB_REMOTE = {
         "11523b625219e94e9ca05d2816b5f02cac1614c5894fe657376fa0806378d053",
     ),
 }
-# Seconds a read may wait for the next byte; seconds a whole file may take
-# (a server that trickles bytes never trips the first); largest file taken
-# (the STS-B files are about 0.5 MB). Module constants, so tests can shrink
-# them and point _STSB_REMOTE at a local server.
-_DOWNLOAD_TIMEOUT = 30.0
-_DOWNLOAD_DEADLINE = 300.0
-_DOWNLOAD_MAX_BYTES = 64 << 20
 
 # File names a directory is searched for, per split, in this order.
 _SPLIT_FILE_PATTERNS = (
@@ -128,8 +119,10 @@ def _not_utf8(path: Path) -> ValueError:
     """Say where a file stops being UTF-8 and what it probably is instead."""
     with _open_binary(path) as fh:
         head = fh.read(4)
+    source = "cp1252"  # the usual culprit: Excel and Notepad on Windows
     if head.startswith((b"\xff\xfe", b"\xfe\xff")):
         what = "it is UTF-16 text (it starts with a UTF-16 byte-order mark)"
+        source = "utf-16"
     elif head.startswith(b"\x1f\x8b"):
         what = "it is gzip-compressed; give it a .gz suffix"
     else:
@@ -149,7 +142,7 @@ def _not_utf8(path: Path) -> ValueError:
                 break
     return ValueError(
         f"{where}; load_sts reads UTF-8 text and {what}. Re-save the file as "
-        f"UTF-8 (for example: iconv -f cp1252 -t utf-8 {path.name} > "
+        f"UTF-8 (for example: iconv -f {source} -t utf-8 {path.name} > "
         "utf8.csv) and load that copy"
     )
 
@@ -275,8 +268,8 @@ def _read_stsb_csv(path: Path):
     first = True
     with _reading(path) as fh:
         for lineno, row in _csv_rows(fh, path, dialect="excel"):
-            if not row:
-                continue
+            if not row or (len(row) == 1 and not row[0].strip()):
+                continue  # a blank line, or one of only spaces
             if first:
                 first = False
                 # a first row that does not read as a pair with a numeric
@@ -433,9 +426,10 @@ def _detect_format(path: Path) -> str:
     if name.startswith(("STS.input.", "STS.gs.")):
         return "semeval"
     with _reading(path) as fh:
-        first = fh.readline().rstrip("\r\n")
+        # the first non-blank line (the readers skip blank lines too)
+        first = next((ln.rstrip("\r\n") for ln in fh if ln.strip()), "")
     if not first:
-        raise ValueError(f"{path}: the file is empty or starts with an empty line")
+        raise ValueError(f"{path}: the file is empty (no line holds any text)")
     fields = first.split("\t")
     lowered = [f.strip().lower() for f in fields]
     if "sentence1" in lowered and "score" in lowered:
@@ -490,98 +484,6 @@ def _find_split_file(directory: Path, split: str | None) -> tuple[Path, str | No
 # --------------------------------------------------------------------------
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _make_dirs(directory: Path) -> list[Path]:
-    """Create ``directory`` and its missing parents; return those created."""
-    missing = []
-    for d in (directory, *directory.parents):
-        if d.exists():
-            break
-        missing.append(d)
-    directory.mkdir(parents=True, exist_ok=True)
-    return missing
-
-
-def _remove_empty(directories) -> None:
-    for d in directories:  # deepest first
-        try:
-            d.rmdir()
-        except OSError:  # not empty (someone else wrote there) or gone
-            return
-
-
-def _copy_response(response, out, url: str) -> int:
-    """Copy an HTTP body to ``out`` within the total deadline; return its size."""
-    start = time.monotonic()
-    received = 0
-    while True:
-        # read1 returns whatever one read brings, so a server that sends a
-        # byte at a time cannot keep a read going past the deadline
-        chunk = response.read1(1 << 16)
-        if not chunk:
-            break
-        received += len(chunk)
-        if received > _DOWNLOAD_MAX_BYTES:
-            raise OSError(
-                f"the file at {url} is larger than {_DOWNLOAD_MAX_BYTES:,} bytes, "
-                "far more than an STS data set; the download was stopped"
-            )
-        out.write(chunk)
-        elapsed = time.monotonic() - start
-        if elapsed > _DOWNLOAD_DEADLINE:
-            raise TimeoutError(
-                f"the download did not finish within {_DOWNLOAD_DEADLINE:g} s "
-                f"({received:,} bytes received): the server is too slow"
-            )
-    left = getattr(response, "length", None)
-    if left:
-        raise ConnectionError(
-            f"the server closed the connection after {received:,} bytes, "
-            f"{left:,} short of the announced size"
-        )
-    return received
-
-
-def _fetch(url: str, target: Path, sha256: str) -> Path:
-    """Download `url` to `target` atomically, checking its sha256.
-
-    Nothing is left behind on failure: no partial file, and no directory
-    that this call created.
-    """
-    created = _make_dirs(target.parent)
-    logger.info("downloading %s to %s", url, target)
-    try:
-        fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=target.name + ".part")
-        tmp = Path(tmp_name)
-        try:
-            with os.fdopen(fd, "wb") as out:
-                with urllib.request.urlopen(url, timeout=_DOWNLOAD_TIMEOUT) as response:
-                    _copy_response(response, out, url)
-            got = _sha256(tmp)
-            if got != sha256:
-                raise OSError(
-                    f"the file downloaded from {url} has sha256 {got}, expected "
-                    f"{sha256}; it was discarded. The source may have changed or "
-                    "the download was corrupted: retry, or pass a local copy to "
-                    "load_sts"
-                )
-            os.replace(tmp, target)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
-    except BaseException:
-        _remove_empty(created)
-        raise
-    return target
-
-
 def _stsb_cached(split: str, data_home, download_if_missing: bool) -> Path:
     url, sha256 = _STSB_REMOTE[split]
     target = get_data_home(data_home) / "stsb" / f"{split}.csv"
@@ -596,7 +498,7 @@ def _stsb_cached(split: str, data_home, download_if_missing: bool) -> Path:
     if not download_if_missing:
         raise OSError(f"STS-B split {split!r} is not in the cache {target}. {how_to}")
     try:
-        return _fetch(url, target, sha256)
+        return fetch(url, target, sha256)
     except PermissionError as exc:
         raise OSError(
             f"cannot write the STS-B cache {target.parent} ({exc.strerror}); set "

@@ -129,10 +129,19 @@ def split_steps(obj, *, what):
     """``[(name, estimator), ...]`` of a Pipeline, a list of estimators or one.
 
     ``"passthrough"`` and None steps of a Pipeline are dropped (they are the
-    identity). ``what`` names the caller in error messages.
+    identity), and a Pipeline nested in a Pipeline is flattened into its
+    steps (``"outer__inner"`` names them). ``what`` names the caller in
+    error messages.
     """
     if isinstance(obj, Pipeline):
-        steps = [(n, e) for n, e in obj.steps if e is not None and e != "passthrough"]
+        steps = []
+        for n, e in obj.steps:
+            if e is None or (isinstance(e, str) and e == "passthrough"):
+                continue
+            if isinstance(e, Pipeline):
+                steps += [(f"{n}__{m}", f) for m, f in split_steps(e, what=what)]
+            else:
+                steps.append((n, e))
     elif isinstance(obj, (list, tuple)):
         steps = [(f"step {i}", e) for i, e in enumerate(obj)]
     else:
@@ -179,11 +188,15 @@ def fold_affine(steps, *, what):
     for name, est in steps:
         rule = _AFFINE_RULES.get(type(est))
         if rule is None:
+            hint = (
+                " It is nonlinear: export it with sklearn_isotropy.export.to_onnx."
+                if type(est).__name__ == "GlowFlowTransformer"
+                else " Export the other steps, and apply this one yourself."
+            )
             raise TypeError(
                 f"{what} cannot export step {name!r} ({type(est).__name__}): it is "
                 f"not one of the linear post-processors it folds into an affine "
-                f"map ({_exportable_names()}). A GlowFlowTransformer is nonlinear; "
-                "export it with sklearn_isotropy.export.to_onnx."
+                f"map ({_exportable_names()}).{hint}"
             )
         check_fitted(name, est, what=what)
         c, W = rule(est)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -206,8 +207,9 @@ def to_sentence_transformers(pipeline, path, *, overwrite=False):
         Directory to write. It must not exist or be empty unless
         ``overwrite=True``.
     overwrite : bool, default=False
-        Write into a non-empty directory, replacing the files of the same
-        names.
+        Replace an existing ``path``: the new model takes the place of the
+        directory and everything in it (nothing of an earlier export is
+        left behind to be published with it).
 
     Returns
     -------
@@ -299,8 +301,35 @@ def to_sentence_transformers(pipeline, path, *, overwrite=False):
         chain += _dense_modules(modules, torch, affine)
     model = st.SentenceTransformer(modules=chain, device="cpu")
     model.eval()
-    model.save(str(path))
-    card = path / "README.md"
-    with open(card, "a", encoding="utf-8") as fh:
-        fh.write(_model_card(vec, pooling_text, affine, vec.normalize))
+    # written beside the target, then moved in: a failed save leaves the
+    # target as it was, and a replaced export leaves none of its files
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        model.save(str(staging))
+        with open(staging / "README.md", "a", encoding="utf-8") as fh:
+            fh.write(_model_card(vec, pooling_text, affine, vec.normalize))
+        _replace(path, staging)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
     return model
+
+
+def _replace(path, staging):
+    """Move the directory ``staging`` to ``path``, replacing what is there."""
+    if not path.exists():
+        os.replace(staging, path)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old.", dir=path.parent))
+    old.rmdir()
+    os.replace(path, old)
+    try:
+        os.replace(staging, path)
+    except BaseException:
+        os.replace(old, path)  # put the previous export back
+        raise
+    if old.is_dir():
+        shutil.rmtree(old)
+    else:
+        old.unlink()

@@ -179,10 +179,11 @@ TruncationWarning` per call says how many. ``None`` uses the model's
 
     show_progress_bar : bool or None, default=None
         Show a tqdm progress bar, on stderr, counting the texts encoded.
-        ``None`` shows it when it helps: when the texts that actually reach
-        the model (not cached, not repeated) fill more than four batches and
-        stderr is a terminal or a Jupyter notebook (or ``verbose > 0``), and
-        never in a worker process or thread. So a cached vectorizer inside
+        ``None`` shows it when it helps: when ``verbose > 0``, or when the
+        texts that actually reach the model (not cached, not repeated) fill
+        more than four batches and stderr is a terminal or a Jupyter
+        notebook, outside worker processes and threads (whose bars would
+        overwrite each other). So a cached vectorizer inside
         ``GridSearchCV`` draws no bar for the folds it reads from the cache,
         and logs and pipes stay clean. ``True`` always shows it; ``False``
         never does.
