@@ -646,7 +646,14 @@ def test_cli_retrieval_end_to_end(tiny_sts_dir, tiny_bert, tmp_path, capsys):
     assert payload["task"] == "retrieval" and payload["fit_on"] == "train"
     records = payload["results"]["mean"]
     labels = {r["label"] for r in records}
-    assert {"raw", "PCA-8", "whitening-32", "NATSV-5", "truncate-16"} <= labels
+    assert {"raw", "PCA-8", "whitening-16", "NATSV-5", "truncate-16"} <= labels
+    # the full-width whitening is labelled with the width it kept (<= 32)
+    [full] = {
+        (r["label"], r["dimensions"])
+        for r in records
+        if r["method"] == "whitening" and r["k"] is None
+    }
+    assert full[0] == f"whitening-{full[1]}" and full[1] <= 32
     # recompute raw float32 from the encoder's own output
     task, _, _ = load_retrieval_task(tiny_sts_dir, min_score=3.0)
     vec = BertPoolingVectorizer(str(tiny_bert), pooling="mean").fit(["a"])

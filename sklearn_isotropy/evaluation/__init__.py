@@ -30,6 +30,13 @@ from ._report import (
     write_reports,
 )
 from ._retrieval import (
+    RetrievalEvaluation,
+    encode_texts,
+    evaluate_retrieval,
+    run_compression_study,
+    score_retrieval,
+)
+from ._retrieval_methods import (
     DEFAULT_DIMENSIONS,
     DEFAULT_QUANTIZATIONS,
     DEFAULT_RETRIEVAL_METHODS,
@@ -38,17 +45,10 @@ from ._retrieval import (
     RETRIEVAL_PROTOCOLS,
     TASKS,
     Quantization,
-    RetrievalEvaluation,
     RetrievalMethod,
     RetrievalSettings,
-    RetrievalTask,
-    encode_texts,
-    evaluate_retrieval,
-    load_retrieval_task,
     register_quantization,
     register_retrieval_method,
-    run_compression_study,
-    score_retrieval,
 )
 from ._retrieval_report import (
     RETRIEVAL_TITLE,
@@ -59,6 +59,7 @@ from ._retrieval_report import (
     save_retrieval_figures,
     write_retrieval_reports,
 )
+from ._retrieval_task import RetrievalTask, load_retrieval_task
 from ._sts import (
     DEFAULT_METHODS,
     DEFAULT_POOLINGS,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._retrieval import QUANTIZATIONS, RETRIEVAL_METHODS
+from ._retrieval_methods import QUANTIZATIONS, RETRIEVAL_METHODS
 
 __all__ = [
     "RETRIEVAL_TITLE",
@@ -239,7 +239,9 @@ def plot_quality_vs_bytes(records, *, metric="mrr@10", ax=None, title=None):
     One colour per method; within it one line per precision through the
     method's dimensions (solid float32, dashed int8, dotted binary), so a
     method's compression curve reads left to right. Methods without a
-    dimension (raw, NATSV) are single markers per precision.
+    dimension (raw, NATSV) are single hollow markers per precision. The
+    legends sit outside the axes, on the right; save with
+    ``bbox_inches="tight"`` to keep them.
 
     Parameters
     ----------
@@ -262,27 +264,25 @@ def plot_quality_vs_bytes(records, *, metric="mrr@10", ax=None, title=None):
 
         ax = Figure(figsize=(9, 5), layout="constrained").add_subplot()
     ok = [r for r in records if "error" not in r]
-    methods = list(
-        dict.fromkeys(
-            r["method"] if r["method"] != "custom" else r["label"] for r in ok
-        )
-    )
+    methods = list(dict.fromkeys(_key(r) for r in ok))
     colours = {m: f"C{i % 10}" for i, m in enumerate(methods)}
     groups = {}
     for r in ok:
-        key = r["method"] if r["method"] != "custom" else r["label"]
-        groups.setdefault((key, r["quantization"]), []).append(r)
+        groups.setdefault((_key(r), r["quantization"]), []).append(r)
     for (method, quant), rs in groups.items():
         rs = sorted(rs, key=lambda r: r["bytes_per_vector"])
         x = [r["bytes_per_vector"] for r in rs]
         y = [100 * r[metric] for r in rs]
+        single = len(rs) == 1  # raw, NATSV: hollow and larger, so overlaps show
         ax.plot(
             x,
             y,
-            linestyle=_LINES.get(quant, "-") if len(rs) > 1 else "none",
+            linestyle="none" if single else _LINES.get(quant, "-"),
             marker=_MARKERS.get(quant, "D"),
             color=colours[method],
-            markersize=6,
+            markerfacecolor="none" if single else colours[method],
+            markeredgewidth=1.8 if single else 1.0,
+            markersize=10 if single else 6,
             linewidth=1.4,
             alpha=0.9,
         )
@@ -326,6 +326,11 @@ def plot_quality_vs_bytes(records, *, metric="mrr@10", ax=None, title=None):
         frameon=False,
     )
     return ax
+
+
+def _key(record):
+    """A curve per registered method; a custom transformer is its own."""
+    return record["label"] if record["method"] == "custom" else record["method"]
 
 
 def _method_label(method, records):
@@ -382,7 +387,7 @@ def save_retrieval_figures(evaluation, out_dir, *, metric=None):
             ),
         )
         path = out_dir / f"retrieval_{pooling}.png"
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=110, bbox_inches="tight")  # the legends are outside
         files.append(str(path))
     return files, None
 
