@@ -115,7 +115,26 @@ def _centring_rows(task, fit_texts, E_rows, settings):
     return rows
 
 
-def _readme_section(ev, centring, meta, figures):
+def _paired_errors(records, metric="mrr@10"):
+    """Standard errors of each row's difference from raw float32, paired by query."""
+    import numpy as np
+
+    by_key = {
+        (r["label"], r["quantization"]): np.asarray(r["per_query"][metric])
+        for r in records
+        if "per_query" in r
+    }
+    base = by_key[("raw", "float32")]
+    errors = [
+        float(np.std(v - base, ddof=1) / np.sqrt(v.size))
+        for key, v in by_key.items()
+        if key != ("raw", "float32")
+    ]
+    single = float(np.std(base, ddof=1) / np.sqrt(base.size))
+    return {"min": min(errors), "max": max(errors), "raw": single, "n": base.size}
+
+
+def _readme_section(ev, centring, meta, figures, noise):
     task = ev.task
     lines = [
         START,
@@ -144,6 +163,14 @@ def _readme_section(ev, centring, meta, figures):
     for pooling in ev.poolings:
         lines += [f"### `{pooling}` pooling", ""]
         lines += [format_retrieval_table(ev, pooling, markdown=True), ""]
+        e = noise[pooling]
+        lines += [
+            f"Noise: the standard error of raw float32's MRR@10 over its {e['n']} "
+            f"queries is {100 * e['raw']:.2f}; paired by query, the standard error "
+            f"of another row's difference from it is {100 * e['min']:.2f} to "
+            f"{100 * e['max']:.2f} (x100).",
+            "",
+        ]
         if pooling in figures:
             lines += [
                 f"![MRR@10 against bytes per vector, {pooling} pooling]"
@@ -220,6 +247,7 @@ def main(argv=None):
         dimensions=tuple(int(k) for k in args.dims.split(",")),
         backend=args.backend,
         latency_queries=args.latency_queries,
+        per_query=True,
     )
     loaded = load_retrieval_task(
         data,
@@ -261,6 +289,10 @@ def main(argv=None):
 
         centring[pooling] = _centring_rows(task, fit_texts, rows, settings)
     load_after = _load()
+    noise = {p: _paired_errors(ev.records[p]) for p in ev.poolings}
+    for records in ev.records.values():
+        for r in records:
+            r.pop("per_query", None)
 
     out = Path(args.out)
     files, _ = write_retrieval_reports(ev, out)
@@ -283,6 +315,11 @@ def main(argv=None):
                 f"{100 * recs['binary']['mrr@10']:.2f}  uncentred "
                 f"{100 * recs['binary-uncentred']['mrr@10']:.2f}"
             )
+    for pooling, e in noise.items():
+        print(
+            f"{pooling}: s.e. of raw MRR@10 {100 * e['raw']:.2f}; paired s.e. of a "
+            f"difference from raw {100 * e['min']:.2f}-{100 * e['max']:.2f} (x100)"
+        )
     print(f"\nreports: {', '.join(files)}")
     backends = sorted({r.get("backend") for rs in ev.records.values() for r in rs})
     meta = {
@@ -299,7 +336,7 @@ def main(argv=None):
         ),
     }
     if not args.no_readme:
-        _write_readme(_readme_section(ev, centring, meta, figures))
+        _write_readme(_readme_section(ev, centring, meta, figures, noise))
         print("README section written")
     return 0
 

@@ -16,6 +16,7 @@ import warnings
 
 import numpy as np
 import pytest
+from numpy.testing import assert_allclose
 from scipy import sparse
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.decomposition import PCA
@@ -74,6 +75,8 @@ def test_metrics_without_ties_by_hand():
     assert got["recall@1"] == 0.0
     assert got["recall@10"] == 1.0
     assert got["recall@3"] == pytest.approx((1 + 0.5) / 2)
+    each = retrieval_scores(y_true, y_score, average=False)
+    assert_allclose(each["mrr@10"], [1 / 2, 1 / 3])
     ndcg0 = (1 / math.log2(3)) / 1.0
     ndcg1 = (1 / math.log2(4) + 1 / math.log2(5)) / (1 + 1 / math.log2(3))
     assert got["ndcg@10"] == pytest.approx((ndcg0 + ndcg1) / 2)
@@ -121,7 +124,12 @@ def test_query_without_relevant_document():
     with pytest.warns(NoRelevantDocumentWarning, match="1 of 2 queries"):
         skipped = retrieval_scores(y_true, y_score)
     assert skipped["mrr@10"] == 1.0 and skipped["ndcg@10"] == 1.0
+    with pytest.warns(NoRelevantDocumentWarning):
+        each = retrieval_scores(y_true, y_score, average=False)
+    assert each["mrr@10"].tolist() == [1.0]  # the skipped query is left out
     zero = retrieval_scores(y_true, y_score, no_relevant="zero")
+    each = retrieval_scores(y_true, y_score, no_relevant="zero", average=False)
+    assert each["recall@10"].tolist() == [1.0, 0.0]
     assert zero["mrr@10"] == 0.5 and zero["recall@10"] == 0.5
     # "zero" is what sklearn's ndcg_score does with such a row
     assert zero["ndcg@10"] == pytest.approx(ndcg_score(y_true, y_score, k=10))
@@ -553,6 +561,7 @@ def test_study_methods_and_fit_on_fitting_rows_only(cone_task):
     by_label = {r["label"]: r for r in records}
     assert [by_label[f"truncate-{k}"]["dimensions"] for k in (4, 8)] == [4, 8]
     assert by_label["PCA-24"]["k"] is None and by_label["PCA-4"]["k"] == 4
+    assert "per_query" not in by_label["raw"]
 
     def reference(Zq, Zc):
         S = normalize_rows(Zq)[0] @ normalize_rows(Zc)[0].T
@@ -568,6 +577,15 @@ def test_study_methods_and_fit_on_fitting_rows_only(cone_task):
     assert by_label["spy"]["mrr@10"] == pytest.approx(expected["mrr@10"])
     # PCA at full width is centring then a rotation: cosine of centred rows
     assert by_label["PCA-24"]["ndcg@10"] == pytest.approx(expected["ndcg@10"])
+
+
+def test_per_query_scores_average_to_the_record(cone_task):
+    task, queries, docs, fit = cone_task
+    settings = RetrievalSettings(latency_queries=0, per_query=True)
+    [record] = score_retrieval(queries, docs, task, fit_emb=fit, settings=settings)
+    for m in ALL:
+        assert len(record["per_query"][m]) == task.n_queries
+        assert np.mean(record["per_query"][m]) == pytest.approx(record[m])
 
 
 def test_study_records_failures_and_registered_precisions(cone_task):

@@ -277,7 +277,10 @@ def score_retrieval(
         )
         search_seconds = time.perf_counter() - start
         y_true, y_score = _candidate_judgements(task, documents, scores)
-        values = retrieval_scores(y_true, y_score, metrics=settings.metrics)
+        per_query = retrieval_scores(
+            y_true, y_score, metrics=settings.metrics, average=False
+        )
+        values = {m: float(v.mean()) for m, v in per_query.items()}
         index = make_index(c_codes, quant.metric, backend)
         latency, batch = _latency(
             index, q_codes, settings.latency_queries, settings.seed, k
@@ -298,6 +301,8 @@ def score_retrieval(
                 "backend": backend,
             }
         )
+        if settings.per_query:
+            records[-1]["per_query"] = {m: v.tolist() for m, v in per_query.items()}
     return records
 
 

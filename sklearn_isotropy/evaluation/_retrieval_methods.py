@@ -84,6 +84,9 @@ class RetrievalSettings:
         Queries timed one at a time for the latency figure (0: no timing).
     seed : int, default=0
         Seeds the choice of timed queries.
+    per_query : bool, default=False
+        Also keep every query's scores in each record (``"per_query"``: a
+        dict of metric to list, in query order), for paired comparisons.
     """
 
     dimensions: tuple = DEFAULT_DIMENSIONS
@@ -93,6 +96,7 @@ class RetrievalSettings:
     backend: str = "auto"
     latency_queries: int = 100
     seed: int = 0
+    per_query: bool = False
 
 
 # ---------------------------------------------------------------- methods

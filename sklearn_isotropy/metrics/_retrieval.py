@@ -180,7 +180,12 @@ _PER_QUERY = {"mrr": _mrr, "recall": _recall, "ndcg": _ndcg}
 
 
 def retrieval_scores(
-    y_true, y_score, *, metrics=DEFAULT_RETRIEVAL_METRICS, no_relevant="skip"
+    y_true,
+    y_score,
+    *,
+    metrics=DEFAULT_RETRIEVAL_METRICS,
+    no_relevant="skip",
+    average=True,
 ):
     """MRR@k, recall@k and nDCG@k of a ranking, averaged over queries.
 
@@ -216,11 +221,17 @@ def retrieval_scores(
         ``"zero"`` counts it as 0 for every score (as
         :func:`sklearn.metrics.ndcg_score` and BEIR's averages do);
         ``"raise"`` raises a ValueError.
+    average : bool, default=True
+        Return each metric's mean; False returns the value of every
+        evaluated query instead (for paired comparisons and confidence
+        intervals).
 
     Returns
     -------
-    scores : dict of str to float
-        Each metric's mean over the evaluated queries, in [0, 1].
+    scores : dict of str to float or ndarray
+        Each metric's mean over the evaluated queries, in [0, 1]; with
+        ``average=False`` an array of shape (n_evaluated,) per metric, in
+        the order of the rows (queries left out by ``"skip"`` omitted).
 
     Raises
     ------
@@ -295,8 +306,8 @@ def retrieval_scores(
     evaluated = has_relevant if no_relevant == "skip" else np.ones(n_queries, bool)
     out = {}
     for name, (kind, k) in parsed.items():
-        per_query = _PER_QUERY[kind](stats, n_queries, k)
-        out[name] = float(np.clip(per_query[evaluated].mean(), 0.0, 1.0))
+        per_query = np.clip(_PER_QUERY[kind](stats, n_queries, k)[evaluated], 0, 1)
+        out[name] = float(per_query.mean()) if average else per_query
     return out
 
 
