@@ -146,7 +146,7 @@ def _max_cutoff(metrics):
 
 
 def _latency(index, queries, n_timed, seed, k):
-    """Median ms of one-query searches (one thread), and a batched search per query."""
+    """Median ms of one-query searches (one thread); best of 3 batched, per query."""
     if n_timed <= 0:
         return None, None
     rng = np.random.RandomState(seed)
@@ -158,9 +158,11 @@ def _latency(index, queries, n_timed, seed, k):
             start = time.perf_counter()
             index.search(queries[i : i + 1], k)
             times.append(time.perf_counter() - start)
-    start = time.perf_counter()
-    index.search(queries, k)
-    batch = time.perf_counter() - start
+    batch = np.inf
+    for _ in range(3):  # the best of three: one slow moment is not the search
+        start = time.perf_counter()
+        index.search(queries, k)
+        batch = min(batch, time.perf_counter() - start)
     return 1e3 * float(np.median(times)), 1e3 * batch / queries.shape[0]
 
 
@@ -208,7 +210,8 @@ def score_retrieval(
     records : list of dict
         One per precision: ``quantization``, ``dimensions`` (output width),
         ``bytes_per_vector``, ``index_bytes``, each metric, ``latency_ms``
-        (median of one-query searches on one thread), ``batch_ms_per_query``,
+        (median of one-query searches on one thread), ``batch_ms_per_query``
+        (the best of three searches of every query, divided by their number),
         ``fit_seconds``, ``transform_seconds`` and ``backend``.
 
     Examples

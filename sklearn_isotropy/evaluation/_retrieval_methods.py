@@ -336,7 +336,8 @@ def _encode_float32(queries, corpus, calibration):
 @register_quantization(
     "int8",
     help="int8 codes of the unit vectors (sentence-transformers' quantize_embeddings, "
-    "ranges calibrated on the fitting sentences), integer inner product",
+    "ranges calibrated on the fitting sentences), integer inner product (computed "
+    "exactly in float32)",
     metric="ip",
     bytes_per_vector=lambda d: d,
 )

@@ -596,9 +596,10 @@ def make_retrieval_scorer(metric="mrr@10", *, min_score=4.0, symmetric=False):
     """A scorer of retrieval quality on rated sentence pairs, for GridSearchCV.
 
     The scorer ``scorer(estimator, X_pairs, y)`` turns the scored pairs into
-    a retrieval task with :func:`pairs_to_qrels` (pairs rated at least
-    `min_score` give a query and its relevant sentence; the corpus is every
-    distinct sentence of the scored pairs; a query never retrieves itself),
+    a retrieval task with :func:`~sklearn_isotropy.metrics.pairs_to_qrels`
+    (pairs rated at least `min_score` give a query and its relevant
+    sentence; the corpus is every distinct sentence of the scored pairs; a
+    query never retrieves itself),
     embeds the distinct sentences with the fitted estimator, ranks the
     corpus by cosine similarity and returns `metric`. In a cross-validation
     the corpus is the held-out fold's sentences, so the score compares
@@ -608,7 +609,7 @@ def make_retrieval_scorer(metric="mrr@10", *, min_score=4.0, symmetric=False):
     ----------
     metric : str, default="mrr@10"
         ``"mrr@K"``, ``"recall@K"`` or ``"ndcg@K"`` (see
-        :func:`retrieval_scores`).
+        :func:`~sklearn_isotropy.metrics.retrieval_scores`).
     min_score : float, default=4.0
         Gold score from which a pair is relevant (4.0 on STS-B's 0-5 scale).
     symmetric : bool, default=False
