@@ -353,6 +353,7 @@ def _evaluate(args):
 
 def _evaluate_retrieval(args):
     from .evaluation import (
+        DEFAULT_POOLINGS,
         RETRIEVAL_TITLE,
         RetrievalSettings,
         evaluate_retrieval,
@@ -382,7 +383,7 @@ def _evaluate_retrieval(args):
     ev = evaluate_retrieval(
         args.data,
         model=args.model,
-        poolings=args.pooling or ["mean"],
+        poolings=args.pooling or DEFAULT_POOLINGS,
         methods=args.retrieval_methods,
         quantizations=args.quantize,
         settings=settings,
