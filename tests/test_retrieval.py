@@ -755,6 +755,38 @@ def test_cli_retrieval_missing_train_split_exit_1(tmp_path, capsys):
     assert status == 1 and len(err.splitlines()) == 1 and "train" in err
 
 
+def test_cli_without_sentence_transformers_exit_1(
+    tiny_sts_dir, tiny_bert, tmp_path, capsys, monkeypatch
+):
+    import importlib.util
+
+    real = importlib.util.find_spec
+
+    def find_spec(name, *args):
+        return None if name == "sentence_transformers" else real(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    status = main(_retrieval_argv(tiny_sts_dir, tiny_bert, tmp_path / "out"))
+    err = capsys.readouterr().err.strip()
+    assert status == 1 and len(err.splitlines()) == 1
+    assert "int8, binary need sentence_transformers" in err
+    assert "--quantize float32" in err
+    # float32 alone needs nothing more
+    status = main(
+        _retrieval_argv(
+            tiny_sts_dir,
+            tiny_bert,
+            tmp_path / "out",
+            "--quantize",
+            "float32",
+            "--retrieval-methods",
+            "raw",
+            "--no-figures",
+        )
+    )
+    assert status == 0
+
+
 def test_cli_help_lists_the_registries(capsys):
     with pytest.raises(SystemExit):
         main(["evaluate", "--help"])

@@ -527,6 +527,18 @@ def evaluate_retrieval(
             f"unknown method or quantization {unknown}; methods: "
             f"{', '.join(RETRIEVAL_METHODS)}; quantizations: {', '.join(QUANTIZATIONS)}"
         )
+    missing = {
+        q: QUANTIZATIONS[q].missing()
+        for q in quantizations
+        if QUANTIZATIONS[q].missing()
+    }
+    if missing:
+        needs = sorted({m for ms in missing.values() for m in ms})
+        raise EvaluationError(
+            f"the precision(s) {', '.join(missing)} need {', '.join(needs)}, "
+            'which is not installed: pip install "sklearn-isotropy[retrieval]", '
+            "or keep to float32 (--quantize float32)"
+        )
     if isinstance(data, tuple):
         task, fit_texts, fit_on = data
         data_name = data_name or task.name

@@ -270,6 +270,8 @@ class Quantization:
         How codes are compared.
     bytes_per_vector : callable
         ``bytes_per_vector(d)``: the index size of one vector of width ``d``.
+    requires : tuple of str, default=()
+        Modules ``encode`` imports, checked before a run starts.
     """
 
     name: str
@@ -277,13 +279,20 @@ class Quantization:
     encode: Callable
     metric: str
     bytes_per_vector: Callable
+    requires: tuple = ()
+
+    def missing(self):
+        """The required modules that cannot be imported here."""
+        from importlib.util import find_spec
+
+        return [m for m in self.requires if find_spec(m) is None]
 
 
 #: Output precisions of the index, by name.
 QUANTIZATIONS: dict[str, Quantization] = {}
 
 
-def register_quantization(name, *, help, metric, bytes_per_vector):
+def register_quantization(name, *, help, metric, bytes_per_vector, requires=()):
     """Decorator that adds ``encode`` to :data:`QUANTIZATIONS` under ``name``.
 
     Parameters
@@ -296,6 +305,8 @@ def register_quantization(name, *, help, metric, bytes_per_vector):
         Inner product of the codes, or Hamming distance of packed bits.
     bytes_per_vector : callable
         ``bytes_per_vector(d) -> int``.
+    requires : tuple of str, default=()
+        Modules ``encode`` needs (checked before a run).
 
     Returns
     -------
@@ -308,7 +319,9 @@ def register_quantization(name, *, help, metric, bytes_per_vector):
         raise ValueError(f"metric must be 'ip' or 'hamming'; got {metric!r}")
 
     def decorator(encode):
-        QUANTIZATIONS[name] = Quantization(name, help, encode, metric, bytes_per_vector)
+        QUANTIZATIONS[name] = Quantization(
+            name, help, encode, metric, bytes_per_vector, tuple(requires)
+        )
         return encode
 
     return decorator
@@ -335,6 +348,7 @@ def _encode_float32(queries, corpus, calibration):
 
 @register_quantization(
     "int8",
+    requires=("sentence_transformers",),
     help="int8 codes of the unit vectors (sentence-transformers' quantize_embeddings, "
     "ranges calibrated on the fitting sentences), integer inner product (computed "
     "exactly in float32)",
@@ -351,6 +365,7 @@ def _encode_int8(queries, corpus, calibration):
 
 @register_quantization(
     "binary",
+    requires=("sentence_transformers",),
     help="sign bits of the unit vectors centred on the fitting sentences' mean "
     "(quantize_embeddings 'ubinary'), Hamming distance",
     metric="hamming",
@@ -366,6 +381,7 @@ def _encode_binary(queries, corpus, calibration):
 
 @register_quantization(
     "binary-uncentred",
+    requires=("sentence_transformers",),
     help="sign bits of the unit vectors without centring, Hamming distance",
     metric="hamming",
     bytes_per_vector=lambda d: -(-d // 8),

@@ -27,6 +27,15 @@ _BLOCK_ELEMENTS = 1 << 22
 _POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint8)
 
 
+def _exact_in_float32(width):
+    """Whether int8 inner products of this width are exact in float32.
+
+    Every partial sum stays below ``2**24`` (``128 * 128 * width``), the
+    largest range of consecutive integers float32 holds.
+    """
+    return 128 * 128 * width <= 2**24
+
+
 def _top(S, K):
     """Top ``K`` of each row of ``S``, best first: (scores float64, indices)."""
     n = S.shape[1]
@@ -50,9 +59,7 @@ class NumpyIndex:
             self.n_bits = 8 * width
             per_query = max(n * width, 1)
         else:
-            # integer codes are exact in float32 while every product sum is
-            # below 2**24; wider int8 codes are scored in float64
-            exact32 = codes.dtype.kind == "f" or 127 * 127 * width < 2**24
+            exact32 = codes.dtype.kind == "f" or _exact_in_float32(width)
             self.codes = codes.astype(np.float32 if exact32 else np.float64)
             per_query = max(n, 1)
         self.step = max(1, _BLOCK_ELEMENTS // per_query)
@@ -148,8 +155,16 @@ def resolve_backend(backend="auto"):
 
 
 def make_index(codes, metric, backend="auto"):
-    """An exact index over ``codes`` (``metric`` ``"ip"`` or ``"hamming"``)."""
-    return BACKENDS[resolve_backend(backend)](codes, metric)
+    """An exact index over ``codes`` (``metric`` ``"ip"`` or ``"hamming"``).
+
+    faiss scores in float32; integer codes too wide for exact float32 sums
+    are searched with numpy (in float64) instead, so results stay exact.
+    """
+    backend = resolve_backend(backend)
+    if codes.dtype.kind in "iu" and metric == "ip":
+        if not _exact_in_float32(codes.shape[1]):
+            backend = "numpy"
+    return BACKENDS[backend](codes, metric)
 
 
 def search_candidates(queries, corpus, *, k, metric="ip", backend="auto", exclude=None):
