@@ -44,11 +44,13 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
         "Evaluation and model selection",
         "Scoring on labelled sentence pairs, and tuning a post-processor with "
         ":class:`~sklearn.model_selection.GridSearchCV`. See "
-        ":doc:`/user_guide/model_selection`.",
+        ":doc:`/user_guide/model_selection` and, for search, "
+        ":doc:`/user_guide/retrieval`.",
         [
             "PairedCosineSimilarity",
             "cosine_spearman_score",
             "cosine_spearman_scorer",
+            "make_retrieval_scorer",
         ],
     ),
     (

@@ -433,7 +433,23 @@ def _pending_reference(app, env, node, contnode):
     return None
 
 
+_RELATIVE_IMAGE = re.compile(r"(!\[[^\]]*\]\()(?![a-z]+://|/)([^)\s]+\))")
+
+
+def _benchmark_images(app, relative_path, parent_docname, content):
+    """Point the figures of the included benchmarks/README.md at benchmarks/.
+
+    The README links its figures relative to itself (``retrieval_mean.png``),
+    which GitHub shows; the results page includes it from ``docs/``, where
+    Sphinx would look for them. A path starting with ``/`` is relative to
+    ``docs/``, so ``/../benchmarks/...`` names the same file.
+    """
+    if Path(relative_path).as_posix().endswith("benchmarks/README.md"):
+        content[0] = _RELATIVE_IMAGE.sub(r"\1/../benchmarks/\2", content[0])
+
+
 def setup(app):
+    app.connect("include-read", _benchmark_images)
     app.connect("autodoc-process-docstring", _plain_foreign_roles)
     # before numpydoc (priority 500) turns the sections into rst
     app.connect("autodoc-process-docstring", _escape_fitted_names_in_types, 400)

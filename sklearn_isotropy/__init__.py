@@ -24,6 +24,7 @@ from .metrics import (
     PairedCosineSimilarity,
     cosine_spearman_score,
     cosine_spearman_scorer,
+    make_retrieval_scorer,
 )
 from .text import BertPoolingVectorizer
 
@@ -41,4 +42,5 @@ __all__ = [
     "WhiteningTransformer",
     "cosine_spearman_score",
     "cosine_spearman_scorer",
+    "make_retrieval_scorer",
 ]

@@ -52,6 +52,103 @@ def _methods(text):
     return list(dict.fromkeys(names))
 
 
+def _names(registry_name, option):
+    """An argparse type: comma-separated names of an evaluation registry."""
+
+    def parse(text):
+        from . import evaluation
+
+        registry = getattr(evaluation, registry_name)
+        names = [m.strip() for m in text.split(",") if m.strip()]
+        unknown = [m for m in names if m not in registry]
+        if unknown or not names:
+            raise argparse.ArgumentTypeError(
+                f"unknown {option} {unknown or [text]}; choose from "
+                f"{', '.join(registry)}"
+            )
+        return list(dict.fromkeys(names))
+
+    return parse
+
+
+def _dimensions(text):
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected integers >= 1, got {text!r}")
+    return tuple(values)
+
+
+def _add_retrieval_arguments(ev):
+    """Options of ``evaluate --task retrieval`` (choices from the registries)."""
+    from .evaluation import (
+        DEFAULT_DIMENSIONS,
+        DEFAULT_QUANTIZATIONS,
+        DEFAULT_RETRIEVAL_METHODS,
+        QUANTIZATIONS,
+        RETRIEVAL_METHODS,
+    )
+
+    group = ev.add_argument_group(
+        "retrieval (--task retrieval)",
+        "STS data: pairs of the test split rated >= --min-score give the queries "
+        "and their relevant sentences, the corpus is every distinct sentence of "
+        "every split, and the post-processors are fitted on the train split. A "
+        "folder with corpus.jsonl, queries.jsonl and qrels/test.tsv is read as "
+        "BEIR (fitted on the corpus).",
+    )
+    group.add_argument(
+        "--retrieval-methods",
+        type=_names("RETRIEVAL_METHODS", "retrieval method(s)"),
+        default=list(DEFAULT_RETRIEVAL_METHODS),
+        help=f"comma-separated, from {','.join(RETRIEVAL_METHODS)} (default: "
+        f"{','.join(DEFAULT_RETRIEVAL_METHODS)})",
+    )
+    group.add_argument(
+        "--dims",
+        type=_dimensions,
+        default=DEFAULT_DIMENSIONS,
+        help="comma-separated dimensions k of pca, whitening and truncate "
+        f"(default: {','.join(map(str, DEFAULT_DIMENSIONS))})",
+    )
+    group.add_argument(
+        "--quantize",
+        type=_names("QUANTIZATIONS", "precision(s)"),
+        default=list(DEFAULT_QUANTIZATIONS),
+        help=f"comma-separated precisions, from {','.join(QUANTIZATIONS)} "
+        f"(default: {','.join(DEFAULT_QUANTIZATIONS)})",
+    )
+    group.add_argument(
+        "--power",
+        type=float,
+        default=1.0,
+        help="power of 'whitening' (1 full, 0 PCA; default: 1.0)",
+    )
+    group.add_argument(
+        "--min-score",
+        type=float,
+        default=4.0,
+        help="STS pairs rated at least this are relevant (default: 4.0, 80%% of "
+        "STS-B's 0-5 scale)",
+    )
+    group.add_argument(
+        "--backend",
+        choices=["auto", "numpy", "faiss"],
+        default="auto",
+        help="exact search engine (default: auto, faiss when installed)",
+    )
+    group.add_argument(
+        "--latency-queries",
+        type=int,
+        default=100,
+        help="queries timed one at a time (0: no latency; default: 100)",
+    )
+
+
 def build_parser():
     """The argument parser of ``sklearn-isotropy`` (choices from the registries).
 
@@ -90,6 +187,16 @@ def build_parser():
             f"  {p.name:<15} {p.description}" for p in POOLING_PRESETS.values()
         ),
     )
+    from .evaluation import RETRIEVAL_PROTOCOLS, TASKS
+
+    ev.add_argument(
+        "--task",
+        choices=list(TASKS),
+        default="sts",
+        help="what to evaluate: "
+        + "; ".join(f"{name}: {text}" for name, text in TASKS.items())
+        + " (default: sts)",
+    )
     ev.add_argument(
         "--model",
         default=None,
@@ -124,10 +231,11 @@ def build_parser():
     )
     ev.add_argument(
         "--fit-on",
-        choices=list(PROTOCOLS),
-        default="target",
+        choices=list(dict.fromkeys([*PROTOCOLS, *RETRIEVAL_PROTOCOLS])),
+        default=None,
         help="fit the transforms on the test sentences (target, the papers' "
-        "protocol) or on the train split (default: target)",
+        "protocol) or on the train split (default: target); for --task "
+        "retrieval: train or corpus (default: train, corpus for BEIR)",
     )
     ev.add_argument(
         "--n-components",
@@ -180,6 +288,7 @@ def build_parser():
     ev.add_argument(
         "-q", "--quiet", action="store_true", help="no progress bars or log lines"
     )
+    _add_retrieval_arguments(ev)
     return parser
 
 
@@ -213,6 +322,7 @@ def _evaluate(args):
 
     # bars only where someone watches (a terminal); step lines always
     progress = False if args.quiet else None
+    args.fit_on = args.fit_on or "target"
     out_dir = _check_writable(args.out)
     splits = load_sts_splits(
         args.data,
@@ -298,6 +408,71 @@ def _one_line_warnings():
             warnings.showwarning = original
 
 
+def _evaluate_retrieval(args):
+    from .evaluation import (
+        DEFAULT_POOLINGS,
+        RETRIEVAL_TITLE,
+        RetrievalSettings,
+        evaluate_retrieval,
+        format_retrieval_table,
+        write_retrieval_reports,
+    )
+
+    progress = False if args.quiet else None
+    out_dir = _check_writable(args.out)
+
+    def log(line):
+        if not args.quiet:
+            print(line, file=sys.stderr, flush=True)
+
+    settings = RetrievalSettings(
+        dimensions=args.dims,
+        power=args.power,
+        natsv_components=args.natsv_components,
+        backend=args.backend,
+        latency_queries=max(0, args.latency_queries),
+        seed=args.seed,
+    )
+    ev = evaluate_retrieval(
+        args.data,
+        model=args.model,
+        poolings=args.pooling or DEFAULT_POOLINGS,
+        methods=args.retrieval_methods,
+        quantizations=args.quantize,
+        settings=settings,
+        fit_on=args.fit_on,
+        min_score=args.min_score,
+        max_pairs=args.max_pairs,
+        batch_size=args.batch_size,
+        device=args.device,
+        cache=args.cache,
+        progress=progress,
+        log=log,
+    )
+    print(f"Data: {ev.data}")
+    print(f"Model: {ev.model_name}")
+    print(f"Task: {ev.task['queries']} queries, {ev.task['documents']} documents")
+    print(f"Fitting protocol: {ev.protocol}.")
+    print(RETRIEVAL_TITLE)
+    for pooling in ev.poolings:
+        print(f"\n{pooling} pooling")
+        print(format_retrieval_table(ev, pooling))
+    try:
+        files, note = write_retrieval_reports(ev, out_dir, figures=not args.no_figures)
+    except OSError as exc:
+        raise _CLIError(f"cannot write the results to {args.out}: {exc}") from exc
+    if note:
+        print(note, file=sys.stderr)
+    pngs = len(files) - 2
+    print(f"Wrote {files[0]}, {files[1]}", end="")
+    print(f" and {pngs} figures." if pngs else ".")
+    return 0
+
+
+#: What ``evaluate --task`` runs (the names are evaluation.TASKS).
+_TASK_RUNNERS = {"sts": _evaluate, "retrieval": _evaluate_retrieval}
+
+
 class _CLIError(Exception):
     """An error reported as one line with exit status 1."""
 
@@ -332,9 +507,15 @@ def main(argv=None):
         level=logging.WARNING if args.quiet else logging.INFO,
         format="%(name)s: %(message)s",
     )
+    if args.task == "sts" and args.fit_on not in (None, "target", "train"):
+        parser.error(
+            f"--fit-on {args.fit_on} is for --task retrieval; use target or train"
+        )
+    if args.task == "retrieval" and args.fit_on == "target":
+        parser.error("--fit-on target is for --task sts; use train or corpus")
     try:
         with _one_line_warnings():
-            return _evaluate(args)
+            return _TASK_RUNNERS[args.task](args)
     except (EvaluationError, _CLIError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1

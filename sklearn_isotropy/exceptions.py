@@ -20,6 +20,7 @@ __all__ = [
     "FlowTrainingWarning",
     "IsotropyWarning",
     "ModelNotFoundError",
+    "NoRelevantDocumentWarning",
     "NoSplitColumnError",
     "RankDeficiencyWarning",
     "TruncationWarning",
@@ -70,6 +71,14 @@ class TruncationWarning(IsotropyWarning):
 
 class UndefinedCorrelationWarning(IsotropyWarning):
     """A correlation is undefined (constant input) and a documented value is used."""
+
+
+class NoRelevantDocumentWarning(IsotropyWarning):
+    """Some queries have no relevant document; their retrieval scores are undefined.
+
+    :func:`~sklearn_isotropy.metrics.retrieval_scores` leaves them out of the
+    averages (``no_relevant="skip"``) and says how many.
+    """
 
 
 class FlowTrainingWarning(IsotropyWarning, ConvergenceWarning):

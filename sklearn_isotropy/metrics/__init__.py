@@ -4,11 +4,27 @@
 scores and cosine similarity); :class:`PairedCosineSimilarity` wraps any
 transformer so that :class:`~sklearn.model_selection.GridSearchCV` can tune it
 on labelled pairs; :func:`cosine_spearman_scorer` scores fitted estimators.
+
+Retrieval: :func:`retrieval_scores` (and :func:`mrr_score`,
+:func:`recall_at_k_score`, :func:`ndcg_at_k_score`) score a ranking against
+relevance judgements with ties averaged; :func:`pairs_to_qrels` makes
+queries, a corpus and judgements from rated pairs, and
+:func:`make_retrieval_scorer` scores a fitted transformer that way, so
+:class:`~sklearn.model_selection.GridSearchCV` can choose ``k`` for search.
 """
 
 from __future__ import annotations
 
 from ._paired import PairedCosineSimilarity, cosine_spearman_scorer
+from ._retrieval import (
+    DEFAULT_RETRIEVAL_METRICS,
+    make_retrieval_scorer,
+    mrr_score,
+    ndcg_at_k_score,
+    pairs_to_qrels,
+    recall_at_k_score,
+    retrieval_scores,
+)
 from ._scores import (
     cosine_spearman_score,
     paired_cosine_similarity,
@@ -16,9 +32,16 @@ from ._scores import (
 )
 
 __all__ = [
+    "DEFAULT_RETRIEVAL_METRICS",
     "PairedCosineSimilarity",
     "cosine_spearman_score",
     "cosine_spearman_scorer",
+    "make_retrieval_scorer",
+    "mrr_score",
+    "ndcg_at_k_score",
     "paired_cosine_similarity",
+    "pairs_to_qrels",
+    "recall_at_k_score",
+    "retrieval_scores",
     "spearman_score",
 ]

@@ -1,0 +1,653 @@
+"""Retrieval scores (MRR@k, recall@k, nDCG@k) with ties averaged, and a pair scorer.
+
+The scores take a relevance matrix and a score matrix, both of shape
+``(n_queries, n_documents)``, as :func:`sklearn.metrics.ndcg_score` does.
+Ties are averaged: a score is its expected value when tied documents are
+put in a uniformly random order (McSherry & Najork, ECIR 2008), so it never
+depends on the order of the corpus. :func:`pairs_to_qrels` turns rated
+sentence pairs into queries, a corpus and relevance judgements, and
+:func:`make_retrieval_scorer` scores a fitted transformer that way, for
+:class:`~sklearn.model_selection.GridSearchCV`.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+from scipy import sparse
+from sklearn.utils import Bunch
+from sklearn.utils.validation import check_array, check_is_fitted
+
+from .._utils import normalize_rows, warn
+from ..exceptions import NoRelevantDocumentWarning
+from ._paired import PairedCosineSimilarity, _as_dense, _check_pairs, _check_y
+
+__all__ = [
+    "DEFAULT_RETRIEVAL_METRICS",
+    "make_retrieval_scorer",
+    "mrr_score",
+    "ndcg_at_k_score",
+    "pairs_to_qrels",
+    "recall_at_k_score",
+    "retrieval_scores",
+]
+
+#: The scores a retrieval evaluation reports unless told otherwise.
+DEFAULT_RETRIEVAL_METRICS = ("mrr@10", "recall@1", "recall@10", "ndcg@10")
+
+_METRIC_NAME = re.compile(r"^(mrr|recall|ndcg)@([1-9][0-9]*)$")
+_NO_RELEVANT = ("skip", "zero", "raise")
+# elements of one (entries x documents) comparison block: 32 MB of float64
+_BLOCK_ELEMENTS = 1 << 22
+
+
+def _parse_metric(name):
+    """``"mrr@10"`` -> ``("mrr", 10)``, or a ValueError naming the valid forms."""
+    match = _METRIC_NAME.match(name) if isinstance(name, str) else None
+    if match is None:
+        raise ValueError(
+            f"unknown retrieval metric {name!r}; use 'mrr@K', 'recall@K' or "
+            "'ndcg@K' with an integer K >= 1, e.g. 'mrr@10'"
+        )
+    return match.group(1), int(match.group(2))
+
+
+# ----------------------------------------------------------------- checks
+def _check_scores(y_true, y_score):
+    """Relevance as CSR float64 (explicit zeros dropped), scores as float64."""
+    if sparse.issparse(y_true):
+        y_true = sparse.csr_matrix(y_true, dtype=np.float64)
+        values = y_true.data
+    else:
+        y_true = check_array(y_true, dtype=np.float64, input_name="y_true")
+        values = y_true
+    if not np.isfinite(values).all():
+        raise ValueError("y_true holds NaN or inf; relevance grades must be finite")
+    if (values < 0).any():
+        raise ValueError(
+            "y_true holds negative relevance grades; grades must be >= 0 (0 = not "
+            "relevant); map negative judgements to 0 first"
+        )
+    y_true = sparse.csr_matrix(y_true)
+    y_true.eliminate_zeros()
+    if sparse.issparse(y_score):
+        raise TypeError("y_score must be a dense array; got a sparse matrix")
+    y_score = check_array(
+        y_score, dtype=np.float64, ensure_all_finite=False, input_name="y_score"
+    )
+    if np.isnan(y_score).any() or np.isposinf(y_score).any():
+        raise ValueError(
+            "y_score holds NaN or +inf; scores must be finite, or -inf for a "
+            "document ranked last (e.g. excluded from a query's results)"
+        )
+    if y_true.shape != y_score.shape:
+        raise ValueError(
+            f"y_true has shape {y_true.shape} but y_score has shape "
+            f"{y_score.shape}; both must be (n_queries, n_documents)"
+        )
+    return y_true, y_score
+
+
+def _rank_statistics(y_true, y_score):
+    """Row, grade, documents scored higher and documents tied, per relevant entry.
+
+    ``greater[e]`` counts the documents of the entry's query scored strictly
+    higher than the entry's document and ``tied[e]`` those scored equal (the
+    document itself included), so its rank is uniform on
+    ``greater + 1 ... greater + tied`` when ties are put in random order.
+    """
+    n_docs = y_score.shape[1]
+    rows = np.repeat(np.arange(y_true.shape[0]), np.diff(y_true.indptr))
+    cols, grades = y_true.indices, y_true.data
+    own = y_score[rows, cols]
+    greater = np.empty(rows.size, dtype=np.int64)
+    tied = np.empty(rows.size, dtype=np.int64)
+    step = max(1, _BLOCK_ELEMENTS // max(n_docs, 1))
+    for start in range(0, rows.size, step):
+        part = slice(start, start + step)
+        block = y_score[rows[part]]
+        greater[part] = (block > own[part, None]).sum(axis=1)
+        tied[part] = (block == own[part, None]).sum(axis=1)
+    return rows, grades, own, greater, tied
+
+
+def _discounts(n):
+    """``cum[m]`` = sum of ``1 / log2(r + 1)`` for ranks ``r = 1 .. m``."""
+    cum = np.zeros(n + 1)
+    cum[1:] = np.cumsum(1.0 / np.log2(np.arange(2, n + 2)))
+    return cum
+
+
+# ----------------------------------------------------- per-query scores
+def _recall(stats, n_queries, k):
+    rows, _, _, greater, tied = stats
+    inside = np.clip(k - greater, 0, tied) / tied  # P(rank <= k) of each entry
+    hits = np.bincount(rows, weights=inside, minlength=n_queries)
+    n_relevant = np.bincount(rows, minlength=n_queries)
+    return hits / np.maximum(n_relevant, 1)
+
+
+def _ndcg(stats, n_queries, k):
+    rows, grades, _, greater, tied = stats
+    cum = _discounts(k)
+    # expected discount of a rank uniform on greater+1 .. greater+tied, cut at k
+    expected = (cum[np.minimum(greater + tied, k)] - cum[np.minimum(greater, k)]) / tied
+    dcg = np.bincount(rows, weights=grades * expected, minlength=n_queries)
+    # ideal DCG: the query's grades sorted in decreasing order, cut at k
+    order = np.lexsort((-grades, rows))
+    sorted_rows, sorted_grades = rows[order], grades[order]
+    first = np.searchsorted(sorted_rows, sorted_rows, side="left")
+    position = np.arange(sorted_rows.size) - first  # 0-based rank in its query
+    keep = position < k
+    ideal = np.bincount(
+        sorted_rows[keep],
+        weights=sorted_grades[keep] / np.log2(position[keep] + 2.0),
+        minlength=n_queries,
+    )
+    return dcg / np.where(ideal > 0, ideal, 1.0)
+
+
+def _mrr(stats, n_queries, k):
+    rows, _, own, greater, tied = stats
+    best = np.full(n_queries, -np.inf)
+    np.maximum.at(best, rows, own)
+    top = own == best[rows]  # relevant entries in the query's highest tie group
+    r = np.bincount(rows[top], minlength=n_queries)  # relevant in that group
+    a = np.zeros(n_queries, dtype=np.int64)  # documents above the group
+    t = np.ones(n_queries, dtype=np.int64)  # documents in the group
+    a[rows[top]], t[rows[top]] = greater[top], tied[top]
+    has = r > 0
+    a, t, r = a[has], t[has], r[has]
+    # first relevant at place j of the group: P(j) = C(t-j, r-1) / C(t, r), by
+    # P(1) = r / t and P(j+1) = P(j) (t-j-r+1) / (t-j); only a + j <= k counts
+    out = np.zeros(n_queries)
+    value = np.zeros(a.size)
+    p = r / t
+    for j in range(1, k + 1):
+        rank = a + j
+        value += np.where(rank <= k, p / rank, 0.0)
+        remaining = t - j
+        ratio = np.where(
+            remaining > 0, (remaining - r + 1) / np.maximum(remaining, 1), 0
+        )
+        p = p * np.clip(ratio, 0.0, None)
+    out[has] = value
+    return out
+
+
+_PER_QUERY = {"mrr": _mrr, "recall": _recall, "ndcg": _ndcg}
+
+
+def retrieval_scores(
+    y_true,
+    y_score,
+    *,
+    metrics=DEFAULT_RETRIEVAL_METRICS,
+    no_relevant="skip",
+    average=True,
+):
+    """MRR@k, recall@k and nDCG@k of a ranking, averaged over queries.
+
+    Each query ranks every document by decreasing score. A document is
+    relevant to a query when its grade in `y_true` is positive.
+
+    - ``"mrr@k"``: the reciprocal rank of the first relevant document, 0
+      when none is among the first ``k``.
+    - ``"recall@k"``: the share of the query's relevant documents among the
+      first ``k``.
+    - ``"ndcg@k"``: discounted cumulative gain of the first ``k`` (gain = the
+      grade, discount ``1 / log2(rank + 1)``), divided by the gain of the
+      ideal ranking; the definition of :func:`sklearn.metrics.ndcg_score`
+      and of ``trec_eval``'s ``ndcg_cut``.
+
+    Parameters
+    ----------
+    y_true : array-like or sparse matrix of shape (n_queries, n_documents)
+        Relevance grades, >= 0; 0 is not relevant. Sparse input keeps the
+        memory of large corpora small.
+    y_score : array-like of shape (n_queries, n_documents)
+        Scores, higher ranks first (e.g. cosine similarities). ``-inf``
+        ranks a document last (use it for a document excluded from a
+        query's results, such as the query itself); NaN and ``+inf`` are
+        rejected.
+    metrics : sequence of str, default=("mrr@10", "recall@1", "recall@10", \
+"ndcg@10")
+        Names of the form ``"mrr@K"``, ``"recall@K"`` or ``"ndcg@K"``.
+    no_relevant : {"skip", "zero", "raise"}, default="skip"
+        What a query without any relevant document counts for: its scores
+        are undefined, so ``"skip"`` leaves it out of the averages (with a
+        :class:`~sklearn_isotropy.exceptions.NoRelevantDocumentWarning`);
+        ``"zero"`` counts it as 0 for every score (as
+        :func:`sklearn.metrics.ndcg_score` and BEIR's averages do);
+        ``"raise"`` raises a ValueError.
+    average : bool, default=True
+        Return each metric's mean; False returns the value of every
+        evaluated query instead (for paired comparisons and confidence
+        intervals).
+
+    Returns
+    -------
+    scores : dict of str to float or ndarray
+        Each metric's mean over the evaluated queries, in [0, 1]; with
+        ``average=False`` an array of shape (n_evaluated,) per metric, in
+        the order of the rows (queries left out by ``"skip"`` omitted).
+
+    Raises
+    ------
+    ValueError
+        For negative or non-finite grades, NaN or ``+inf`` scores, shapes
+        that differ, an unknown metric, or when no query has a relevant
+        document and ``no_relevant="skip"``.
+
+    See Also
+    --------
+    mrr_score, recall_at_k_score, ndcg_at_k_score : One score each.
+    make_retrieval_scorer : The same scores for a fitted transformer on pairs.
+
+    Notes
+    -----
+    **Ties** (documents with equal scores) are averaged: each score is its
+    expected value when the tied documents are ordered uniformly at random,
+    computed exactly (McSherry & Najork 2008), so the result does not depend
+    on the order of the corpus. A relevant document tied with ``t - 1``
+    others just inside the cut-off counts for its probability of being
+    inside it. **Duplicates** in the corpus are separate documents: two
+    copies of a text have equal scores, so they tie, and a non-relevant
+    copy of a relevant document costs it half a rank on average.
+
+    References
+    ----------
+    F. McSherry and M. Najork, "Computing information retrieval performance
+    measures efficiently in the presence of tied scores", ECIR 2008.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_isotropy.metrics import retrieval_scores
+    >>> y_true = np.array([[0, 1, 0], [1, 0, 0]])
+    >>> y_score = np.array([[0.9, 0.8, 0.1], [0.5, 0.5, 0.1]])  # 2nd row: a tie
+    >>> {m: round(v, 4) for m, v in retrieval_scores(y_true, y_score).items()}
+    {'mrr@10': 0.625, 'recall@1': 0.25, 'recall@10': 1.0, 'ndcg@10': 0.7232}
+    """
+    if no_relevant not in _NO_RELEVANT:
+        raise ValueError(
+            f"no_relevant must be one of {_NO_RELEVANT}; got {no_relevant!r}"
+        )
+    if isinstance(metrics, str):
+        metrics = [metrics]
+    parsed = {name: _parse_metric(name) for name in metrics}
+    if not parsed:
+        raise ValueError("metrics is empty; name at least one, e.g. 'mrr@10'")
+    y_true, y_score = _check_scores(y_true, y_score)
+    n_queries = y_true.shape[0]
+    if n_queries == 0:
+        raise ValueError("y_true has no query (0 rows); at least 1 is required")
+    has_relevant = np.diff(y_true.indptr) > 0
+    n_empty = int(n_queries - has_relevant.sum())
+    if n_empty and no_relevant == "raise":
+        raise ValueError(
+            f"{n_empty} of {n_queries} queries have no relevant document; drop "
+            "them or pass no_relevant='skip' or 'zero'"
+        )
+    if n_empty == n_queries and no_relevant == "skip":
+        raise ValueError(
+            f"none of the {n_queries} queries has a relevant document (a grade "
+            "> 0), so no score is defined; check the relevance judgements"
+        )
+    if n_empty and no_relevant == "skip":
+        warn(
+            f"{n_empty} of {n_queries} queries have no relevant document; they "
+            "are left out of the averages (pass no_relevant='zero' to count "
+            "them as 0)",
+            NoRelevantDocumentWarning,
+        )
+    stats = _rank_statistics(y_true, y_score)
+    evaluated = has_relevant if no_relevant == "skip" else np.ones(n_queries, bool)
+    out = {}
+    for name, (kind, k) in parsed.items():
+        per_query = np.clip(_PER_QUERY[kind](stats, n_queries, k)[evaluated], 0, 1)
+        out[name] = float(per_query.mean()) if average else per_query
+    return out
+
+
+def _one(kind):
+    def score(y_true, y_score, *, k=10, no_relevant="skip"):
+        name = f"{kind}@{k}"
+        return retrieval_scores(
+            y_true, y_score, metrics=[name], no_relevant=no_relevant
+        )[name]
+
+    return score
+
+
+def mrr_score(y_true, y_score, *, k=10, no_relevant="skip"):
+    """Mean reciprocal rank of the first relevant document, cut at ``k``.
+
+    Ties are averaged (see :func:`retrieval_scores`).
+
+    Parameters
+    ----------
+    y_true : array-like or sparse matrix of shape (n_queries, n_documents)
+        Relevance grades, >= 0 (0 = not relevant).
+    y_score : array-like of shape (n_queries, n_documents)
+        Scores, higher first; ``-inf`` ranks a document last.
+    k : int, default=10
+        Cut-off: a first relevant document below rank ``k`` counts 0.
+    no_relevant : {"skip", "zero", "raise"}, default="skip"
+        What a query without relevant documents counts for (see
+        :func:`retrieval_scores`).
+
+    Returns
+    -------
+    mrr : float
+        In [0, 1].
+
+    Examples
+    --------
+    >>> from sklearn_isotropy.metrics import mrr_score
+    >>> mrr_score([[0, 0, 1]], [[0.9, 0.5, 0.7]])  # relevant ranked second
+    0.5
+    """
+    return _one("mrr")(y_true, y_score, k=k, no_relevant=no_relevant)
+
+
+def recall_at_k_score(y_true, y_score, *, k=10, no_relevant="skip"):
+    """Share of each query's relevant documents in its first ``k``, averaged.
+
+    Ties are averaged (see :func:`retrieval_scores`).
+
+    Parameters
+    ----------
+    y_true : array-like or sparse matrix of shape (n_queries, n_documents)
+        Relevance grades, >= 0 (0 = not relevant).
+    y_score : array-like of shape (n_queries, n_documents)
+        Scores, higher first; ``-inf`` ranks a document last.
+    k : int, default=10
+        Cut-off.
+    no_relevant : {"skip", "zero", "raise"}, default="skip"
+        What a query without relevant documents counts for (see
+        :func:`retrieval_scores`).
+
+    Returns
+    -------
+    recall : float
+        In [0, 1].
+
+    Examples
+    --------
+    >>> from sklearn_isotropy.metrics import recall_at_k_score
+    >>> recall_at_k_score([[1, 0, 1]], [[0.9, 0.5, 0.1]], k=2)
+    0.5
+    """
+    return _one("recall")(y_true, y_score, k=k, no_relevant=no_relevant)
+
+
+def ndcg_at_k_score(y_true, y_score, *, k=10, no_relevant="skip"):
+    """Normalised discounted cumulative gain of the first ``k``, averaged.
+
+    Linear gains (the grade) and the ``1 / log2(rank + 1)`` discount; ties
+    are averaged. With every query holding a relevant document this equals
+    :func:`sklearn.metrics.ndcg_score` with the same ``k``.
+
+    Parameters
+    ----------
+    y_true : array-like or sparse matrix of shape (n_queries, n_documents)
+        Relevance grades, >= 0 (0 = not relevant).
+    y_score : array-like of shape (n_queries, n_documents)
+        Scores, higher first; ``-inf`` ranks a document last.
+    k : int, default=10
+        Cut-off.
+    no_relevant : {"skip", "zero", "raise"}, default="skip"
+        What a query without relevant documents counts for (see
+        :func:`retrieval_scores`).
+
+    Returns
+    -------
+    ndcg : float
+        In [0, 1].
+
+    Examples
+    --------
+    >>> from sklearn_isotropy.metrics import ndcg_at_k_score
+    >>> round(ndcg_at_k_score([[0, 1]], [[0.9, 0.1]]), 4)  # 1 / log2(3)
+    0.6309
+    """
+    return _one("ndcg")(y_true, y_score, k=k, no_relevant=no_relevant)
+
+
+# ----------------------------------------------------------------- pairs
+def pairs_to_qrels(pairs, scores, *, min_score=4.0, symmetric=False):
+    """Queries, a corpus and relevance judgements from rated sentence pairs.
+
+    Every pair rated at least `min_score` makes its first item a query and
+    its second item a relevant document of that query (and, with
+    `symmetric`, the other way round too). The corpus is every distinct item
+    of all the pairs, rated high or not; each query is an item of the
+    corpus, which must be left out of its own results.
+
+    Parameters
+    ----------
+    pairs : array-like of shape (n_pairs, 2)
+        Hashable items (texts, or other keys such as the bytes of an
+        embedding); equal items are one corpus document.
+    scores : array-like of shape (n_pairs,)
+        Gold similarity of each pair.
+    min_score : float, default=4.0
+        Pairs rated ``>= min_score`` are relevant (4.0 is 80% of STS-B's
+        0-5 scale).
+    symmetric : bool, default=False
+        Also make the second item of each such pair a query for the first.
+
+    Returns
+    -------
+    qrels : sklearn.utils.Bunch
+        - ``corpus``: list of the distinct items, in first-seen order
+          (row by row);
+        - ``queries``: int array of shape (n_queries,), the corpus index of
+          each query (in first-seen order), also its document to exclude;
+        - ``relevance``: CSR matrix of shape (n_queries, n_corpus), 1.0 for
+          each relevant (query, document);
+        - ``n_pairs_relevant``: pairs rated ``>= min_score``;
+        - ``n_pairs_identical``: of those, pairs of one item twice, which
+          cannot be a retrieval question (the item is the query itself) and
+          are left out.
+
+    Raises
+    ------
+    ValueError
+        For shapes that do not match or non-finite scores.
+
+    Examples
+    --------
+    >>> from sklearn_isotropy.metrics import pairs_to_qrels
+    >>> pairs = [["a cat", "a kitten"], ["a dog", "a car"], ["a cat", "one cat"]]
+    >>> q = pairs_to_qrels(pairs, [4.5, 1.0, 4.0])
+    >>> q.corpus
+    ['a cat', 'a kitten', 'a dog', 'a car', 'one cat']
+    >>> q.queries.tolist(), q.relevance.toarray().tolist()
+    ([0], [[0.0, 1.0, 0.0, 0.0, 1.0]])
+    """
+    pairs = np.asarray(pairs, dtype=object)
+    if pairs.ndim != 2 or pairs.shape[1] != 2:
+        raise ValueError(f"pairs must have shape (n_pairs, 2); got {pairs.shape}")
+    scores = check_array(
+        scores, ensure_2d=False, dtype=np.float64, input_name="scores"
+    ).ravel()
+    if scores.shape[0] != pairs.shape[0]:
+        raise ValueError(
+            f"scores has {scores.shape[0]} values but pairs has {pairs.shape[0]} rows"
+        )
+    index = {}
+    for item in pairs.ravel():
+        index.setdefault(item, len(index))
+    high = scores >= min_score
+    questions = [(pairs[i, 0], pairs[i, 1]) for i in np.flatnonzero(high)]
+    if symmetric:
+        questions += [(b, a) for a, b in questions]
+    query_of = {}
+    entries = set()
+    identical = 0
+    for query, target in questions:
+        if query == target:
+            identical += 1
+            continue
+        row = query_of.setdefault(index[query], len(query_of))
+        entries.add((row, index[target]))
+    ordered = np.array(sorted(entries), dtype=np.intp).reshape(-1, 2)
+    rows, cols = ordered[:, 0], ordered[:, 1]
+    relevance = sparse.csr_matrix(
+        (np.ones(rows.size), (rows, cols)), shape=(len(query_of), len(index))
+    )
+    return Bunch(
+        corpus=list(index),
+        queries=np.fromiter(query_of, dtype=np.intp, count=len(query_of)),
+        relevance=relevance,
+        n_pairs_relevant=int(high.sum()),
+        n_pairs_identical=identical // (2 if symmetric else 1),
+    )
+
+
+def _transform_items(estimator, kind, items):
+    """The vectors of ``items`` after the fitted estimator's transform."""
+    if isinstance(estimator, PairedCosineSimilarity):
+        check_is_fitted(estimator, "transformer_")
+        if kind != estimator.input_kind_:
+            raise ValueError(
+                f"X_pairs holds {kind} but the estimator was fitted on "
+                f"{estimator.input_kind_}; pass pairs of the same kind"
+            )
+        transformer = estimator.transformer_
+        if transformer is None:
+            return np.asarray(items)
+        name = type(transformer).__name__
+    elif hasattr(estimator, "transform"):
+        check_is_fitted(estimator)
+        transformer, name = estimator, type(estimator).__name__
+    else:
+        raise TypeError(
+            "a retrieval scorer needs a fitted PairedCosineSimilarity or a fitted "
+            f"transformer with a transform method, got {type(estimator).__name__}"
+        )
+    return _as_dense(transformer.transform(items), name)
+
+
+class _PairRetrievalScorer:
+    """``scorer(estimator, X_pairs, y)``: one retrieval score on rated pairs."""
+
+    def __init__(self, metric, min_score, symmetric):
+        self.metric = metric
+        self.min_score = min_score
+        self.symmetric = symmetric
+
+    def __repr__(self):
+        return (
+            f"make_retrieval_scorer({self.metric!r}, min_score={self.min_score!r}, "
+            f"symmetric={self.symmetric!r})"
+        )
+
+    def __call__(self, estimator, X_pairs, y):
+        y = _check_y(y, X_pairs)
+        kind, items, n_pairs = _check_pairs(X_pairs)
+        if kind == "text":
+            keys = list(items)
+        else:
+            keys = [row.tobytes() for row in np.ascontiguousarray(items)]
+        key_pairs = np.empty((n_pairs, 2), dtype=object)
+        key_pairs[:, 0], key_pairs[:, 1] = keys[:n_pairs], keys[n_pairs:]
+        qrels = pairs_to_qrels(
+            key_pairs, y, min_score=self.min_score, symmetric=self.symmetric
+        )
+        n_queries = qrels.queries.size
+        if n_queries == 0:
+            raise ValueError(
+                f"no pair of the {n_pairs} scored has a distinct second item and a "
+                f"gold score >= min_score={self.min_score}, so there is no query; "
+                "lower min_score or score more pairs per fold (fewer folds)"
+            )
+        if kind == "text":
+            distinct = qrels.corpus
+        else:
+            first = {}
+            for i, key in enumerate(keys):
+                first.setdefault(key, i)
+            distinct = items[[first[key] for key in qrels.corpus]]
+        Z = _transform_items(estimator, kind, distinct)
+        # equal vectors must get equal scores (an exact tie): score the
+        # distinct vectors, then spread the scores over the documents
+        unique, inverse = np.unique(Z, axis=0, return_inverse=True)
+        U, _ = normalize_rows(unique)
+        Q, _ = normalize_rows(Z[qrels.queries])
+        total = 0.0
+        step = max(1, _BLOCK_ELEMENTS // max(len(qrels.corpus), 1))
+        for start in range(0, n_queries, step):
+            part = slice(start, start + step)
+            S = (Q[part] @ U.T)[:, inverse.ravel()]
+            rows = np.arange(S.shape[0])
+            S[rows, qrels.queries[part]] = -np.inf  # a query is not its own answer
+            value = retrieval_scores(qrels.relevance[part], S, metrics=[self.metric])[
+                self.metric
+            ]
+            total += value * S.shape[0]
+        return total / n_queries
+
+
+def make_retrieval_scorer(metric="mrr@10", *, min_score=4.0, symmetric=False):
+    """A scorer of retrieval quality on rated sentence pairs, for GridSearchCV.
+
+    The scorer ``scorer(estimator, X_pairs, y)`` turns the scored pairs into
+    a retrieval task with :func:`~sklearn_isotropy.metrics.pairs_to_qrels`
+    (pairs rated at least `min_score` give a query and its relevant
+    sentence; the corpus is every distinct sentence of the scored pairs; a
+    query never retrieves itself),
+    embeds the distinct sentences with the fitted estimator, ranks the
+    corpus by cosine similarity and returns `metric`. In a cross-validation
+    the corpus is the held-out fold's sentences, so the score compares
+    candidates on equal terms but is higher than on a larger corpus.
+
+    Parameters
+    ----------
+    metric : str, default="mrr@10"
+        ``"mrr@K"``, ``"recall@K"`` or ``"ndcg@K"`` (see
+        :func:`~sklearn_isotropy.metrics.retrieval_scores`).
+    min_score : float, default=4.0
+        Gold score from which a pair is relevant (4.0 on STS-B's 0-5 scale).
+    symmetric : bool, default=False
+        Also query with the second sentence of each relevant pair.
+
+    Returns
+    -------
+    scorer : callable
+        ``scorer(estimator, X_pairs, y) -> float``, where `estimator` is a
+        fitted :class:`PairedCosineSimilarity` or a fitted transformer or
+        pipeline, ``X_pairs`` text pairs of shape ``(n_pairs, 2)`` or
+        embedding pairs of shape ``(n_pairs, 2, n_features)``, and ``y`` the
+        gold scores. It raises a ValueError when no pair reaches
+        `min_score`.
+
+    See Also
+    --------
+    cosine_spearman_scorer : The STS score of the same estimators.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn.decomposition import PCA
+    >>> from sklearn.model_selection import GridSearchCV
+    >>> from sklearn_isotropy.metrics import (
+    ...     PairedCosineSimilarity, make_retrieval_scorer)
+    >>> rng = np.random.RandomState(0)
+    >>> a = rng.normal(size=(60, 8))
+    >>> X_pairs = np.stack([a, a + rng.normal(scale=0.5, size=a.shape)], axis=1)
+    >>> y = np.where(np.arange(60) % 2 == 0, 5.0, 1.0)
+    >>> search = GridSearchCV(
+    ...     PairedCosineSimilarity(PCA()),
+    ...     {"transformer__n_components": [2, 8]},
+    ...     scoring=make_retrieval_scorer("mrr@10"),
+    ...     cv=3,
+    ... ).fit(X_pairs, y)
+    >>> search.best_params_
+    {'transformer__n_components': 8}
+    """
+    _parse_metric(metric)
+    return _PairRetrievalScorer(metric, min_score, bool(symmetric))
