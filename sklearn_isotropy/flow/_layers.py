@@ -180,7 +180,30 @@ class InvertibleLinear(nn.Module):
         lower, upper = self._factors()
         return (lower @ upper)[self.perm]
 
+    def _frozen_weight_t(self) -> torch.Tensor | None:
+        """``W^T`` when no parameter of the layer is trained, else None.
+
+        A fixed mixing layer (as behind a whitening) then costs one matrix
+        product per pass instead of two products, a permutation and the
+        rebuilding of its factors. The cached matrix is recomputed whenever a
+        parameter is replaced or changed in place (``load_state_dict``,
+        ``.double()``), which the key of tensor identities and versions sees.
+        """
+        params = (self.lower, self.upper, self.log_s)
+        if any(p.requires_grad for p in params):
+            return None
+        key = tuple((id(p), p._version, p.dtype, p.device) for p in params)
+        cached = getattr(self, "_weight_t_cache", None)
+        if cached is None or cached[0] != key:
+            with torch.no_grad():
+                cached = (key, self.weight().T.contiguous())
+            self._weight_t_cache = cached
+        return cached[1]
+
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        weight_t = self._frozen_weight_t()
+        if weight_t is not None:
+            return x @ weight_t, self.log_s.sum().expand(x.shape[0])
         lower, upper = self._factors()
         # row vectors: z = x @ W^T = x @ U^T @ L^T @ P^T,
         # and (y @ P^T)[:, i] = y[:, perm[i]]
