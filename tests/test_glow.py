@@ -678,8 +678,8 @@ def test_learns_a_non_gaussian_density():
     assert est.best_epoch_ > 0
     # held-out rows map close to N(0, I), up to the fit of a small flow
     Z = est.transform(X_test)
-    assert_allclose(Z.mean(0), 0, atol=0.15)
-    assert_allclose(np.cov(Z, rowvar=False), np.eye(d), atol=0.2)
+    assert_allclose(Z.mean(0), 0, atol=0.2)
+    assert_allclose(np.cov(Z, rowvar=False), np.eye(d), atol=0.25)
 
 
 @pytest.mark.parametrize(

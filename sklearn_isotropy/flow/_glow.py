@@ -159,12 +159,13 @@ class GlowFlowTransformer(
           is the whitening up to a rotation. Training then updates the
           couplings and the ActNorm scales, and the Glow ends with a learned
           per-coordinate scale; the mixing layers stay at their random
-          orthogonal start (the whitening already is the best linear map for
+          orthogonal start: the whitening already is the best linear map for
           a Gaussian, and Adam turns their near-zero gradients into noise of
-          the size of the learning rate on ``d**2`` entries per layer, which
-          cost 45 nats per row of held-out likelihood in the first epoch on
-          STS-B embeddings). Directions in which the rows do not vary bypass
-          the Glow (see ``rank_``).
+          the size of the learning rate on ``d**2`` entries per layer (on
+          STS-B embeddings, training them too made the first epoch far worse
+          than the initial Gaussian, see ``benchmarks/README.md``); fixed,
+          they also run faster. Directions in which the rows do not vary
+          bypass the Glow (see ``rank_``).
         - ``"bert-flow"``: BERT-flow's initialisation: no whitening; every
           ActNorm is set from the first up to ``max(batch_size, 1024)``
           (shuffled) training rows so that its output has zero mean and unit
@@ -183,10 +184,10 @@ class GlowFlowTransformer(
         initial map, so ``0`` on a singular covariance is an error.
     learning_rate : float, default=3e-3
         Adam learning rate. With ``init="whitening"`` on STS-B embeddings,
-        3e-3 gained more held-out likelihood in 12 epochs than 1e-3 and
-        1e-2 (see ``benchmarks/README.md``); with ``init="bert-flow"``, where
-        every layer trains, 3e-3 was already unstable (finite but exploding
-        loss): the preset ``"bert-flow"`` uses BERT-flow's 1e-3.
+        3e-3 gained more held-out likelihood than 1e-3 and 1e-2 (see
+        ``benchmarks/README.md``); with ``init="bert-flow"``, where every
+        layer trains, 3e-3 was unstable (finite but exploding loss), and the
+        preset ``"bert-flow"`` uses BERT-flow's 1e-3.
     batch_size : int, default=128
         Rows per gradient step. The last batch of an epoch may be smaller.
     max_iter : int, default=20
@@ -340,8 +341,9 @@ class GlowFlowTransformer(
     >>> from sklearn_isotropy import GlowFlowTransformer
     >>> rng = np.random.RandomState(0)
     >>> X = rng.standard_normal((300, 4)) @ rng.standard_normal((4, 4)) + 5
-    >>> # untrained: exactly the Gaussian fitted by maximum likelihood
-    >>> gaussian = GlowFlowTransformer(max_iter=0).fit(X)
+    >>> # untrained: exactly the Gaussian fitted by maximum likelihood (to
+    >>> # every row: without early stopping no row is held out)
+    >>> gaussian = GlowFlowTransformer(max_iter=0, early_stopping=False).fit(X)
     >>> reference = multivariate_normal(X.mean(0), np.cov(X, rowvar=False))
     >>> bool(np.allclose(gaussian.score_samples(X), reference.logpdf(X)))
     True
@@ -692,13 +694,12 @@ class GlowFlowTransformer(
         """The parameters the optimiser updates.
 
         With ``init="whitening"`` the input map already is the best linear
-        map for a Gaussian, so the gradients of the linear layers (ActNorm,
-        the dense mixing) are sampling noise there, which Adam turns into
-        steps of size ``learning_rate`` on every one of their ``~depth *
-        n_levels * d**2`` entries: on STS-B embeddings that cost 45 nats of
-        held-out log-likelihood in the first epoch. They stay at their
-        initialisation (identity, random orthogonal), like the fixed
-        permutations of RealNVP, and only the couplings learn.
+        map for a Gaussian, so the gradients of the dense mixing layers are
+        sampling noise there, which Adam turns into steps of size
+        ``learning_rate`` on every one of their ``d**2`` entries per layer
+        (the ablation in ``benchmarks/README.md``). They stay at their random
+        orthogonal start, like the fixed permutations of RealNVP; the
+        couplings, the ActNorm scales and the output scale learn.
         """
         if self.init == "whitening":
             _fix_mixing(flow)
