@@ -3,6 +3,8 @@
 ``_layers.py`` holds the torch bijectors (one contract: ``forward(x) -> (z,
 log_det)`` and ``inverse(z) -> (x, log_det)``) and imports torch;
 ``_training.py`` the training loop (early stopping, progress lines);
+``_input.py`` the fixed float64 map in front of the Glow (standardisation,
+initial whitening);
 ``_glow.py`` the scikit-learn estimator and its presets, which import torch
 only when the estimator is fitted or used.
 """

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import io
-import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -26,14 +25,21 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._utils import import_optional, resolve_device, warn
-from ..exceptions import DeviceWarning, FlowTrainingWarning, RankDeficiencyWarning
-from ..linear import StandardNormalizer, WhiteningTransformer
+from ..exceptions import DeviceWarning, FlowTrainingWarning
+from ._input import (
+    bypass_log_density,
+    check_float32_range,
+    fit_whitener,
+    input_log_det,
+    standardization,
+    standardize,
+    unstandardize,
+)
 from ._training import EpochReporter, mean_log_likelihood, train_flow
 
 __all__ = ["FLOW_PRESETS", "GlowFlowTransformer"]
 
 _CHUNK = 8192  # rows per forward pass at transform time
-_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 #: Named parameter sets for :meth:`GlowFlowTransformer.from_preset`.
 #:
@@ -94,21 +100,6 @@ def _fix_mixing(flow) -> None:
     for module in flow.modules():
         if isinstance(module, InvertibleLinear):
             module.requires_grad_(False)
-
-
-def _standardization(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-feature mean and scale of ``X`` (float64), for any finite magnitude.
-
-    The statistics are those of :class:`~sklearn_isotropy.StandardNormalizer`
-    (same constant-feature rule), computed on ``X / p`` with ``p`` a power of
-    two near ``max|X|``: dividing by a power of two is exact, and the squares
-    of the rescaled rows cannot overflow, so input of magnitude 1e154 and more
-    gets the same standardisation as input of magnitude 1.
-    """
-    amax = float(np.max(np.abs(X))) if X.size else 0.0
-    p = 2.0 ** np.floor(np.log2(amax)) if amax > 0 else 1.0
-    normalizer = StandardNormalizer().fit(X / p)
-    return normalizer.mean_ * p, normalizer.scale_ * p
 
 
 class GlowFlowTransformer(
@@ -491,11 +482,11 @@ class GlowFlowTransformer(
 
         X64 = X.astype(np.float64, copy=False)
         if self.standardize:
-            self.mean_, self.scale_ = _standardization(X64)
+            self.mean_, self.scale_ = standardization(X64)
         else:
             self.mean_ = np.zeros(n_features)
             self.scale_ = np.ones(n_features)
-        Xs = self._standardize(X64)
+        Xs = standardize(X64, self.mean_, self.scale_)
 
         if self.early_stopping:
             n_val = max(1, int(round(self.validation_fraction * n_samples)))
@@ -513,13 +504,13 @@ class GlowFlowTransformer(
             Xs_val, Xs_train = None, Xs
 
         if self.init == "whitening":
-            self.whitener_, self.rank_ = self._fit_whitener(Xs_train)
+            self.whitener_, self.rank_ = fit_whitener(Xs_train, self.shrinkage)
             U_train = self.whitener_.transform(Xs_train)
             U_val = None if Xs_val is None else self.whitener_.transform(Xs_val)
         else:
             self.whitener_, self.rank_ = None, n_features
             if not self.standardize:
-                self._check_float32_range(X64)
+                check_float32_range(X64)
             U_train, U_val = Xs_train, Xs_val
 
         self._flow_config = {
@@ -539,7 +530,7 @@ class GlowFlowTransformer(
             X_val = torch.from_numpy(U_val[:, :r].astype(np.float32)).to(device)
         offsets = [
             self._input_log_det()
-            + (0.0 if U is None else float(np.mean(self._bypass_log_density(U))))
+            + (0.0 if U is None else float(np.mean(bypass_log_density(U, r))))
             for U in (U_train, U_val)
         ]
         generator = torch.Generator().manual_seed(seed)
@@ -549,66 +540,6 @@ class GlowFlowTransformer(
         self.flow_ = flow
         self._n_features_out = n_features
         return self
-
-    def _fit_whitener(self, Xs_train):
-        """The initial whitening of the standardised training rows, and its rank.
-
-        Returns a full-rank :class:`~sklearn_isotropy.WhiteningTransformer`
-        (shrunk when the covariance is singular) and the numerical rank ``r``
-        of the unshrunk covariance: the first ``r`` whitened coordinates (in
-        principal-axis order) are the directions in which the rows vary.
-        """
-        d = Xs_train.shape[1]
-        if np.all(np.ptp(Xs_train, axis=0) == 0):
-            raise ValueError(
-                "GlowFlowTransformer cannot fit a density to constant data: every "
-                f"feature takes a single value over the {Xs_train.shape[0]} "
-                "training rows."
-            )
-        with warnings.catch_warnings():
-            # a singular covariance is handled here, with the flow's advice
-            warnings.simplefilter("ignore", RankDeficiencyWarning)
-            whitener = WhiteningTransformer().fit(Xs_train)
-        rank = int(whitener.n_components_)
-        shrinkage = self.shrinkage
-        if shrinkage == "auto":
-            shrinkage = 0.0 if rank == d else "oas"
-        elif rank < d and shrinkage == 0:
-            raise ValueError(
-                f"The covariance of the training rows has numerical rank {rank} < "
-                f"n_features = {d} with shrinkage={self.shrinkage!r}, so the "
-                "initial whitening would not be invertible. Pass shrinkage='auto' "
-                "(or a float > 0, 'ledoit-wolf', 'oas'), or init='bert-flow'."
-            )
-        if shrinkage != 0:
-            whitener = WhiteningTransformer(shrinkage=shrinkage).fit(Xs_train)
-        return whitener, rank
-
-    def _bypass_log_density(self, U):
-        """Standard normal log-density of the coordinates that bypass the Glow.
-
-        With a singular covariance, the whitened coordinates past ``rank_``
-        are directions in which the training rows do not vary (beyond
-        round-off): the Glow does not model them, they go to the latent as
-        they are, under the shrunk Gaussian of the initial whitening.
-        """
-        rank = getattr(self, "rank_", None)
-        if rank is None or rank == U.shape[1]:
-            return np.zeros(U.shape[0])
-        rest = U[:, rank:].astype(np.float64)
-        return -0.5 * (np.sum(rest**2, axis=1) + rest.shape[1] * np.log(2 * np.pi))
-
-    @staticmethod
-    def _check_float32_range(X64):
-        amax = float(np.max(np.abs(X64)))
-        if amax > _FLOAT32_MAX**0.5:
-            raise ValueError(
-                f"With init='bert-flow' and standardize=False the flow computes "
-                f"on the raw values in float32, but the input has values of "
-                f"magnitude up to {amax:.3g}, whose squares overflow float32 "
-                f"(largest {_FLOAT32_MAX:.3g}). Set standardize=True (done in "
-                "float64, safe for any finite magnitude) or rescale the input."
-            )
 
     def _initialize(self, torch, flow, X_train, generator):
         if self.init == "whitening":
@@ -622,14 +553,6 @@ class GlowFlowTransformer(
         flow.train()
         with torch.no_grad():
             flow(rows)
-
-    def _input_log_det(self) -> float:
-        """``log|det|`` of the fixed input map (standardisation and whitening)."""
-        log_det = -float(np.sum(np.log(self.scale_)))
-        whitener = getattr(self, "whitener_", None)
-        if whitener is not None:
-            log_det += float(np.linalg.slogdet(whitener.whitening_)[1])
-        return log_det
 
     def _train(self, torch, flow, X_train, X_val, generator, offsets):
         train_offset, val_offset = offsets
@@ -743,43 +666,31 @@ class GlowFlowTransformer(
             flow = copy.deepcopy(flow).double()
         return torch, flow, device
 
-    def _standardize(self, X64):
-        """``(X - mean_) / scale_`` in float64, without overflow for finite X."""
-        with np.errstate(over="ignore", invalid="ignore"):
-            out = (X64 - self.mean_) / self.scale_
-            bad = ~np.isfinite(out)
-            if bad.any():
-                # X - mean_ overflowed (values near the float64 limit with
-                # opposite signs): halve both sides first, exactly
-                half = (X64 * 0.5 - self.mean_ * 0.5) / (self.scale_ * 0.5)
-                out[bad] = half[bad]
-        return out
-
     def _to_flow_input(self, X, dtype):
         """The fixed input map: standardisation, then the initial whitening."""
-        U = self._standardize(X.astype(np.float64, copy=False))
-        whitener = getattr(self, "whitener_", None)
-        if whitener is not None:
-            U = whitener.transform(U)
+        U = standardize(X.astype(np.float64, copy=False), self.mean_, self.scale_)
+        if self.whitener_ is not None:
+            U = self.whitener_.transform(U)
         return U.astype(dtype, copy=False)
 
     def _from_flow_input(self, U):
         """Inverse of :meth:`_to_flow_input`, in float64."""
         U = U.astype(np.float64, copy=False)
-        whitener = getattr(self, "whitener_", None)
-        if whitener is not None:
-            U = whitener.inverse_transform(U)
-        with np.errstate(over="ignore", invalid="ignore"):
-            return U * self.scale_ + self.mean_
+        if self.whitener_ is not None:
+            U = self.whitener_.inverse_transform(U)
+        return unstandardize(U, self.mean_, self.scale_)
+
+    def _input_log_det(self) -> float:
+        return input_log_det(self.scale_, self.whitener_)
 
     def _run(self, U, dtype, method):
         """Apply ``method`` of the flow chunk-wise to the flow-space rows ``U``.
 
         The Glow sees the first ``rank_`` coordinates; the others bypass it
-        (see :meth:`_bypass_log_density`).
+        (see ``rank_``).
         """
         torch, flow, device = self._runtime(dtype)
-        rank = getattr(self, "rank_", None) or U.shape[1]
+        rank = self.rank_ or U.shape[1]
         head = U[:, :rank]
         outputs = []
         with torch.no_grad():
@@ -795,7 +706,7 @@ class GlowFlowTransformer(
                 outputs.append(out.cpu().numpy())
         out = np.concatenate(outputs, axis=0)
         if method == "log_prob":
-            return out.astype(np.float64) + self._bypass_log_density(U)
+            return out.astype(np.float64) + bypass_log_density(U, self.rank_)
         if rank < U.shape[1]:
             out = np.concatenate([out, U[:, rank:].astype(out.dtype)], axis=1)
         return out
