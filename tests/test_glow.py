@@ -557,13 +557,19 @@ def test_any_finite_magnitude_is_standardised_safely(factor):
 
 def test_huge_values_without_standardisation_name_the_cause():
     X = _data()
-    # whitening init: the float64 statistics overflow -> the linear error
-    with pytest.raises(ValueError, match="overflowed float64") as info:
+    # whitening init: the float64 sums of squares of the whitening overflow
+    match = "squares overflow the float64 sums.*standardize=True"
+    with pytest.raises(ValueError, match=match) as info:
         GlowFlowTransformer(standardize=False).fit(X * 1e160)
     assert "learning_rate" not in str(info.value)
+    # values beyond float32 but fine in float64 train as usual
+    est = _fitted(X * 1e39, standardize=False, max_iter=1)
+    assert np.isfinite(est.score_samples(X * 1e39)).all()
     # bert-flow init computes on the raw values in float32
     for factor in (1e39, 1e25):  # beyond float32; squares beyond float32
-        with pytest.raises(ValueError, match="float32.*standardize=True") as info:
+        with pytest.raises(
+            ValueError, match="overflow float32.*standardize=True"
+        ) as info:
             GlowFlowTransformer(init="bert-flow", standardize=False).fit(X * factor)
         assert "learning_rate" not in str(info.value)
     # moderate values still work without standardisation

@@ -28,7 +28,7 @@ from .._utils import import_optional, resolve_device, warn
 from ..exceptions import DeviceWarning, FlowTrainingWarning
 from ._input import (
     bypass_log_density,
-    check_float32_range,
+    check_raw_magnitude,
     fit_whitener,
     input_log_det,
     standardization,
@@ -503,14 +503,14 @@ class GlowFlowTransformer(
         else:
             Xs_val, Xs_train = None, Xs
 
+        if not self.standardize:
+            check_raw_magnitude(X64, self.init)
         if self.init == "whitening":
             self.whitener_, self.rank_ = fit_whitener(Xs_train, self.shrinkage)
             U_train = self.whitener_.transform(Xs_train)
             U_val = None if Xs_val is None else self.whitener_.transform(Xs_val)
         else:
             self.whitener_, self.rank_ = None, n_features
-            if not self.standardize:
-                check_float32_range(X64)
             U_train, U_val = Xs_train, Xs_val
 
         self._flow_config = {

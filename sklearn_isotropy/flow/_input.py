@@ -20,7 +20,7 @@ from ..linear import StandardNormalizer, WhiteningTransformer
 
 __all__ = [
     "bypass_log_density",
-    "check_float32_range",
+    "check_raw_magnitude",
     "fit_whitener",
     "input_log_det",
     "standardization",
@@ -134,18 +134,30 @@ def input_log_det(scale: np.ndarray, whitener: WhiteningTransformer | None) -> f
     return log_det
 
 
-def check_float32_range(X64: np.ndarray) -> None:
-    """Raise if raw values are too large for float32 training.
+def check_raw_magnitude(X64: np.ndarray, init: str) -> None:
+    """Raise if unstandardised values are too large for what follows.
 
-    With ``init="bert-flow"`` and ``standardize=False`` the Glow sees the raw
-    values in float32; their squares must not overflow.
+    With ``standardize=False`` the raw values go to the initial whitening
+    (``init="whitening"``: float64 sums of squares over the rows) or straight
+    into the Glow (``init="bert-flow"``: float32); their squares must not
+    overflow there. The message names that cause and the parameter that
+    removes it.
     """
     amax = float(np.max(np.abs(X64)))
-    if amax > _FLOAT32_MAX**0.5:
+    if init == "whitening":
+        limit, where = (
+            np.sqrt(np.finfo(np.float64).max / X64.shape[0]),
+            ("the float64 sums of squares of the initial whitening"),
+        )
+    else:
+        limit, where = (
+            _FLOAT32_MAX**0.5,
+            ("float32, in which the flow computes on the raw values"),
+        )
+    if amax > limit:
         raise ValueError(
-            f"With init='bert-flow' and standardize=False the flow computes "
-            f"on the raw values in float32, but the input has values of "
-            f"magnitude up to {amax:.3g}, whose squares overflow float32 "
-            f"(largest {_FLOAT32_MAX:.3g}). Set standardize=True (done in "
-            "float64, safe for any finite magnitude) or rescale the input."
+            f"With init={init!r} and standardize=False, the input has values of "
+            f"magnitude up to {amax:.3g}, whose squares overflow {where}. Set "
+            "standardize=True (done in float64, safe for any finite "
+            "magnitude) or rescale the input."
         )
