@@ -198,7 +198,7 @@ def test_bert_flow_init_is_a_gaussian_from_actnorm():
     the whitening init captures."""
     X = _correlated(n=2000)
     est = GlowFlowTransformer(init="bert-flow", max_iter=0, early_stopping=False)
-    est.fit(X)
+    est.set_params(random_state=0).fit(X)
     assert est.whitener_ is None
     f = _torch_map(est)
     origin = torch.zeros(4, dtype=torch.float64)
@@ -206,8 +206,10 @@ def test_bert_flow_init_is_a_gaussian_from_actnorm():
     A = torch.autograd.functional.jacobian(f, origin).numpy()
     gaussian = multivariate_normal(-np.linalg.solve(A, b), np.linalg.inv(A.T @ A))
     assert_allclose(est.score_samples(X[:20]), gaussian.logpdf(X[:20]), rtol=1e-9)
+    # the maximum-likelihood Gaussian is the best Gaussian on its own rows
+    # (over 300 seeds of the mixing layers the gap ranged from 0.49 to 5 nats)
     whitening = GlowFlowTransformer(max_iter=0, early_stopping=False).fit(X)
-    assert whitening.score(X) > est.score(X) + 1
+    assert whitening.score(X) > est.score(X) + 0.3
 
 
 # ----------------------------------------------------- change of variables
