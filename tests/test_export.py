@@ -418,6 +418,29 @@ def test_onnx_flow_parity(flow, dtype, make_cone):
     assert_allclose(_onnx_run(model, X), flow.transform(X), rtol=0, atol=tol)
 
 
+@pytest.mark.parametrize("init", ["bert-flow", "rank-deficient"])
+def test_onnx_flow_parity_other_inputs(init, make_cone):
+    # init="bert-flow" has no initial whitening; a singular covariance makes
+    # the Glow see only rank_ coordinates while the others bypass it
+    pytest.importorskip("onnx")
+    X = make_cone(200, 8, seed=3)
+    params = dict(max_iter=2, coupling="affine", hidden_size=8, random_state=0)
+    if init == "bert-flow":
+        params["init"] = "bert-flow"
+    else:
+        X = np.hstack([X, X[:, :2] + X[:, 2:4]])  # two dependent columns
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = GlowFlowTransformer(**params).fit(X)
+    if init == "rank-deficient":
+        assert est.rank_ == 8 < X.shape[1]
+    else:
+        assert est.whitener_ is None
+    model = to_onnx(est, X_check=X[:20])
+    X = X.astype(np.float32)
+    assert_allclose(_onnx_run(model, X), est.transform(X), rtol=0, atol=1e-5)
+
+
 def test_onnx_linear_then_flow(cone, flow):
     pytest.importorskip("onnx")
     pipe = make_pipeline(StandardNormalizer(), NATSVTransformer(1)).fit(cone)

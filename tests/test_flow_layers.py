@@ -232,3 +232,52 @@ def test_sequential_flow_composes():
     zb, ldb = b(za)
     assert torch.equal(z, zb)
     assert_allclose(log_det.detach().numpy(), (lda + ldb).detach().numpy())
+
+
+@pytest.mark.parametrize("coupling", ["additive", "affine"])
+def test_identity_initialisation_gives_the_standard_normal(coupling):
+    """initialize_identity: ActNorm at the identity, mixing orthogonal,
+    couplings at zero, so the flow is an orthogonal map: log_prob is exactly
+    the N(0, I) log-density and no data initialisation happens later."""
+    torch.manual_seed(0)
+    glow = Glow(6, n_levels=2, depth=3, hidden_size=8, coupling=coupling).double()
+    glow.initialize_identity()
+    x = torch.randn(20, 6, dtype=torch.float64) * 5 + 3
+    with torch.no_grad():
+        z, log_det = glow(x)
+    # orthogonal up to the float32 rounding of the mixing parameters
+    assert_allclose(log_det.numpy(), 0, atol=1e-6)
+    assert_allclose(z.norm(dim=1).numpy(), x.norm(dim=1).numpy(), rtol=1e-6)
+    expected = multivariate_normal(np.zeros(6)).logpdf(x.numpy())
+    assert_allclose(glow.log_prob(x).detach().numpy(), expected, rtol=1e-6)
+    for module in glow.modules():
+        if isinstance(module, ActNorm):
+            assert bool(module.initialized)
+            assert torch.equal(module.bias, torch.zeros(6, dtype=torch.float64)) or (
+                module.bias.shape[0] != 6
+            )
+
+
+def test_frozen_invertible_linear_uses_a_cached_weight():
+    """Without trainable parameters the layer is one product with a cached
+    W^T, equal to the factored computation, and the cache follows in-place
+    changes (load_state_dict) and dtype changes."""
+    torch.manual_seed(0)
+    layer = InvertibleLinear(5)
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    x = torch.randn(7, 5)
+    z, log_det = layer(x)
+    x_back, _ = layer.inverse(z)
+    layer.requires_grad_(False)
+    z_frozen, log_det_frozen = layer(x)
+    assert layer._frozen_weight_t() is not None
+    assert_allclose(z_frozen.numpy(), z.detach().numpy(), rtol=1e-5, atol=1e-6)
+    assert torch.equal(log_det_frozen, log_det.detach())
+    assert_allclose(layer.inverse(z_frozen)[0].numpy(), x.numpy(), atol=1e-5)
+    other = InvertibleLinear(5)
+    layer.load_state_dict(other.state_dict())
+    assert_allclose(layer(x)[0].numpy(), other(x)[0].detach().numpy(), atol=1e-6)
+    layer.double()
+    assert layer(x.double())[0].dtype == torch.float64

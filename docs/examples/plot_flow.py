@@ -7,7 +7,8 @@ BERT-flow: a normalizing flow on sentence embeddings
 by maximum likelihood so that the transformed embeddings follow a standard
 Gaussian — BERT-flow (Li et al., 2020), with the encoder frozen. This example
 fits it on STS-B embeddings of the default encoder in the anisotropic
-``"embeddings_avg"`` regime (see :ref:`pooling`), compares it with whitening
+``"embeddings_avg"`` regime (see :ref:`pooling`), started at the Gaussian
+(the default) and with BERT-flow's own protocol, compares both with whitening
 on the test pairs, shows the training curve, and uses the flow's
 log-likelihood (``score_samples``) to find the least typical sentences (see
 :ref:`density`).
@@ -64,35 +65,68 @@ def spearman(Z):
 # %%
 # Fitting the flow
 # ----------------
-# BERT-flow's architecture (2 levels of depth 3, coupling width 32, additive
-# coupling, Adam with learning rate 1e-3) is the default. BERT-flow trains
-# for one epoch; three give the training curve below something to show.
+# By default the flow starts at the Gaussian fitted by maximum likelihood (its
+# first layer is the whitening map), holds out 10% of the rows, and trains
+# until their log-likelihood stops improving, keeping the best epoch. The
+# preset ``"bert-flow"`` is the paper's protocol instead: its initialisation
+# and one epoch over every row.
 
-flow = GlowFlowTransformer(max_iter=3, random_state=0)
+flow = GlowFlowTransformer(random_state=0)
 start = time.perf_counter()
 flow.fit(X_fit)
-print(f"flow: {flow.n_iter_} epochs in {time.perf_counter() - start:.1f} s")
+print(
+    f"flow: {flow.n_iter_} epochs in {time.perf_counter() - start:.1f} s, "
+    f"kept epoch {flow.best_epoch_}"
+)
+paper = GlowFlowTransformer.from_preset("bert-flow", random_state=0).fit(X_fit)
 
-whitening = WhiteningTransformer(n_components=256).fit(X_fit)
+whitening = WhiteningTransformer().fit(X_fit)
+whitening_256 = WhiteningTransformer(n_components=256).fit(X_fit)
 
-print(f"raw embeddings   Spearman x100 = {spearman(X_test):6.2f}")
-print(f"flow             Spearman x100 = {spearman(flow.transform(X_test)):6.2f}")
-print(f"whitening-256    Spearman x100 = {spearman(whitening.transform(X_test)):6.2f}")
+for name, Z in [
+    ("raw embeddings", X_test),
+    ("whitening", whitening.transform(X_test)),
+    ("whitening-256", whitening_256.transform(X_test)),
+    ("flow (defaults)", flow.transform(X_test)),
+    ("flow (bert-flow)", paper.transform(X_test)),
+]:
+    print(f"{name:18s} Spearman x100 = {spearman(Z):6.2f}")
 
 # %%
 # The training curve
 # ------------------
-# ``loss_curve_`` holds the mean negative log-likelihood of the training
-# embeddings per epoch.
+# ``validation_scores_`` holds the mean log-likelihood (nats per embedding,
+# in the embedding space) of the held-out rows before training (epoch 0: the
+# Gaussian) and after every epoch; ``loss_curve_`` the mean negative
+# log-likelihood of the training rows per epoch.
 
 fig, ax = plt.subplots(figsize=(6, 3.5))
-epochs = np.arange(1, len(flow.loss_curve_) + 1)
-ax.plot(epochs, flow.loss_curve_, marker="o")
+epochs = np.arange(len(flow.validation_scores_))
+ax.plot(epochs, flow.validation_scores_, marker="o", label="held-out rows")
+ax.plot(epochs[1:], -np.asarray(flow.loss_curve_), marker="s", label="training rows")
+ax.plot(
+    flow.best_epoch_,
+    flow.best_validation_score_,
+    marker="*",
+    markersize=14,
+    linestyle="none",
+    color="black",
+    label=f"kept (epoch {flow.best_epoch_})",
+)
+ax.axhline(flow.validation_scores_[0], color="grey", linestyle=":", linewidth=1)
 ax.set_xticks(epochs)
-ax.set_xlabel("epoch")
-ax.set_ylabel("training NLL per embedding")
+ax.set_xlabel("epoch (0: the initial Gaussian)")
+ax.set_ylabel("mean log-likelihood (nats)")
 ax.set_title("GlowFlowTransformer training" + (" (CI subset)" if FAST else ""))
+ax.legend(loc="center right")
 fig.tight_layout()
+
+# %%
+# The gap between the two curves is the Gaussian's own overfitting: a
+# covariance of 384 features estimated from a few thousand rows fits them
+# better than new rows. When no epoch beats the initial Gaussian on the
+# held-out rows, early stopping keeps it (``best_epoch_ == 0``) and the flow
+# is the whitening of its training rows.
 
 # %%
 # Log-likelihood as a typicality score
@@ -115,7 +149,7 @@ for i in order[-5:][::-1]:
 
 fig, ax = plt.subplots(figsize=(6, 3.5))
 ax.hist(log_density, bins=50)
-ax.set_xlabel("log-likelihood under the flow")
+ax.set_xlabel("log-likelihood under the flow (nats)")
 ax.set_ylabel("test sentences")
 ax.set_title("Flow log-density of STS-B test embeddings")
 fig.tight_layout()

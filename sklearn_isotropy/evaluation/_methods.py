@@ -39,7 +39,9 @@ class MethodSettings:
     natsv_components : int, default=5
         Top directions removed by ``natsv`` (at most ``d - 1``).
     flow_epochs : int, default=1
-        Training epochs of ``flow`` (1 is BERT-flow's protocol).
+        Training epochs of ``flow``, which otherwise follows the preset
+        ``"bert-flow"`` of :class:`~sklearn_isotropy.GlowFlowTransformer`
+        (1 epoch is BERT-flow's protocol).
     cv : int, default=5
         Folds of the ``grid`` search on the dev pairs.
     seed : int, default=0
@@ -200,13 +202,16 @@ def _build_whitening(n_features, settings, dev=None):
 def _build_flow(n_features, settings, dev=None):
     from ..flow import GlowFlowTransformer
 
-    flow = GlowFlowTransformer(
+    # the paper's protocol (its initialisation, one epoch over every row),
+    # not the estimator's density defaults
+    flow = GlowFlowTransformer.from_preset(
+        "bert-flow",
         max_iter=settings.flow_epochs,
         random_state=settings.seed,
         device=settings.device,
         verbose=2 if settings.show_bars else 0,  # 2 = tqdm bar over batches
     )
-    return flow, {"max_iter": settings.flow_epochs}
+    return flow, {"preset": "bert-flow", "max_iter": settings.flow_epochs}
 
 
 def _grid_candidates(n_features):

@@ -104,21 +104,39 @@ def _torch_modules(torch, steps, dtype):
             return (x - self.center) @ self.weight + self.bias
 
     class Flow(torch.nn.Module):
-        # the estimator's transform: standardise with mean_/scale_ in float64
-        # (as GlowFlowTransformer does, whatever the input dtype), then the
-        # flow's forward, whose contract is forward(x) -> (z, log_det)
+        # the estimator's transform: its fixed input map in float64 (as
+        # GlowFlowTransformer computes it, whatever the input dtype) --
+        # standardisation with mean_/scale_, then the initial whitening
+        # whitener_ if any -- then the Glow's forward, whose contract is
+        # forward(x) -> (z, log_det), on the first rank_ coordinates; the
+        # others bypass it (see GlowFlowTransformer.rank_)
         def __init__(self, est):
             super().__init__()
             tdtype = torch.float64 if dtype == np.float64 else torch.float32
             self.flow = copy.deepcopy(est.flow_).to(device="cpu", dtype=tdtype).eval()
-            self.register_buffer("mean", torch.from_numpy(np.asarray(est.mean_, "f8")))
-            self.register_buffer(
-                "scale", torch.from_numpy(np.asarray(est.scale_, "f8"))
-            )
+            self._buffer("mean", est.mean_)
+            self._buffer("scale", est.scale_)
+            whitener = getattr(est, "whitener_", None)
+            self.whiten = whitener is not None
+            if self.whiten:
+                self._buffer("w_mean", whitener.mean_)
+                self._buffer("w_matrix", whitener.whitening_)
+            # the latent is as wide as the input
+            self.rank = int(getattr(est, "rank_", None) or est.n_features_in_)
+
+        def _buffer(self, name, value):
+            value = np.ascontiguousarray(value, dtype=np.float64)
+            self.register_buffer(name, torch.from_numpy(value))
 
         def forward(self, x):
-            standardized = ((x.double() - self.mean) / self.scale).to(x.dtype)
-            return self.flow(standardized)[0]
+            u = (x.double() - self.mean) / self.scale
+            if self.whiten:
+                u = (u - self.w_mean) @ self.w_matrix
+            u = u.to(x.dtype)
+            z = self.flow(u[:, : self.rank])[0]
+            if self.rank < u.shape[1]:
+                z = torch.cat([z, u[:, self.rank :]], dim=1)
+            return z
 
     modules, linear_run = [], []
     for name, est in steps:

@@ -109,6 +109,18 @@ class ActNorm(nn.Module):
         self.bias.copy_(-mean * torch.exp(self.log_scale))
         self.initialized.fill_(True)
 
+    @torch.no_grad()
+    def initialize_identity(self) -> None:
+        """Set the map to the identity and mark it as initialised.
+
+        For input that is already standardised (or whitened) by a fixed map
+        in front of the flow, where a data-dependent initialisation would
+        only move the map away from the identity by sampling noise.
+        """
+        self.bias.zero_()
+        self.log_scale.zero_()
+        self.initialized.fill_(True)
+
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if not bool(self.initialized):
             self.initialize(x)
@@ -168,7 +180,30 @@ class InvertibleLinear(nn.Module):
         lower, upper = self._factors()
         return (lower @ upper)[self.perm]
 
+    def _frozen_weight_t(self) -> torch.Tensor | None:
+        """``W^T`` when no parameter of the layer is trained, else None.
+
+        A fixed mixing layer (as behind a whitening) then costs one matrix
+        product per pass instead of two products, a permutation and the
+        rebuilding of its factors. The cached matrix is recomputed whenever a
+        parameter is replaced or changed in place (``load_state_dict``,
+        ``.double()``), which the key of tensor identities and versions sees.
+        """
+        params = (self.lower, self.upper, self.log_s)
+        if any(p.requires_grad for p in params):
+            return None
+        key = tuple((id(p), p._version, p.dtype, p.device) for p in params)
+        cached = getattr(self, "_weight_t_cache", None)
+        if cached is None or cached[0] != key:
+            with torch.no_grad():
+                cached = (key, self.weight().T.contiguous())
+            self._weight_t_cache = cached
+        return cached[1]
+
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        weight_t = self._frozen_weight_t()
+        if weight_t is not None:
+            return x @ weight_t, self.log_s.sum().expand(x.shape[0])
         lower, upper = self._factors()
         # row vectors: z = x @ W^T = x @ U^T @ L^T @ P^T,
         # and (y @ P^T)[:, i] = y[:, perm[i]]
@@ -351,6 +386,12 @@ class Glow(nn.Module):
         Width of the coupling conditioners.
     coupling : {"additive", "affine"}, default="additive"
         Coupling type.
+    output_scale : bool, default=False
+        End with an :class:`ActNorm` on the whole latent (a per-coordinate
+        scale and shift, i.e. a diagonal Gaussian prior with learned
+        parameters). Volume-preserving couplings and fixed mixing layers
+        cannot rescale the latent after the last coupling of a level; this
+        layer can.
     """
 
     def __init__(
@@ -360,9 +401,11 @@ class Glow(nn.Module):
         depth: int = 3,
         hidden_size: int = 32,
         coupling: str = "additive",
+        output_scale: bool = False,
     ):
         super().__init__()
         self.n_features = n_features
+        self.output = ActNorm(n_features) if output_scale else None
         self.levels = nn.ModuleList()
         self.split_sizes: list[int] = []  # features factored out after each level
         width = n_features
@@ -385,16 +428,22 @@ class Glow(nn.Module):
             if n_out:
                 factored.append(x[:, -n_out:])
                 x = x[:, :-n_out]
-        return torch.cat([*factored, x], dim=1), log_det
+        z = torch.cat([*factored, x], dim=1)
+        if self.output is not None:
+            z, ld = self.output(z)
+            log_det = log_det + ld
+        return z, log_det
 
     def inverse(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        log_det = _zeros_log_det(z)
+        if self.output is not None:
+            z, log_det = self.output.inverse(z)
         # peel the factored-out blocks off the front, in level order
         blocks, start = [], 0
         for n_out in self.split_sizes:
             blocks.append(z[:, start : start + n_out])
             start += n_out
         x = z[:, start:]
-        log_det = _zeros_log_det(z)
         for level, n_out, block in zip(
             reversed(self.levels), reversed(self.split_sizes), reversed(blocks)
         ):
@@ -403,6 +452,18 @@ class Glow(nn.Module):
             x, ld = level.inverse(x)
             log_det = log_det + ld
         return x, log_det
+
+    def initialize_identity(self) -> None:
+        """Initialise every :class:`ActNorm` at the identity (no data needed).
+
+        With the couplings starting at the identity and the invertible linear
+        layers at orthogonal matrices, the whole flow is then an orthogonal
+        map, under which the standard normal prior is invariant: the density
+        of the flow is exactly ``N(0, I)`` until training changes it.
+        """
+        for module in self.modules():
+            if isinstance(module, ActNorm):
+                module.initialize_identity()
 
     def log_prob(self, x: torch.Tensor) -> torch.Tensor:
         """Log-density of each row of ``x`` under the flow (standard normal prior)."""
