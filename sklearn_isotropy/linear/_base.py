@@ -22,6 +22,7 @@ from sklearn.utils.validation import (
 from .._utils import is_dask_collection
 from ._moments import MomentAccumulator
 from ._moments import _unscale as _unscale_array
+from ._threads import small_problem
 
 FLOAT_DTYPES = (np.float64, np.float32)
 
@@ -373,7 +374,8 @@ def _check_finite_moments(moments: MomentAccumulator) -> None:
 
 def _sorted_eigh(cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Eigenpairs of a symmetric matrix, largest first, with deterministic signs."""
-    evals, evecs = np.linalg.eigh(cov)  # LAPACK syevd, divide and conquer
+    with small_problem(cov.shape[0]):  # see _threads.py: one BLAS thread
+        evals, evecs = np.linalg.eigh(cov)  # LAPACK syevd, divide and conquer
     return evals[::-1], _fix_signs(evecs[:, ::-1])
 
 
@@ -455,7 +457,8 @@ def _dual_spectrum(
     denom = moments.sum_weights - ddof if center else moments.sum_weights
     if not Y.size:
         return np.zeros(0), np.zeros((moments.n_features, 0)), 0
-    _, sv, Vt = np.linalg.svd(Y, full_matrices=False)
+    with small_problem(min(Y.shape)):
+        _, sv, Vt = np.linalg.svd(Y, full_matrices=False)
     return sv**2 / denom, _fix_signs(Vt.T), e
 
 

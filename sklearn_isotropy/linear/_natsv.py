@@ -19,6 +19,7 @@ from ._base import (
     _StreamingMomentsMixin,
 )
 from ._moments import MomentAccumulator, _unscale
+from ._threads import small_problem
 
 __all__ = ["NATSVTransformer"]
 
@@ -65,6 +66,13 @@ class NATSVTransformer(_StreamingMomentsMixin):
     See Also
     --------
     WhiteningTransformer : Rescale every direction instead of removing some.
+
+    Notes
+    -----
+    With fewer rows than features the directions come from the SVD of the
+    ``n x d`` rows (dual form), never from a ``d x d`` matrix. As for every
+    linear transformer here, :meth:`partial_fit` only merges statistics and
+    the directions are computed at their first use afterwards.
 
     References
     ----------
@@ -183,5 +191,6 @@ def _complete_basis(vectors: np.ndarray, k: int) -> np.ndarray:
     rng = np.random.default_rng(0)
     fill = rng.standard_normal((d, k - m))
     fill -= vectors @ (vectors.T @ fill)
-    q, _ = np.linalg.qr(np.hstack([vectors, fill]))
+    with small_problem(k):
+        q, _ = np.linalg.qr(np.hstack([vectors, fill]))
     return np.hstack([vectors, q[:, m:k]])

@@ -24,6 +24,7 @@ from ._base import (
     _StreamingMomentsMixin,
 )
 from ._moments import MomentAccumulator, _unscale
+from ._threads import small_problem
 
 __all__ = ["WhiteningTransformer"]
 
@@ -80,7 +81,9 @@ class WhiteningTransformer(_StreamingMomentsMixin):
         Weighted mean of the training rows.
     covariance_ : ndarray of shape (n_features, n_features)
         The (shrunk) covariance that was whitened, with frequency weights
-        and ``ddof=1`` (as :class:`~sklearn.decomposition.PCA`).
+        and ``ddof=1`` (as :class:`~sklearn.decomposition.PCA`). With fewer
+        rows than features the map is computed without it (dual form), and
+        it is built when first read.
     components_ : ndarray of shape (n_components_, n_features)
         Principal axes (eigenvectors of ``covariance_``), largest first.
     explained_variance_ : ndarray of shape (n_components_,)
@@ -118,6 +121,21 @@ class WhiteningTransformer(_StreamingMomentsMixin):
     dividing by their square roots sends held-out rows to norms of ``1e8``
     and more (the whitening papers' code did this). Here those directions
     are dropped with a warning, or regularised with ``shrinkage``.
+
+    With fewer rows than features, ``method="pca"`` without shrinkage works
+    in the dual form: the components come from the SVD of the ``n x d``
+    centred rows, in ``O(n^2 d)`` time and ``O(n d)`` memory, so 10 rows of
+    20,000 features never build a ``d x d`` matrix. ``shrinkage > 0``,
+    ``"zca"`` and ``"cholesky"`` define a full ``d x d`` map; on such data
+    they raise a ``ValueError`` before allocating it if it would not fit in
+    memory.
+
+    :meth:`fit` computes the map before returning. :meth:`partial_fit` only
+    merges statistics; the map is computed at its first use afterwards
+    (:meth:`transform` or reading a fitted attribute), and errors that need
+    it (``n_components`` above the rank, ``method="cholesky"`` on a
+    rank-deficient covariance, a ``power`` out of float64's range) are
+    raised then. See :ref:`scaling`.
 
     References
     ----------
@@ -275,10 +293,11 @@ class WhiteningTransformer(_StreamingMomentsMixin):
             params["n_components"], evals, rank, d, total, moments
         )
         if method == "cholesky":
-            chol = linalg.cholesky(cov, lower=True, check_finite=False)
-            whitening = linalg.solve_triangular(
-                chol, np.eye(d), lower=True, check_finite=False
-            ).T
+            with small_problem(d):
+                chol = linalg.cholesky(cov, lower=True, check_finite=False)
+                whitening = linalg.solve_triangular(
+                    chol, np.eye(d), lower=True, check_finite=False
+                ).T
             unwhitening = chol.T
             if e:
                 whitening, unwhitening = np.ldexp(whitening, -e), np.ldexp(chol.T, e)
