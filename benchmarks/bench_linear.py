@@ -10,6 +10,9 @@ Prints, in one run on the same data:
 * how far float32 fits (ours and PCA's) are from a float64 fit, on the
   benchmark rows and on any ``--embeddings`` files;
 * transform time against a bare float32 matmul;
+* fit time and peak traced memory on wide data, 10 rows of 4,000 and of
+  20,000 features (the dual form), next to the ``d x d`` (primal) fit of
+  the 4,000-wide rows;
 * ``partial_fit`` over 1,000,000 x 768 float32 rows in 100 chunks of 10,000
   (rows generated chunk by chunk, never held together, generation not
   timed), plus the one computation of the map at the end, against the
@@ -104,6 +107,7 @@ def main():
     bench_fit_transform(args)
     for path in args.embeddings:
         accuracy(np.load(path), path)
+    bench_wide(args)
     bench_streaming(args)
 
 
@@ -217,6 +221,40 @@ def accuracy(X, label):
             f"{name:21s} max relative eigenvalue error {err:8.1e}; "
             f"max |cov(whitened) - I| {dev:8.1e}"
         )
+
+
+def bench_wide(args):
+    """Fits on 10 rows of many features: the dual form against the primal."""
+    from sklearn_isotropy import MomentAccumulator
+
+    print("\n== wide data: 10 rows, fit time and peak traced memory ==")
+    rng = np.random.default_rng(2)
+    with warnings.catch_warnings():  # warm-up: one-time imports and set-up
+        warnings.simplefilter("ignore", RankDeficiencyWarning)
+        WhiteningTransformer().fit(rng.normal(size=(10, 50)))
+    for d, primal in ((4_000, True), (20_000, False)):
+        X = rng.normal(size=(10, d)) * np.geomspace(5.0, 0.5, d) + 3.0
+        runs = [("dual form (rows kept)", WhiteningTransformer)]
+        if primal:
+
+            class Primal(WhiteningTransformer):
+                def _new_moments(self, n_features):
+                    return MomentAccumulator(n_features, keep_rows=False)
+
+            runs.append(("d x d scatter (primal)", Primal))
+        for label, cls in runs:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RankDeficiencyWarning)
+                tracemalloc.start()
+                t0 = time.perf_counter()
+                est = cls().fit(X)
+                elapsed = time.perf_counter() - t0
+                _, peak = tracemalloc.get_traced_memory()
+                tracemalloc.stop()
+            print(
+                f"10 x {d:>6,}  {label:24s} {elapsed:8.3f} s   peak "
+                f"{peak / 2**20:8.1f} MB   ({est.n_components_} components)"
+            )
 
 
 def stream_chunk(i, chunk, d, scales):

@@ -197,6 +197,22 @@ def test_drifting_rows_are_exact_whatever_the_provisional_centre(weighted):
         )
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+def test_streamed_drifting_rows_are_exact(weighted):
+    # each batch is read about the running mean; batches far from it (the
+    # first few of a drift) fall back to a pass about their own mean
+    rng = np.random.default_rng(9)
+    n, d = 6_000, 5
+    X = rng.normal(size=(n, d)) + np.linspace(0, 1e5, n)[:, None] * rng.normal(size=d)
+    w = rng.uniform(0.1, 2.0, size=n) if weighted else None
+    acc = MomentAccumulator(d, fourth_moments=False)
+    for idx in np.array_split(np.arange(n), 12):
+        acc.update(X[idx], None if w is None else w[idx])
+    mean, scatter = _two_pass(X, w)
+    np.testing.assert_allclose(acc.mean, mean, rtol=1e-12)
+    np.testing.assert_allclose(acc.scatter, scatter, rtol=1e-10)
+
+
 def test_large_common_offset_float32_rows_are_exact():
     # float32 rows with an offset 1e4 times their spread: the scatter of the
     # exact float64 values of those rows, as numpy's two-pass algorithm gives

@@ -181,14 +181,12 @@ class _StreamingMomentsMixin(
             # small batches may be kept as rows, where a row of weight 0 does
             # not reach the statistics: check them directly (cheap)
             _assert_all_finite(X, input_name="X", estimator_name=name)
-        if first:
-            moments = self._new_moments(X.shape[1])
-        else:
-            moments = self.moments_.copy()
+        previous = self._new_moments(X.shape[1]) if first else self.moments_
         # overflow leaves non-finite statistics, which _check_finite_moments
-        # reports as one clear error instead of warnings
+        # reports as one clear error instead of warnings; the previous
+        # statistics are left as they are until the new ones are committed
         with np.errstate(over="ignore", invalid="ignore"):
-            moments.update(X, sample_weight)
+            moments = previous._with_batch(X, sample_weight)
         if not _finite_statistics(moments):
             _assert_all_finite(X, input_name="X", estimator_name=name)
         self._commit(moments, eager=eager)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import threading
 
 import numpy as np
 
@@ -238,6 +239,19 @@ class MomentAccumulator:
         -------
         self : MomentAccumulator
         """
+        updated = self._with_batch(X, sample_weight)
+        if updated is not self:
+            self.__dict__.update(updated.__dict__)
+        return self
+
+    def _with_batch(self, X, sample_weight=None) -> MomentAccumulator:
+        """The statistics of ``self`` and the rows of ``X``, leaving ``self`` as is.
+
+        Returns a new accumulator (``self`` when ``X`` has no rows) that
+        shares no array ``update`` could modify. This is what ``partial_fit``
+        uses: a batch that fails leaves the estimator's statistics untouched,
+        without copying them first.
+        """
         X = np.asarray(X)
         if X.ndim != 2 or X.shape[1] != self.n_features:
             raise ValueError(
@@ -245,22 +259,76 @@ class MomentAccumulator:
                 f"{X.shape}."
             )
         n = X.shape[0]
-        if sample_weight is not None:
-            sample_weight = np.asarray(sample_weight, dtype=np.float64)
-            if sample_weight.shape != (n,):
-                raise ValueError(
-                    f"sample_weight has shape {sample_weight.shape}, expected ({n},)."
-                )
+        w = sample_weight
+        if w is not None:
+            w = np.asarray(w, dtype=np.float64)
+            if w.shape != (n,):
+                raise ValueError(f"sample_weight has shape {w.shape}, expected ({n},).")
         if not n:
             return self
         if self._rows is not None:
-            if self._n_kept() + _n_positive(sample_weight, n) < self.n_features:
-                self._append_rows(X, sample_weight)
-                return self
-            self._to_scatter()
-        shift = self.mean if self.sum_weights > 0 else None
-        self._merge_inplace(self._from_batch(X, sample_weight, shift), adopt=True)
-        return self
+            if self._n_kept() + _n_positive(w, n) < self.n_features:
+                out = self.copy()
+                out._append_rows(X, w)
+                return out
+            base = self._as_scatter()
+            owned = True
+        else:
+            base, owned = self, False
+        if base.sum_weights > 0 and not base._fourth and base._exp == 0:
+            out = base._with_batch_about_mean(X, w)
+            if out is not None:
+                return out
+        out = base if owned else base.copy()
+        shift = base.mean if base.sum_weights > 0 else None
+        out._merge_inplace(base._from_batch(X, w, shift), adopt=True)
+        return out
+
+    def _with_batch_about_mean(self, X, w) -> MomentAccumulator | None:
+        """One pass over a batch about the running mean, merged on the way.
+
+        With ``y = x - mean`` for the rows of the batch, ``S = sum w y y^T``
+        and ``s = sum w y``, the scatter of everything is exactly
+        ``scatter + S - s s^T / N`` (``N`` the new total weight): the batch
+        is multiplied straight into a copy of the scatter. Returns None (and
+        the general path re-reads the batch) when the batch needs scaling or
+        when the subtraction would cancel more than half of a diagonal
+        entry (a batch far from the running mean).
+        """
+        n = X.shape[0]
+        sw = float(n) if w is None else float(w.sum())
+        if sw == 0:
+            out = self.copy()
+            out.n_samples += n
+            return out
+        step = _block_rows(n, self.n_features)
+        buf = _work_buffer(step, self.n_features)
+        head = buf[: min(_HEAD_ROWS, n)]
+        head[...] = X[: len(head)]
+        head -= self.mean
+        if _safe_exponent(float(np.max(np.abs(head)))) != 0:
+            return None
+        S = self._scatter.copy()
+        S, s, _, _ = _accumulate(X, w, self.kind, False, self.mean, 0, buf, step, S)
+        total = self.sum_weights + sw
+        u = s / math.sqrt(total)
+        diag = np.diagonal(S) if self.kind == "full" else S
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cancelled = np.where(diag > 0, u * u / diag, 0.0)
+        if np.max(cancelled, initial=0.0) > _REFINE_RATIO:
+            return None
+        if self.kind == "full":
+            S -= np.outer(u, u)  # exactly symmetric, as S is
+        else:
+            S -= u * u
+        out = MomentAccumulator.__new__(MomentAccumulator)
+        out.__dict__.update(self.__dict__)
+        out.n_samples = self.n_samples + n
+        out.n_nonzero = self.n_nonzero + _n_positive(w, n)
+        out.sum_weights = total
+        out.mean = self.mean + s / total
+        out._scatter = S
+        return out
 
     def _from_batch(self, X, w, shift=None) -> MomentAccumulator:
         """Scatter-form statistics of a batch, exact about the batch mean.
@@ -607,6 +675,26 @@ def _merged_exponent(ea: int, eb: int, t: np.ndarray) -> int:
     return e
 
 
+_WORK = threading.local()
+
+
+def _work_buffer(rows: int, d: int) -> np.ndarray:
+    """A ``(rows, d)`` float64 scratch block, reused between calls per thread.
+
+    A fresh block costs a page fault per 4 KiB page on first write, about as
+    much as converting the rows into it; a stream of ``partial_fit`` calls
+    reuses one block instead (at most ``_BLOCK_ELEMENTS`` entries, 64 MiB,
+    kept per thread that fitted).
+    """
+    size = rows * d
+    buf = getattr(_WORK, "buffer", None)
+    if buf is None or buf.size < size:
+        buf = np.empty(size)
+        if size <= _BLOCK_ELEMENTS:
+            _WORK.buffer = buf
+    return buf[:size].reshape(rows, d)
+
+
 def _centre_block(dst, src, shift, e) -> None:
     """``dst = (float64(src) - shift) * 2**-e``, in place in ``dst``.
 
@@ -644,7 +732,7 @@ def _batch_statistics(X, w, sw, kind, fourth, shift):
     """
     n, d = X.shape
     step = _block_rows(n, d)
-    buf = np.empty((step, d))
+    buf = _work_buffer(step, d)
     # the provisional centre and the scale come from the first rows; a poor
     # centre only costs the second pass below, never accuracy
     head = slice(0, min(_HEAD_ROWS, n))
@@ -682,12 +770,17 @@ def _batch_statistics(X, w, sw, kind, fourth, shift):
     return mean, S, n3, n4, e
 
 
-def _accumulate(X, w, kind, fourth, shift, e, buf, step):
-    """One pass: ``S``, ``s`` (and third/fourth sums) about ``shift``."""
+def _accumulate(X, w, kind, fourth, shift, e, buf, step, S=None):
+    """One pass: ``S``, ``s`` (and third/fourth sums) about ``shift``.
+
+    ``S`` is added to when given (a copy of a running scatter), else new.
+    """
     n, d = X.shape
     full = kind == "full"
-    S = np.zeros((d, d)) if full else np.zeros(d)
-    product = np.empty((d, d)) if full and n > step else None
+    fresh = S is None
+    if fresh:
+        S = np.zeros((d, d)) if full else np.zeros(d)
+    product = np.empty((d, d)) if full and (n > step or not fresh) else None
     s = np.zeros(d)
     n3 = np.zeros(d) if fourth else None
     n4 = 0.0
@@ -712,7 +805,7 @@ def _accumulate(X, w, kind, fourth, shift, e, buf, step):
             # threads stall each other (about 2x slower on 2 cores). The
             # first block writes into S directly; the others into a reused
             # buffer (a fresh 4.7 MB result per block costs page faults).
-            if lo == 0:
+            if lo == 0 and fresh:
                 np.matmul(Y.T, Y, out=S)
             else:
                 np.matmul(Y.T, Y, out=product)
