@@ -6,6 +6,7 @@ import math
 import os
 
 import numpy as np
+from scipy import linalg
 from sklearn.base import (
     BaseEstimator,
     ClassNamePrefixFeaturesOutMixin,
@@ -373,7 +374,9 @@ def _check_finite_moments(moments: MomentAccumulator) -> None:
 def _sorted_eigh(cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Eigenpairs of a symmetric matrix, largest first, with deterministic signs."""
     with small_problem(cov.shape[0]):  # see _threads.py: one BLAS thread
-        evals, evecs = np.linalg.eigh(cov)  # LAPACK syevd, divide and conquer
+        # LAPACK syevd (divide and conquer); scipy's wrapper is about 10%
+        # faster than numpy's on a 768 x 768 covariance
+        evals, evecs = linalg.eigh(cov, driver="evd", check_finite=False)
     return evals[::-1], _fix_signs(evecs[:, ::-1])
 
 
