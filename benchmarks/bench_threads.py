@@ -14,9 +14,11 @@ size of the distinct STS-B sentences with the default encoder) and
   when embeddings were just encoded);
 * with three thread policies, interleaved round by round: ``all threads``
   (BLAS's default everywhere, the behaviour before this policy existed),
-  ``small on 1`` (the package's policy: eigendecompositions and other small
-  dense steps on one BLAS thread, the products on all of them) and ``all on
-  1`` (a one-thread BLAS limit around the whole fit).
+  ``small on 1`` (the package's policy, ``sklearn_isotropy.linear._threads``:
+  factorisations up to 1,024 wide and products of at most 2**32
+  multiply-adds on one BLAS thread, larger products on all of them; for
+  these rows that is everything) and ``all on 1`` (a one-thread BLAS limit
+  around the whole fit).
 
 For each cell it prints the best and the median of ``--repeat`` timings.
 Run it under the exclusive CPU lock so that the only load is the one it

@@ -718,3 +718,38 @@ def test_wide_data_with_options_that_need_a_full_map(monkeypatch):
         WhiteningTransformer(shrinkage=0.5).fit(X)
     with pytest.warns(RankDeficiencyWarning):
         WhiteningTransformer().fit(X)  # the dual form needs no d x d memory
+
+
+# ------------------------------------------------------------------ threads
+def _blas_threads():
+    from threadpoolctl import threadpool_info
+
+    return max(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
+
+
+def test_small_problems_run_on_one_blas_thread(monkeypatch):
+    from threadpoolctl import threadpool_limits
+
+    from sklearn_isotropy.linear import _threads
+
+    seen = []
+    original = scipy.linalg.eigh
+
+    def spy(*args, **kwargs):
+        seen.append(_blas_threads())
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(scipy.linalg, "eigh", spy)
+    with threadpool_limits(2, user_api="blas"):
+        WhiteningTransformer().fit(anisotropic(n=500, d=20))
+        assert seen == [1]  # the eigendecomposition ran on one thread
+        assert _blas_threads() == 2  # and the limit was lifted afterwards
+        with _threads.small_product(1e6):
+            assert _blas_threads() == 1
+        with _threads.small_product(1e12):  # large products keep their threads
+            assert _blas_threads() == 2
+        with _threads.small_problem(5000):
+            assert _blas_threads() == 2
+        monkeypatch.setattr(_threads, "SMALL_PROBLEM_THREADS", None)
+        WhiteningTransformer().fit(anisotropic(n=500, d=20))
+        assert seen == [1, 2]  # the policy can be switched off

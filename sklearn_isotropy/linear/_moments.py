@@ -266,6 +266,14 @@ class MomentAccumulator:
                 raise ValueError(f"sample_weight has shape {w.shape}, expected ({n},).")
         if not n:
             return self
+        from ._threads import small_product
+
+        d = self.n_features
+        with small_product(float(n) * d * (d if self.kind == "full" else 1)):
+            return self._with_rows(X, w)
+
+    def _with_rows(self, X, w) -> MomentAccumulator:
+        n = X.shape[0]
         if self._rows is not None:
             if self._n_kept() + _n_positive(w, n) < self.n_features:
                 out = self.copy()

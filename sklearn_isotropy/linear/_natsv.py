@@ -19,7 +19,7 @@ from ._base import (
     _StreamingMomentsMixin,
 )
 from ._moments import MomentAccumulator, _unscale
-from ._threads import small_problem
+from ._threads import small_problem, small_product
 
 __all__ = ["NATSVTransformer"]
 
@@ -159,18 +159,19 @@ class NATSVTransformer(_StreamingMomentsMixin):
 
     def _transform_array(self, X):
         C = self.components_.astype(X.dtype, copy=False)
-        with np.errstate(over="ignore", invalid="ignore"):  # reported below
-            if self.center:
-                Y = X - self.mean_.astype(X.dtype, copy=False)
-            else:
-                Y = X.copy()
-            P = Y @ C.T  # coordinates along the removed directions
+        with small_product(2.0 * X.shape[0] * C.shape[0] * C.shape[1]):
+            with np.errstate(over="ignore", invalid="ignore"):  # reported below
+                if self.center:
+                    Y = X - self.mean_.astype(X.dtype, copy=False)
+                else:
+                    Y = X.copy()
+                P = Y @ C.T  # coordinates along the removed directions
 
-        def finish(rows):
-            if C.shape[0]:
-                Y[rows] -= P[rows] @ C
+            def finish(rows):
+                if C.shape[0]:
+                    Y[rows] -= P[rows] @ C
 
-        _finish_checked(self, X, Y, finish)
+            _finish_checked(self, X, Y, finish)
         return Y
 
     @property

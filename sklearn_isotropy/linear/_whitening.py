@@ -24,7 +24,7 @@ from ._base import (
     _StreamingMomentsMixin,
 )
 from ._moments import MomentAccumulator, _unscale
-from ._threads import small_problem
+from ._threads import small_problem, small_product
 
 __all__ = ["WhiteningTransformer"]
 
@@ -375,7 +375,10 @@ class WhiteningTransformer(_StreamingMomentsMixin):
         W = self.whitening_.astype(X.dtype, copy=False)
         # X @ W - mean @ W avoids materialising the centred copy of X
         offset = (self.mean_ @ self.whitening_).astype(X.dtype, copy=False)
-        with np.errstate(over="ignore", invalid="ignore"):  # reported below
+        with (
+            np.errstate(over="ignore", invalid="ignore"),  # reported below
+            small_product(float(X.shape[0]) * W.shape[0] * W.shape[1]),
+        ):
             out = X @ W
 
         def finish(rows):
