@@ -102,15 +102,25 @@ def main():
         help="also report the float32 accuracy on these saved embedding "
         "matrices (e.g. the .npy files bench_quality.py caches)",
     )
+    parser.add_argument(
+        "--parts",
+        nargs="+",
+        choices=["fit", "wide", "stream"],
+        default=["fit", "wide", "stream"],
+        help="sections to run (fit includes accuracy and transform)",
+    )
     args = parser.parse_args()
     if args.quick:
         args.n_samples //= 10
         args.stream_rows //= 10
-    bench_fit_transform(args)
-    for path in args.embeddings:
-        accuracy(np.load(path), path)
-    bench_wide(args)
-    bench_streaming(args)
+    if "fit" in args.parts:
+        bench_fit_transform(args)
+        for path in args.embeddings:
+            accuracy(np.load(path), path)
+    if "wide" in args.parts:
+        bench_wide(args)
+    if "stream" in args.parts:
+        bench_streaming(args)
 
 
 def bench_fit_transform(args):

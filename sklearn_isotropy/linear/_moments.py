@@ -316,8 +316,8 @@ class MomentAccumulator:
         head -= self.mean
         if _safe_exponent(float(np.max(np.abs(head)))) != 0:
             return None
-        S = self._scatter.copy()
-        S, s, _, _ = _accumulate(X, w, self.kind, False, self.mean, 0, buf, step, S)
+        S, s, _, _ = _accumulate(X, w, self.kind, False, self.mean, 0, buf, step)
+        S += self._scatter
         total = self.sum_weights + sw
         u = s / math.sqrt(total)
         diag = np.diagonal(S) if self.kind == "full" else S
@@ -703,21 +703,26 @@ def _work_buffer(rows: int, d: int) -> np.ndarray:
     return buf[:size].reshape(rows, d)
 
 
-def _centre_block(dst, src, shift, e) -> None:
-    """``dst = (float64(src) - shift) * 2**-e``, in place in ``dst``.
+def _centre_block(dst, src, shift, e, sums, weights=None) -> None:
+    """``dst = (float64(src) - shift) * 2**-e`` in place, and its column sums.
 
     Casting into a contiguous buffer and subtracting in place is about twice
     as fast as a mixed-type ``np.subtract`` (which casts through small
-    buffers); doing it a few hundred rows at a time keeps each piece in the
-    core's cache between the two steps.
+    buffers). Doing it a few hundred rows at a time keeps each piece in the
+    core's cache between the steps, where its (weighted) column sums are
+    added to ``sums`` almost for free, instead of in another pass over the
+    block.
     """
     step = max(1, _CACHE_ELEMENTS // max(1, src.shape[1]))
+    ones = np.ones(min(step, len(src))) if weights is None else None
     for lo in range(0, len(src), step):
         out = dst[lo : lo + step]
         out[...] = src[lo : lo + step]
         out -= shift
         if e:
             np.ldexp(out, -e, out=out)  # exact, even from subnormal values
+        w = ones[: len(out)] if weights is None else weights[lo : lo + step]
+        sums += w @ out
 
 
 def _batch_statistics(X, w, sw, kind, fourth, shift):
@@ -778,32 +783,25 @@ def _batch_statistics(X, w, sw, kind, fourth, shift):
     return mean, S, n3, n4, e
 
 
-def _accumulate(X, w, kind, fourth, shift, e, buf, step, S=None):
-    """One pass: ``S``, ``s`` (and third/fourth sums) about ``shift``.
-
-    ``S`` is added to when given (a copy of a running scatter), else new.
-    """
+def _accumulate(X, w, kind, fourth, shift, e, buf, step):
+    """One pass: ``S``, ``s`` (and third/fourth sums) about ``shift``."""
     n, d = X.shape
     full = kind == "full"
-    fresh = S is None
-    if fresh:
-        S = np.zeros((d, d)) if full else np.zeros(d)
-    product = np.empty((d, d)) if full and (n > step or not fresh) else None
+    S = np.zeros((d, d)) if full else np.zeros(d)
+    product = np.empty((d, d)) if full and n > step else None
     s = np.zeros(d)
     n3 = np.zeros(d) if fourth else None
     n4 = 0.0
-    ones = np.ones(step)
     for lo in range(0, n, step):
         hi = min(lo + step, n)
         Y = buf[: hi - lo]
-        _centre_block(Y, X[lo:hi], shift, e)
         wb = None if w is None else w[lo:hi]
+        _centre_block(Y, X[lo:hi], shift, e, s, wb)
         if fourth:
             q = np.einsum("ij,ij->i", Y, Y)
             wq = q if wb is None else q * wb
             n3 += wq @ Y
             n4 += float(wq @ q)
-        s += (ones[: hi - lo] if wb is None else wb) @ Y
         if full:
             if wb is not None:
                 Y *= np.sqrt(wb)[:, None]
@@ -813,7 +811,7 @@ def _accumulate(X, w, kind, fourth, shift, e, buf, step, S=None):
             # threads stall each other (about 2x slower on 2 cores). The
             # first block writes into S directly; the others into a reused
             # buffer (a fresh 4.7 MB result per block costs page faults).
-            if lo == 0 and fresh:
+            if lo == 0:
                 np.matmul(Y.T, Y, out=S)
             else:
                 np.matmul(Y.T, Y, out=product)

@@ -7,10 +7,10 @@ synchronisation. On an idle machine a second thread buys little there; on a
 loaded one (other processes, or another thread pool such as torch's OpenMP
 workers) every synchronisation waits for a thread that is not running. With
 three other processes running BLAS on the 2-core benchmark machine,
-``numpy.linalg.eigh`` of a 768 x 768 covariance took 1.16 s on two threads
-and 0.36 s on one, and a whitening fit on 15,457 x 384 rows 0.97 s against
-0.33 s (medians; ``benchmarks/bench_threads.py``, figures in
-``benchmarks/README.md``). So the estimators run, under a one-thread BLAS
+``numpy.linalg.eigh`` of a 768 x 768 covariance took 1.05 s on two threads
+and 0.46 s on one, and a whitening fit on 15,457 x 384 rows 1.14 s against
+0.40 s with this policy (medians; ``benchmarks/bench_threads.py``, figures
+in ``benchmarks/README.md``). So the estimators run, under a one-thread BLAS
 limit (threadpoolctl):
 
 * factorisations of matrices up to :data:`SMALL_PROBLEM_MAX_SIZE` wide
