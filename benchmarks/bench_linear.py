@@ -10,6 +10,8 @@ Prints, in one run on the same data:
 * how far float32 fits (ours and PCA's) are from a float64 fit, on the
   benchmark rows and on any ``--embeddings`` files;
 * transform time against a bare float32 matmul;
+* the steps of that fit timed alone (conversion, products, eigendecomposition
+  on one and two threads);
 * fit time and peak traced memory on wide data, 10 rows of 4,000 and of
   20,000 features (the dual form), next to the ``d x d`` (primal) fit of
   the 4,000-wide rows;
@@ -105,8 +107,8 @@ def main():
     parser.add_argument(
         "--parts",
         nargs="+",
-        choices=["fit", "wide", "stream"],
-        default=["fit", "wide", "stream"],
+        choices=["fit", "breakdown", "wide", "stream"],
+        default=["fit", "breakdown", "wide", "stream"],
         help="sections to run (fit includes accuracy and transform)",
     )
     args = parser.parse_args()
@@ -117,6 +119,8 @@ def main():
         bench_fit_transform(args)
         for path in args.embeddings:
             accuracy(np.load(path), path)
+    if "breakdown" in args.parts:
+        bench_breakdown(args)
     if "wide" in args.parts:
         bench_wide(args)
     if "stream" in args.parts:
@@ -205,6 +209,56 @@ def bench_fit_transform(args):
     print(f"transform numpy (X - mu) @ W   {t['numpy'].min():8.3f} s")
     Z = ours.transform(X)
     assert Z.dtype == np.float32 and np.all(np.isfinite(Z))
+
+
+def bench_breakdown(args):
+    """Where a fit's time goes: its steps timed alone, round-robin."""
+    from threadpoolctl import ThreadpoolController
+
+    from sklearn_isotropy.linear import _moments
+
+    n, d = args.n_samples, args.n_features
+    X = embeddings(n, d)
+    X64 = X.astype(np.float64)
+    step = _moments._block_rows(n, d)
+    buf = np.empty((step, d))
+    shift = X[:256].mean(axis=0, dtype=np.float64)
+    cov = np.cov(X64[:20_000], rowvar=False)
+    controller = ThreadpoolController()
+
+    def convert():
+        sums = np.zeros(d)
+        for lo in range(0, n, step):
+            rows = X[lo : lo + step]
+            _moments._centre_block(buf[: len(rows)], rows, shift, 0, sums)
+
+    def blocks64():
+        S = np.zeros((d, d))
+        for lo in range(0, n, step):
+            Y = X64[lo : lo + step]
+            S += Y.T @ Y
+
+    def eigh(threads):
+        with controller.limit(limits=threads, user_api="blas"):
+            np.linalg.eigh(cov)
+
+    print(
+        f"\n== where a fit of {n:,} x {d} float32 goes, {args.repeat} "
+        "interleaved rounds (best, median) =="
+    )
+    t = interleaved(
+        {
+            "fit WhiteningTransformer": lambda: WhiteningTransformer().fit(X),
+            "float64 X.T @ X alone": lambda: X64.T @ X64,
+            "float64 X.T @ X in blocks": blocks64,
+            "convert + centre + sums": convert,
+            f"eigh {d} x {d}, 1 thread": lambda: eigh(1),
+            f"eigh {d} x {d}, 2 threads": lambda: eigh(2),
+        },
+        args.repeat,
+    )
+    for name, ts in t.items():
+        print(f"{name:28s} {ts.min():8.3f} s {np.median(ts):8.3f} s")
 
 
 def accuracy(X, label):
