@@ -205,7 +205,14 @@ def test_partial_fit_with_dask_batches(client, small):
     est = WhiteningTransformer()
     est.partial_fit(X_dask[: 2 * CHUNK + 123])
     est.partial_fit(X_dask[2 * CHUNK + 123 :])
+    # partial_fit leaves the map to its first use; a lazy transform of a dask
+    # array computes it on the client before the graph is built
+    assert "whitening_" not in vars(est)
     ref = WhiteningTransformer().fit(X)
+    Z = est.transform(X_dask[:CHUNK])
+    assert "whitening_" in vars(est)
+    Z_ref = ref.transform(X[:CHUNK])
+    assert_rel(align_signs(Z.compute(), Z_ref), Z_ref)
     assert est.n_samples_seen_ == X.shape[0]
     assert_rel(est.covariance_, ref.covariance_)
 
@@ -300,7 +307,7 @@ def test_transform_is_lazy():
 def test_dask_ml_incremental(client, small):
     wrappers = pytest.importorskip("dask_ml.wrappers")
     X, X_dask = small
-    X, X_dask = X[: 3 * CHUNK], X_dask[: 3 * CHUNK]  # one eigh per partial_fit
+    X, X_dask = X[: 3 * CHUNK], X_dask[: 3 * CHUNK]
 
     def no_score(estimator, X, y=None):
         return 0.0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -158,3 +160,153 @@ def test_covariance_needs_weight_above_ddof():
     acc = MomentAccumulator(2).update(np.ones((1, 2)))
     with pytest.raises(ValueError, match="n_samples = 1"):
         acc.covariance()
+
+
+# --------------------------------------------------- one pass, exactly
+def _two_pass(X, w=None):
+    """Reference: float64 two-pass mean and scatter (numpy)."""
+    X = np.asarray(X, dtype=np.float64)
+    w = np.ones(len(X)) if w is None else np.asarray(w, dtype=np.float64)
+    mean = np.average(X, axis=0, weights=w)
+    Y = X - mean
+    mean = mean + np.average(Y, axis=0, weights=w)
+    Y = X - mean
+    return mean, (Y * w[:, None]).T @ Y
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_drifting_rows_are_exact_whatever_the_provisional_centre(weighted):
+    # rows sorted by a huge drift: the first rows (the provisional centre of
+    # the one-pass algorithm) are far from the batch mean, so the batch is
+    # re-read about its mean; the result must still be the exact scatter
+    rng = np.random.default_rng(7)
+    n, d = 20_000, 6
+    X = rng.normal(size=(n, d)) + np.linspace(0, 1e6, n)[:, None] * rng.normal(size=d)
+    w = rng.uniform(0.1, 2.0, size=n) if weighted else None
+    acc = MomentAccumulator(d).update(X, w)
+    mean, scatter = _two_pass(X, w)
+    np.testing.assert_allclose(acc.mean, mean, rtol=1e-12)
+    np.testing.assert_allclose(acc.scatter, scatter, rtol=1e-10)
+    if not weighted:
+        Y = X - mean
+        sq = np.sum(Y**2, axis=1)
+        np.testing.assert_allclose(acc.norm4, np.sum(sq**2), rtol=1e-10)
+        # a signed sum: its round-off is relative to sum |q y|, not to itself
+        np.testing.assert_allclose(
+            acc.norm3, sq @ Y, rtol=1e-8, atol=1e-12 * np.max(sq @ np.abs(Y))
+        )
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_streamed_drifting_rows_are_exact(weighted):
+    # each batch is read about the running mean; batches far from it (the
+    # first few of a drift) fall back to a pass about their own mean
+    rng = np.random.default_rng(9)
+    n, d = 6_000, 5
+    X = rng.normal(size=(n, d)) + np.linspace(0, 1e5, n)[:, None] * rng.normal(size=d)
+    w = rng.uniform(0.1, 2.0, size=n) if weighted else None
+    acc = MomentAccumulator(d, fourth_moments=False)
+    for idx in np.array_split(np.arange(n), 12):
+        acc.update(X[idx], None if w is None else w[idx])
+    mean, scatter = _two_pass(X, w)
+    np.testing.assert_allclose(acc.mean, mean, rtol=1e-12)
+    np.testing.assert_allclose(acc.scatter, scatter, rtol=1e-10)
+
+
+def test_large_common_offset_float32_rows_are_exact():
+    # float32 rows with an offset 1e4 times their spread: the scatter of the
+    # exact float64 values of those rows, as numpy's two-pass algorithm gives
+    rng = np.random.default_rng(3)
+    X = (rng.normal(size=(30_000, 8)) * 0.01 + 100.0).astype(np.float32)
+    acc = MomentAccumulator(8)
+    for chunk in np.array_split(X, 7):
+        acc.update(chunk)
+    mean, scatter = _two_pass(X)
+    np.testing.assert_allclose(acc.mean, mean, rtol=1e-13)
+    np.testing.assert_allclose(acc.scatter, scatter, rtol=1e-10)
+
+
+@pytest.mark.parametrize("scale", [1e-200, 1e-160, 1e120])
+def test_extreme_magnitudes_keep_full_precision(scale):
+    # squares of 1e-200 underflow float64 and fourth powers of 1e120
+    # overflow it; the accumulator scales such rows by a power of two, so the
+    # statistics keep their precision (reported in the data's units, where
+    # they may round to zero)
+    X = _data(8, n=500, d=4, offset=3.0)
+    acc = MomentAccumulator(4).update(X[:200] * scale).update(X[200:] * scale)
+    ref = MomentAccumulator(4).update(X)
+    np.testing.assert_allclose(acc.mean, ref.mean * scale, rtol=1e-12)
+    stored, e = acc._scatter, acc._exp
+    assert e != 0 and np.all(np.isfinite(stored))
+    # stored * 4**e is the scatter; compare in the stored units
+    np.testing.assert_allclose(
+        stored, np.ldexp(ref.scatter * scale, -e) * np.ldexp(scale, -e), rtol=1e-10
+    )
+    np.testing.assert_allclose(
+        acc.ledoit_wolf_shrinkage(), ref.ledoit_wolf_shrinkage(), rtol=1e-10
+    )
+    np.testing.assert_allclose(acc.oas_shrinkage(), ref.oas_shrinkage(), rtol=1e-10)
+
+
+# ------------------------------------------------------------ rows kept
+def test_fewer_rows_than_features_are_kept_then_switched():
+    rng = np.random.default_rng(11)
+    d = 40
+    X = rng.normal(size=(100, d)) @ rng.normal(size=(d, d)) + 7.0
+    w = rng.integers(0, 3, size=100).astype(float)
+    acc = MomentAccumulator(d)
+    assert acc.representation == "rows"
+    acc.update(X[:15], w[:15]).update(X[15:30], w[15:30])
+    assert acc.representation == "rows"  # fewer than 40 rows of weight > 0
+    mean, scatter = _two_pass(X[:30], w[:30])
+    np.testing.assert_allclose(acc.mean, mean, rtol=1e-12)
+    np.testing.assert_allclose(acc.scatter, scatter, rtol=1e-10, atol=1e-9)
+    assert acc.n_samples == 30 and acc.n_nonzero == int(np.count_nonzero(w[:30]))
+    again = pickle.loads(pickle.dumps(acc))
+    assert again.representation == "rows"
+    np.testing.assert_allclose(again.scatter, acc.scatter, rtol=1e-12)
+    for lo in range(30, 100, 10):
+        acc.update(X[lo : lo + 10], w[lo : lo + 10])
+    assert acc.representation == "scatter"
+    batch = MomentAccumulator(d, keep_rows=False).update(X, w)
+    _assert_same(acc, batch)
+
+
+def test_merges_of_rows_and_scatter_forms():
+    rng = np.random.default_rng(12)
+    d = 30
+    X = rng.normal(size=(90, d)) + 2.0
+    small = [MomentAccumulator(d).update(c) for c in np.array_split(X[:40], 4)]
+    big = MomentAccumulator(d).update(X[40:])
+    assert small[0].representation == "rows" and big.representation == "scatter"
+    rows_only = small[0] + small[1]  # 20 rows < 30: still rows
+    assert rows_only.representation == "rows"
+    whole = MomentAccumulator(d, keep_rows=False).update(X)
+    for merged in (
+        ((small[0] + small[1]) + (small[2] + small[3])) + big,
+        big + (small[3] + (small[0] + (small[2] + small[1]))),
+    ):
+        _assert_same(merged, whole)
+    assert small[0].n_samples == 10  # operands untouched
+
+
+def test_legacy_state_loads_into_the_new_layout():
+    # statistics pickled before the dual form held public scatter/norm fields
+    X = _data(13)
+    ref = MomentAccumulator(6, keep_rows=False).update(X)
+    legacy = {
+        "n_features": 6,
+        "kind": "full",
+        "n_samples": ref.n_samples,
+        "n_nonzero": ref.n_nonzero,
+        "sum_weights": ref.sum_weights,
+        "mean": ref.mean,
+        "scatter": ref.scatter,
+        "norm3": ref.norm3,
+        "norm4": ref.norm4,
+    }
+    acc = MomentAccumulator.__new__(MomentAccumulator)
+    acc.__setstate__(legacy)
+    _assert_same(acc, ref)
+    assert acc.fourth_moments and acc.representation == "scatter"
+    _assert_same(acc.merge(ref), MomentAccumulator(6).update(np.vstack([X, X])))

@@ -184,3 +184,50 @@ def test_transform_overflow_of_float32_output_is_an_error():
     assert np.all(np.isfinite(huge))
     with pytest.raises(ValueError, match="overflowed float32"):
         natsv.transform(huge)
+
+
+# ------------------------------------------------- wide data, the dual form
+@pytest.mark.parametrize("center", [True, False])
+def test_natsv_on_wide_data_uses_the_dual_form(center):
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(15, 3000)) * np.geomspace(4, 0.5, 3000) + 2.0
+    est = NATSVTransformer(n_components=3, center=center).fit(X)
+    assert est.moments_.representation == "rows"
+    Y = X - X.mean(axis=0) if center else X
+    _, _, vt = np.linalg.svd(Y, full_matrices=False)
+    np.testing.assert_allclose(np.abs(est.components_), np.abs(vt[:3]), atol=1e-10)
+    X_new = rng.normal(size=(4, 3000))
+    Y_new = X_new - X.mean(axis=0) if center else X_new
+    expected = Y_new - Y_new @ vt[:3].T @ vt[:3]
+    np.testing.assert_allclose(est.transform(X_new), expected, atol=1e-9)
+    # streamed in batches (still rows) gives the same
+    stream = NATSVTransformer(n_components=3, center=center)
+    for chunk in np.array_split(X, 4):
+        stream.partial_fit(chunk)
+    np.testing.assert_allclose(stream.transform(X_new), expected, atol=1e-9)
+
+
+def test_natsv_dual_form_beyond_the_rank_completes_the_basis():
+    X = np.random.default_rng(5).normal(size=(4, 50))
+    with pytest.warns(RankDeficiencyWarning, match="rank 3"):
+        est = NATSVTransformer(n_components=6).fit(X)
+    C = est.components_
+    np.testing.assert_allclose(C @ C.T, np.eye(6), atol=1e-12)
+    np.testing.assert_allclose(est.explained_variance_[3:], 0.0, atol=1e-12)
+    assert np.all(np.isfinite(est.transform(X)))
+
+
+# -------------------------------------------------------- tiny magnitudes
+@pytest.mark.parametrize("scale", [1e-200, 1e-310])
+def test_tiny_inputs_are_not_constant(scale):
+    X = cone()
+    sn = StandardNormalizer().fit(X * scale)
+    ref = StandardNormalizer().fit(X)
+    np.testing.assert_allclose(sn.transform(X * scale), ref.transform(X), rtol=1e-6)
+    np.testing.assert_allclose(sn.scale_, ref.scale_ * scale, rtol=1e-6)
+    natsv = NATSVTransformer(n_components=2).fit(X * scale)
+    np.testing.assert_allclose(
+        np.abs(natsv.components_),
+        np.abs(NATSVTransformer(n_components=2).fit(X).components_),
+        atol=1e-6,
+    )

@@ -17,7 +17,9 @@ from sklearn.decomposition import PCA
 from sklearn.exceptions import NotFittedError
 from sklearn.pipeline import make_pipeline
 
+import sklearn_isotropy
 import sklearn_isotropy.linear._base
+import sklearn_isotropy.linear._whitening
 from sklearn_isotropy import WhiteningTransformer
 from sklearn_isotropy.exceptions import RankDeficiencyWarning
 
@@ -446,12 +448,308 @@ def test_failed_fit_leaves_estimator_unfitted():
 def test_overflow_is_an_error():
     with pytest.raises(ValueError, match="overflowed float64"):
         WhiteningTransformer().fit(anisotropic(d=4) * 1e160)
-    # squares fit in float64 but fourth powers do not: only Ledoit-Wolf fails
+    # fourth powers of 1e80 overflow float64, but the accumulator scales such
+    # rows by a power of two: Ledoit-Wolf and OAS are scale-free and give the
+    # intensities of the unscaled rows
     X = anisotropic(d=4) * 1e80
-    with pytest.raises(ValueError, match="fourth moments.*overflowed float64"):
-        WhiteningTransformer(shrinkage="ledoit-wolf").fit(X)
-    # OAS is scale-free and computed scaled: the same intensity as unscaled
-    oas = WhiteningTransformer(shrinkage="oas").fit(X)
-    unscaled = WhiteningTransformer(shrinkage="oas").fit(X / 1e80)
-    assert 0 < oas.shrinkage_ < 1
-    np.testing.assert_allclose(oas.shrinkage_, unscaled.shrinkage_, rtol=1e-12)
+    for shrinkage, reference in [
+        ("ledoit-wolf", ledoit_wolf_shrinkage(X / 1e80)),
+        ("oas", OAS().fit(X / 1e80).shrinkage_),
+    ]:
+        est = WhiteningTransformer(shrinkage=shrinkage).fit(X)
+        assert 0 < est.shrinkage_ < 1
+        np.testing.assert_allclose(est.shrinkage_, reference, rtol=1e-10)
+        unscaled = WhiteningTransformer(shrinkage=shrinkage).fit(X / 1e80)
+        np.testing.assert_allclose(
+            est.transform(X), unscaled.transform(X / 1e80), rtol=1e-8, atol=1e-8
+        )
+
+
+# ------------------------------------------------------ lazy fitted map
+def _count_eighs(monkeypatch):
+    calls = []
+    original = sklearn_isotropy.linear._whitening._sorted_eigh
+
+    def counting(a, *args, **kwargs):
+        calls.append(a.shape)
+        return original(a, *args, **kwargs)
+
+    monkeypatch.setattr(sklearn_isotropy.linear._whitening, "_sorted_eigh", counting)
+    return calls
+
+
+def test_partial_fit_defers_the_eigendecomposition(monkeypatch):
+    X = anisotropic(n=2000, d=8)
+    calls = _count_eighs(monkeypatch)
+    est = WhiteningTransformer(n_components=5)
+    for chunk in np.array_split(X, 10):
+        est.partial_fit(chunk)
+    assert calls == []  # ten batches, no eigendecomposition yet
+    ref = WhiteningTransformer(n_components=5).fit(X)
+    assert len(calls) == 1  # fit computes its map eagerly
+    # the first use computes the map once; later uses reuse it
+    np.testing.assert_allclose(est.transform(X), ref.transform(X), atol=1e-9)
+    assert len(calls) == 2
+    assert est.n_components_ == 5 and est.rank_ == 8
+    np.testing.assert_allclose(est.whitening_, ref.whitening_, rtol=1e-10)
+    est.transform(X[:10])
+    assert len(calls) == 2
+    # another batch makes the map stale again: every attribute follows it
+    est.partial_fit(X[:500])
+    assert len(calls) == 2
+    both = WhiteningTransformer(n_components=5).fit(np.vstack([X, X[:500]]))
+    np.testing.assert_allclose(est.mean_, both.mean_, rtol=1e-12)
+    np.testing.assert_allclose(est.explained_variance_, both.explained_variance_)
+    assert len(calls) == 4
+
+
+def test_stale_map_uses_the_parameters_of_the_last_partial_fit():
+    X = anisotropic(n=500, d=6)
+    est = WhiteningTransformer(n_components=4).partial_fit(X)
+    est.set_params(n_components=2)  # after the fit: does not change the map
+    assert est.n_components_ == 4
+    est.partial_fit(X[:10])  # a new batch fits with the current parameters
+    assert est.n_components_ == 2
+
+
+def test_errors_that_need_the_map_surface_at_first_use():
+    rng = np.random.default_rng(0)
+    est = WhiteningTransformer(n_components=6)
+    est.partial_fit(rng.normal(size=(5, 10)))  # rank 4 so far: no error yet
+    with pytest.raises(ValueError, match="exceeds the rank 4"):
+        est.transform(rng.normal(size=(2, 10)))
+    with pytest.raises(ValueError, match="exceeds the rank 4"):
+        getattr(est, "whitening_")  # noqa: B009  (attribute access is the test)
+    est.partial_fit(rng.normal(size=(20, 10)))  # more rows: the map exists
+    assert est.transform(rng.normal(size=(2, 10))).shape == (2, 6)
+    # invalid parameters and input are still rejected by partial_fit itself
+    with pytest.raises(ValueError, match="n_features = 10"):
+        WhiteningTransformer(n_components=11).partial_fit(rng.normal(size=(5, 10)))
+    with pytest.raises(ValueError, match="NaN"):
+        est.partial_fit(np.full((3, 10), np.nan))
+    assert est.n_samples_seen_ == 25
+
+
+def test_pickle_clone_and_names_of_a_stale_map():
+    pd = pytest.importorskip("pandas")
+    X = pd.DataFrame(anisotropic(n=400, d=5), columns=list("abcde"))
+    est = WhiteningTransformer(n_components=3).set_output(transform="pandas")
+    est.partial_fit(X.iloc[:200]).partial_fit(X.iloc[200:])
+    assert "whitening_" not in vars(est)  # stale until used
+    again = pickle.loads(pickle.dumps(est))
+    ref = WhiteningTransformer(n_components=3).fit(X)
+    np.testing.assert_allclose(
+        again.transform(X).to_numpy(), ref.transform(X), atol=1e-9
+    )
+    assert list(est.get_feature_names_out()) == [
+        f"whiteningtransformer{i}" for i in range(3)
+    ]
+    assert clone(est).get_params() == est.get_params()
+    assert not hasattr(clone(est), "whitening_")
+    # attribute access on the stale copy computes the same map
+    np.testing.assert_allclose(est.whitening_, again.whitening_)
+
+
+# ------------------------------------------------------- numbers at the edges
+def test_feature_scales_far_apart_give_advice_that_helps():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(500, 8)) * np.array([1e8] + [1e-8] * 7)
+    with pytest.warns(RankDeficiencyWarning) as record:
+        est = WhiteningTransformer().fit(X)
+    message = str(record[0].message)
+    assert "rank 1 < n_features = 8" in message
+    assert "too few samples" not in message
+    assert "Standardise the features first" in message
+    assert "shrinkage does not help" in message
+    assert est.rank_ == 1
+    # the advice works: standardised first, all 8 directions are kept
+    from sklearn_isotropy import StandardNormalizer
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RankDeficiencyWarning)
+        pipe = make_pipeline(StandardNormalizer(), WhiteningTransformer()).fit(X)
+    Z = pipe.transform(X)
+    np.testing.assert_allclose(np.cov(Z, rowvar=False), np.eye(8), atol=1e-8)
+
+
+def test_too_few_samples_is_named_as_such():
+    X = np.random.default_rng(1).normal(size=(5, 10))
+    with pytest.warns(RankDeficiencyWarning, match="too few samples: 5 rows"):
+        WhiteningTransformer().fit(X)
+
+
+@pytest.mark.parametrize("scale", [1e-200, 1e-300, 1e100])
+def test_tiny_and_huge_inputs_whiten_like_unit_inputs(scale):
+    # data around 1e-200 is not constant: its variance underflows float64,
+    # but whitening is scale-free and is computed in scaled units
+    X = anisotropic(n=400, d=5)
+    ref = WhiteningTransformer().fit(X)
+    est = WhiteningTransformer().fit(X * scale)
+    Z = est.transform(X * scale)
+    assert np.all(np.isfinite(Z))
+    np.testing.assert_allclose(Z, ref.transform(X), rtol=1e-8, atol=1e-8)
+    np.testing.assert_allclose(
+        est.explained_variance_ratio_, ref.explained_variance_ratio_, rtol=1e-10
+    )
+    np.testing.assert_allclose(
+        est.inverse_transform(Z), X * scale, rtol=1e-8, atol=1e-8 * scale
+    )
+    for method in ("zca", "cholesky"):
+        other = WhiteningTransformer(method=method).fit(X * scale)
+        np.testing.assert_allclose(
+            other.transform(X * scale),
+            WhiteningTransformer(method=method).fit(X).transform(X),
+            rtol=1e-8,
+            atol=1e-8,
+        )
+
+
+def test_extreme_power_is_rejected_at_fit():
+    X = anisotropic(n=300, d=4)
+    with pytest.raises(ValueError, match=r"power=1000000.0 cannot be applied"):
+        WhiteningTransformer(power=1e6).fit(X)
+    with pytest.raises(ValueError, match="Use a power between 0"):
+        WhiteningTransformer(power=2000.0).fit(X)
+    # with partial_fit the same error comes at the first use of the map
+    est = WhiteningTransformer(power=1e6).partial_fit(X)
+    with pytest.raises(ValueError, match="cannot be applied"):
+        est.transform(X)
+    # large but representable powers are fine
+    Z = WhiteningTransformer(power=3.0).fit_transform(X)
+    assert np.all(np.isfinite(Z))
+
+
+# ------------------------------------------------ wide data: the dual form
+def _wide(n, d, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, d)) * np.geomspace(5.0, 0.5, d) + 3.0
+
+
+@pytest.mark.parametrize("power", [1.0, 0.5])
+def test_wide_data_uses_the_dual_form_and_matches_pca(power):
+    X, X_new = _wide(12, 4000), _wide(6, 4000, seed=1)
+    with pytest.warns(RankDeficiencyWarning, match="too few samples"):
+        est = WhiteningTransformer(power=power).fit(X)
+    assert est.moments_.representation == "rows"
+    assert "covariance_" not in vars(est)  # the d x d matrix is never built
+    pca = PCA(n_components=11, svd_solver="full").fit(X)
+    assert est.n_components_ == est.rank_ == 11
+    np.testing.assert_allclose(est.explained_variance_, pca.explained_variance_)
+    np.testing.assert_allclose(
+        est.components_, match_signs(est.components_.T, pca.components_.T).T
+    )
+    np.testing.assert_allclose(
+        np.abs(est.components_), np.abs(pca.components_), atol=1e-10
+    )
+    expected = pca.transform(X_new) / pca.explained_variance_ ** (power / 2)
+    Z = est.transform(X_new)
+    np.testing.assert_allclose(match_signs(Z, expected), expected, atol=1e-9)
+    # the covariance is still available, built on request
+    np.testing.assert_allclose(est.covariance_, np.cov(X, rowvar=False), atol=1e-12)
+
+
+def test_wide_data_20000_features_fits_without_a_d_by_d_matrix():
+    import tracemalloc
+
+    X = _wide(10, 20_000)
+    tracemalloc.start()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RankDeficiencyWarning)
+        est = WhiteningTransformer().fit(X)
+        Z = est.transform(X)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    # one 20,000 x 20,000 float64 matrix is 3.2 GB; the dual form needs a few
+    # n x d arrays (1.6 MB each)
+    assert peak < 50 * 2**20
+    assert Z.shape == (10, 9)
+    np.testing.assert_allclose(np.cov(Z, rowvar=False), np.eye(9), atol=1e-8)
+
+
+def test_wide_data_streams_pickles_and_switches_to_the_scatter_form():
+    X = _wide(120, 50)
+    est = WhiteningTransformer()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RankDeficiencyWarning)
+        for lo in range(0, 40, 8):
+            est.partial_fit(X[lo : lo + 8])
+        assert est.moments_.representation == "rows"
+        batch = WhiteningTransformer().fit(X[:40])
+        np.testing.assert_allclose(est.transform(X), batch.transform(X), atol=1e-9)
+        again = pickle.loads(pickle.dumps(est))
+        for lo in range(40, 120, 8):
+            again.partial_fit(X[lo : lo + 8])
+    assert again.moments_.representation == "scatter"
+    full = WhiteningTransformer().fit(X)
+    np.testing.assert_allclose(again.transform(X), full.transform(X), atol=1e-9)
+
+
+def test_wide_data_with_options_that_need_a_full_map(monkeypatch):
+    X = _wide(10, 300)
+    keep = {"keep_rows": False}
+    for params in (
+        {"shrinkage": 0.2},
+        {"shrinkage": "ledoit-wolf"},
+        {"method": "zca", "shrinkage": 0.1},
+        {"method": "cholesky", "shrinkage": 0.1},
+    ):
+        est = WhiteningTransformer(**params).fit(X)
+        assert est.moments_.representation == "rows"
+        assert est.whitening_.shape[0] == 300
+        # the same map as from the d x d statistics of the same rows
+        ref = WhiteningTransformer(**params)
+        monkeypatch.setattr(
+            ref,
+            "_new_moments",
+            lambda d, ref=ref: sklearn_isotropy.MomentAccumulator(
+                d, fourth_moments=ref._needs_fourth_moments(), **keep
+            ),
+        )
+        ref.fit(X)
+        assert ref.moments_.representation == "scatter"
+        np.testing.assert_allclose(est.transform(X), ref.transform(X), atol=1e-8)
+    # too little memory for the d x d map is a clear error, not an OOM
+    monkeypatch.setattr(
+        sklearn_isotropy.linear._base, "_available_memory", lambda: 2**20
+    )
+    with pytest.raises(ValueError, match=r"method='zca' needs 300 x 300 matrices"):
+        WhiteningTransformer(method="zca", shrinkage=0.1).fit(X)
+    with pytest.raises(ValueError, match=r"shrinkage=0.5 needs .*dual form"):
+        WhiteningTransformer(shrinkage=0.5).fit(X)
+    with pytest.warns(RankDeficiencyWarning):
+        WhiteningTransformer().fit(X)  # the dual form needs no d x d memory
+
+
+# ------------------------------------------------------------------ threads
+def _blas_threads():
+    from threadpoolctl import threadpool_info
+
+    return max(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
+
+
+def test_small_problems_run_on_one_blas_thread(monkeypatch):
+    from threadpoolctl import threadpool_limits
+
+    from sklearn_isotropy.linear import _threads
+
+    seen = []
+    original = scipy.linalg.eigh
+
+    def spy(*args, **kwargs):
+        seen.append(_blas_threads())
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(scipy.linalg, "eigh", spy)
+    with threadpool_limits(2, user_api="blas"):
+        WhiteningTransformer().fit(anisotropic(n=500, d=20))
+        assert seen == [1]  # the eigendecomposition ran on one thread
+        assert _blas_threads() == 2  # and the limit was lifted afterwards
+        with _threads.small_product(1e6):
+            assert _blas_threads() == 1
+        with _threads.small_product(1e12):  # large products keep their threads
+            assert _blas_threads() == 2
+        with _threads.small_problem(5000):
+            assert _blas_threads() == 2
+        monkeypatch.setattr(_threads, "SMALL_PROBLEM_THREADS", None)
+        WhiteningTransformer().fit(anisotropic(n=500, d=20))
+        assert seen == [1, 2]  # the policy can be switched off

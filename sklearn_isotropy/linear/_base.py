@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import math
+import os
+
 import numpy as np
+from scipy import linalg
 from sklearn.base import (
     BaseEstimator,
     ClassNamePrefixFeaturesOutMixin,
@@ -18,8 +22,15 @@ from sklearn.utils.validation import (
 
 from .._utils import is_dask_collection
 from ._moments import MomentAccumulator
+from ._moments import _unscale as _unscale_array
+from ._threads import small_problem
 
 FLOAT_DTYPES = (np.float64, np.float32)
+
+# private state of the lazily computed map, cleared by a new fit
+_MAP_STATE = ("_map_params", "_map_pending")
+# batches of at most this many entries are checked for NaN/inf up front
+_SMALL_BATCH = 2**16
 
 # bytes of output finished per step in ``_finish_checked``: small enough for
 # the block to stay in a core's L2 cache between the subtraction and the check
@@ -47,15 +58,24 @@ class _StreamingMomentsMixin(
 ):
     """Base of the estimators fitted from a :class:`MomentAccumulator`.
 
-    ``fit`` is a reset followed by ``partial_fit``; ``partial_fit`` merges the
-    batch into ``moments_`` and recomputes the fitted map from the merged
-    statistics, so any split of the data into batches gives the same model.
-    Subclasses set ``_moments_kind`` and implement ``_fit_moments``; those
-    whose fit needs the fourth moments (Ledoit-Wolf shrinkage) override
+    ``fit`` is a reset followed by ``partial_fit`` and an eager computation
+    of the fitted map; ``partial_fit`` only merges the batch into
+    ``moments_`` (one pass over the rows) and marks the map stale. The map
+    (an eigendecomposition for whitening and NATSV) is computed from the
+    merged statistics the first time it is used: by ``transform``, or by
+    reading any fitted attribute, which ``__getattr__`` computes on demand.
+    Any split of the data into batches gives the same model.
+
+    Subclasses set ``_moments_kind`` and ``_fitted_attributes`` (the names
+    the map defines) and implement ``_compute_map(moments, params)``, which
+    returns them as a dict, and optionally ``_check_statistics(moments,
+    params)`` for the cheap checks that must fail at ``partial_fit`` time.
+    Those whose fit needs the fourth moments (Ledoit-Wolf shrinkage) override
     ``_needs_fourth_moments``.
     """
 
     _moments_kind = "full"
+    _fitted_attributes: tuple[str, ...] = ()
 
     def _needs_fourth_moments(self) -> bool:
         return False
@@ -73,13 +93,17 @@ class _StreamingMomentsMixin(
         return tags
 
     def _reset(self) -> None:
-        fitted = [k for k in vars(self) if k.endswith("_") and not k.startswith("__")]
-        for name in fitted:
-            delattr(self, name)
+        state = self.__dict__
+        fitted = [k for k in state if k.endswith("_") and not k.startswith("__")]
+        for name in (*fitted, *self._fitted_attributes, *_MAP_STATE):
+            state.pop(name, None)
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, sample_weight=None):
         """Fit on ``X``, forgetting any previous fit.
+
+        The fitted map is computed before ``fit`` returns, so every error
+        (e.g. ``n_components`` above the rank of the data) is raised here.
 
         Parameters
         ----------
@@ -103,8 +127,8 @@ class _StreamingMomentsMixin(
         if is_dask_collection(X) or is_dask_collection(sample_weight):
             from ._dask import partial_fit_dask
 
-            return partial_fit_dask(self, X, sample_weight, first=True)
-        return self._partial_fit(X, sample_weight, first=True)
+            return partial_fit_dask(self, X, sample_weight, first=True, eager=True)
+        return self._partial_fit(X, sample_weight, first=True, eager=True)
 
     @_fit_context(prefer_skip_nested_validation=True)
     def partial_fit(self, X, y=None, sample_weight=None):
@@ -113,6 +137,16 @@ class _StreamingMomentsMixin(
         The count, mean and scatter of all batches seen so far are merged in
         float64, so the result equals one ``fit`` on the concatenated batches
         up to round-off; memory does not grow with the number of rows.
+
+        ``partial_fit`` only accumulates: the fitted map is recomputed once,
+        when it is next used (``transform``, or reading a fitted attribute
+        such as ``mean_``), with the parameters in effect at this call. A
+        stream of many batches therefore costs one pass over the rows plus
+        one eigendecomposition. Errors that need the map (``n_components``
+        above the rank of the data seen, a rank-deficient covariance with
+        ``method="cholesky"``, constant data, a ``power`` out of float64's
+        range) are raised at that first use; invalid input and parameters
+        are still rejected here, leaving the estimator unchanged.
 
         Parameters
         ----------
@@ -128,44 +162,99 @@ class _StreamingMomentsMixin(
         self : object
             Updated estimator.
         """
-        first = not hasattr(self, "moments_")
+        first = "moments_" not in self.__dict__
         if is_dask_collection(X) or is_dask_collection(sample_weight):
             from ._dask import partial_fit_dask
 
-            return partial_fit_dask(self, X, sample_weight, first=first)
-        return self._partial_fit(X, sample_weight, first=first)
+            return partial_fit_dask(self, X, sample_weight, first=first, eager=False)
+        return self._partial_fit(X, sample_weight, first=first, eager=False)
 
-    def _partial_fit(self, X, sample_weight, *, first):
-        X = validate_data(self, X, reset=first, dtype=FLOAT_DTYPES)
+    def _partial_fit(self, X, sample_weight, *, first, eager):
+        # finiteness is checked on the statistics: a NaN or an infinity in any
+        # row makes them non-finite, and only then is X scanned for the error
+        # message (one pass over memory fewer)
+        X = validate_data(
+            self, X, reset=first, dtype=FLOAT_DTYPES, ensure_all_finite=False
+        )
         sample_weight = _check_nonnegative_weights(sample_weight, X)
-        if first:
-            moments = self._new_moments(X.shape[1])
-        else:
-            moments = self.moments_.copy()
-        # overflow leaves non-finite statistics, which _fit_moments reports
-        # as one clear error (_check_finite_moments) instead of warnings
+        name = type(self).__name__
+        if X.shape[0] < X.shape[1] or X.size <= _SMALL_BATCH:
+            # small batches may be kept as rows, where a row of weight 0 does
+            # not reach the statistics: check them directly (cheap)
+            _assert_all_finite(X, input_name="X", estimator_name=name)
+        previous = self._new_moments(X.shape[1]) if first else self.moments_
+        # overflow leaves non-finite statistics, which _check_finite_moments
+        # reports as one clear error instead of warnings; the previous
+        # statistics are left as they are until the new ones are committed
         with np.errstate(over="ignore", invalid="ignore"):
-            moments.update(X, sample_weight)
-        self._commit(moments)
+            moments = previous._with_batch(X, sample_weight)
+        if not _finite_statistics(moments):
+            _assert_all_finite(X, input_name="X", estimator_name=name)
+        self._commit(moments, eager=eager)
         return self
 
-    def _commit(self, moments: MomentAccumulator) -> None:
-        """Fit the map to ``moments`` and store them (numpy and dask paths).
+    def _commit(self, moments: MomentAccumulator, *, eager: bool) -> None:
+        """Store ``moments`` (numpy and dask paths), with the map if ``eager``.
 
-        The new map is computed before anything is stored, so a batch that
-        cannot be fitted leaves a previously fitted estimator untouched.
+        The statistics are checked, and with ``eager`` the map computed,
+        before anything is stored, so a batch that cannot be fitted leaves
+        the estimator as it was.
         """
-        self._fit_moments(moments)
+        params = self.get_params(deep=False)
+        _check_finite_moments(moments)
+        self._check_statistics(moments, params)
+        attrs = self._compute_map(moments, params) if eager else None
+        state = self.__dict__
+        for name in self._fitted_attributes:
+            state.pop(name, None)
         self.moments_ = moments
         self.n_samples_seen_ = moments.n_samples
+        self._map_params = params
+        if attrs is None:
+            self._map_pending = True
+        else:
+            state.update(attrs)
+            state.pop("_map_pending", None)
 
-    def _fit_moments(self, moments: MomentAccumulator) -> None:  # pragma: no cover
-        raise NotImplementedError
+    def _check_statistics(self, moments: MomentAccumulator, params: dict) -> None:
+        """Cheap checks of the statistics against the parameters (may raise)."""
+
+    def _compute_map(self, moments: MomentAccumulator, params: dict) -> dict:
+        raise NotImplementedError  # pragma: no cover
+
+    def _missing_attribute(self, name: str):
+        """A fitted attribute the map does not store; computed on request."""
+        raise AttributeError(
+            f"{type(self).__name__!r} object has no attribute {name!r}"
+        )
+
+    def _ensure_map(self) -> None:
+        """Compute the fitted map now if ``partial_fit`` left it stale."""
+        state = self.__dict__
+        if state.get("_map_pending") and "moments_" in state:
+            params = state.get("_map_params") or self.get_params(deep=False)
+            attrs = self._compute_map(state["moments_"], params)
+            state.update(attrs)
+            state.pop("_map_pending", None)
+
+    def __getattr__(self, name: str):
+        # only reached when normal lookup fails: a fitted attribute of a map
+        # that partial_fit left stale is computed here, on first use
+        if name in type(self)._fitted_attributes:
+            state = self.__dict__
+            self._ensure_map()
+            if name in state:
+                return state[name]
+            if "moments_" in state:
+                return self._missing_attribute(name)
+        raise AttributeError(
+            f"{type(self).__name__!r} object has no attribute {name!r}"
+        )
 
     def __sklearn_is_fitted__(self) -> bool:
         # fitted means a fit committed its statistics; a fit that raised
         # part-way (after validate_data set n_features_in_) is not fitted
-        return hasattr(self, "n_samples_seen_")
+        return "n_samples_seen_" in self.__dict__
 
     def _transform_dask(self, X):
         """Lazy block-wise transform of a dask collection (see ``_dask.py``)."""
@@ -186,6 +275,7 @@ class _StreamingMomentsMixin(
         X = validate_data(
             self, X, reset=False, dtype=FLOAT_DTYPES, ensure_all_finite=False
         )
+        self._ensure_map()
         return self._transform_array(X)
 
     def _transform_array(self, X):  # pragma: no cover
@@ -240,9 +330,40 @@ def _check_enough_samples(moments: MomentAccumulator, estimator_name: str) -> No
         )
 
 
+def _finite_statistics(moments: MomentAccumulator) -> bool:
+    """Whether the mean and the diagonal of the statistics are finite.
+
+    A NaN or an infinity in any row, whatever its weight, reaches the mean
+    or the diagonal of the scatter, so this O(n_features) test stands for a
+    scan of the input.
+    """
+    if not np.all(np.isfinite(moments.mean)):
+        return False
+    stored = moments._scatter
+    if stored is None:  # rows kept: the mean covers them (checked on input)
+        return True
+    diag = np.diagonal(stored) if stored.ndim == 2 else stored
+    return bool(np.all(np.isfinite(diag)))
+
+
 def _check_finite_moments(moments: MomentAccumulator) -> None:
-    """Raise if the float64 statistics overflowed (entries near 1e154 or more)."""
-    if not (np.all(np.isfinite(moments.mean)) and np.all(np.isfinite(moments.scatter))):
+    """Raise if the statistics overflowed, or their variances exceed float64.
+
+    The accumulator works in scaled units, so its statistics stay finite for
+    any finite input that does not overflow on its own; the variances, in
+    the units of the data, must still be representable (inputs of magnitude
+    around 1e154 and more are not).
+    """
+    ok = _finite_statistics(moments)
+    if ok and moments._scatter is not None and moments.sum_weights > 0:
+        stored = moments._scatter
+        top = float(np.max(np.diagonal(stored) if stored.ndim == 2 else stored))
+        if top > 0:
+            log2_var = (
+                math.log2(top) + 2 * moments._exp - math.log2(moments.sum_weights)
+            )
+            ok = log2_var < 1023
+    if not ok:
         raise ValueError(
             "The mean or the sum of squares of the input overflowed float64 "
             "(values of magnitude around 1e154 or more). Rescale the input, e.g. "
@@ -252,23 +373,209 @@ def _check_finite_moments(moments: MomentAccumulator) -> None:
 
 def _sorted_eigh(cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Eigenpairs of a symmetric matrix, largest first, with deterministic signs."""
-    evals, evecs = np.linalg.eigh(cov)  # LAPACK syevd, divide and conquer
-    evals, evecs = evals[::-1], evecs[:, ::-1]
-    # the entry of largest magnitude of every eigenvector is made positive, so
-    # two fits on the same statistics give the same components
-    signs = np.sign(evecs[np.argmax(np.abs(evecs), axis=0), np.arange(evecs.shape[1])])
+    with small_problem(cov.shape[0]):  # see _threads.py: one BLAS thread
+        # LAPACK syevd (divide and conquer); scipy's wrapper is about 10%
+        # faster than numpy's on a 768 x 768 covariance
+        evals, evecs = linalg.eigh(cov, driver="evd", check_finite=False)
+    return evals[::-1], _fix_signs(evecs[:, ::-1])
+
+
+def _fix_signs(vectors: np.ndarray) -> np.ndarray:
+    """Make the entry of largest magnitude of every column positive.
+
+    Two fits on the same statistics, primal or dual, then give the same
+    components.
+    """
+    if not vectors.size:
+        return vectors
+    cols = np.arange(vectors.shape[1])
+    signs = np.sign(vectors[np.argmax(np.abs(vectors), axis=0), cols])
     signs[signs == 0] = 1.0
-    return evals, evecs * signs
+    return vectors * signs
 
 
-def _numerical_rank(evals: np.ndarray, n_nonzero: int, shrunk: bool) -> int:
-    """Directions the data actually span: eigenvalues above round-off level."""
+def _numerical_rank(
+    evals: np.ndarray, n_nonzero: int, shrunk: bool, n_features: int | None = None
+) -> int:
+    """Directions the data actually span: eigenvalues above round-off level.
+
+    The tolerance is the one of the ``n_features x n_features`` eigenproblem
+    (``n_features * eps`` relative to the largest eigenvalue), also for the
+    dual form, so both forms keep the same directions.
+    """
     top = evals[0] if evals.size else 0.0
     if top <= 0:
         return 0
-    tol = top * evals.size * np.finfo(np.float64).eps
+    size = evals.size if n_features is None else max(n_features, evals.size)
+    tol = top * size * np.finfo(np.float64).eps
     rank = int(np.count_nonzero(evals > tol))
     if not shrunk:
         # n centred rows span at most n - 1 directions
         rank = min(rank, n_nonzero - 1)
     return rank
+
+
+# ------------------------------------------------- covariance and spectrum
+def _scaled_covariance(
+    moments: MomentAccumulator, *, center: bool = True, ddof: int = 1
+) -> tuple[np.ndarray, int]:
+    """``(M, e)`` with the covariance (or second moment) equal to ``M * 4**e``.
+
+    ``center=False`` gives the uncentred second moment ``E[x x^T]``. The
+    matrix is ``d x d``; with the rows kept it is built from them.
+    """
+    acc = moments._as_scatter()
+    e = acc._exp
+    if center:
+        return acc._scatter / (acc.sum_weights - ddof), e
+    # E[x x^T] = scatter / sw + mean mean^T, in units where the mean fits
+    top = float(np.max(np.abs(acc.mean)))
+    if top > 0 and math.frexp(top)[1] - e > 200:
+        e2 = math.frexp(top)[1]
+        M = np.ldexp(acc._scatter, 2 * (e - e2)) / acc.sum_weights
+        e = e2
+    else:
+        M = acc._scatter / acc.sum_weights
+    m = acc.mean if e == 0 else np.ldexp(acc.mean, -e)
+    M += np.outer(m, m)
+    return M, e
+
+
+def _dual_spectrum(
+    moments: MomentAccumulator, *, center: bool = True, ddof: int = 1
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Spectrum of the covariance from the kept rows (the dual form).
+
+    With ``Y`` the ``m x d`` centred, weighted rows (``m < d``), the
+    covariance is ``Y.T @ Y / (sw - ddof)``; its nonzero eigenpairs come from
+    the thin SVD ``Y = U S V^T``: eigenvalues ``S**2 / (sw - ddof)`` and
+    eigenvectors the columns of ``V``, in ``O(m**2 d)`` time and ``O(m d)``
+    memory, never a ``d x d`` matrix. The SVD of ``Y`` is also more accurate
+    than an eigendecomposition of ``Y.T @ Y``. Returns ``(evals, V, e)``
+    with the eigenvalues in units of ``4**e``, largest first.
+    """
+    Y, e = moments._scaled_rows(center=center)
+    denom = moments.sum_weights - ddof if center else moments.sum_weights
+    if not Y.size:
+        return np.zeros(0), np.zeros((moments.n_features, 0)), 0
+    with small_problem(min(Y.shape)):
+        _, sv, Vt = np.linalg.svd(Y, full_matrices=False)
+    return sv**2 / denom, _fix_signs(Vt.T), e
+
+
+def _scaled_variances(moments: MomentAccumulator) -> np.ndarray:
+    """Diagonal of the scatter, in the accumulator's units (any form)."""
+    if moments._scatter is not None:
+        stored = moments._scatter
+        return np.diagonal(stored) if stored.ndim == 2 else stored
+    Y, e = moments._scaled_rows(center=True)
+    return np.einsum("ij,ij->j", Y, Y)
+
+
+def _rank_deficiency_reason(moments: MomentAccumulator, rank: int) -> tuple[str, str]:
+    """(cause, what to do) for a covariance of rank below ``n_features``."""
+    d = moments.n_features
+    n = moments.n_nonzero
+    eps = np.finfo(np.float64).eps
+    sw = moments.sum_weights
+    var = _scaled_variances(moments) / sw
+    # StandardScaler's rule, per feature: a variance at the round-off level
+    # of the feature's own mean is constant (a tiny variance is not)
+    with np.errstate(over="ignore"):
+        mean = _unscale_array(moments.mean, -moments._exp)
+        is_constant = var <= sw * eps * var + (sw * mean * eps) ** 2
+    constant = int(np.count_nonzero(is_constant))
+    varying = var[~is_constant]
+    spread = float(varying.max() / varying.min()) if varying.size else 1.0
+    if varying.size > 1 and spread * d * eps > 1e-3:
+        return (
+            f"the feature variances span a factor of {spread:.1e}, so the "
+            "directions of the small-scale features fall below float64 "
+            "round-off next to the large ones",
+            "Standardise the features first, e.g. make_pipeline("
+            "StandardNormalizer(), WhiteningTransformer()), which keeps them; "
+            "shrinkage does not help here",
+        )
+    if rank >= n - 1 and n - 1 < d:
+        return (
+            f"too few samples: {n} rows of positive weight span at most "
+            f"{n - 1} directions",
+            "Fit on more rows, or pass shrinkage > 0 (e.g. 'ledoit-wolf') to "
+            "keep every dimension",
+        )
+    if constant:
+        return (
+            f"{constant} feature(s) are constant and the others may be "
+            "linearly dependent",
+            "Drop the constant features, or pass shrinkage > 0 to keep every dimension",
+        )
+    return (
+        "the features are linearly dependent (collinear)",
+        "Pass shrinkage > 0 (e.g. 'ledoit-wolf') to keep every dimension",
+    )
+
+
+def _available_memory() -> int | None:
+    """Bytes of memory available to a new allocation, if the system says."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+# d x d float64 matrices alive at once while a full map is computed (the
+# covariance, the eigenvectors and LAPACK's workspace, the map, its inverse)
+_DENSE_MATRICES = 6
+
+
+def _check_dense_feasible(moments: MomentAccumulator, name: str, why: str) -> None:
+    """Raise a clear error before a ``d x d`` computation that cannot fit.
+
+    Only the dual form (rows kept, ``n_samples < n_features``) gets here: the
+    option ``why`` needs the full ``d x d`` map although the data are ``n x
+    d``, which for very wide data is more memory than the machine has.
+    """
+    d = moments.n_features
+    need = _DENSE_MATRICES * 8 * d * d
+    avail = _available_memory()
+    if avail is not None and need > avail:
+        raise ValueError(
+            f"{name} with {why} needs {d:,} x {d:,} matrices (about "
+            f"{need / 2**30:.1f} GiB of working memory) although the data are "
+            f"{moments.n_nonzero} x {d:,}, and only {avail / 2**30:.1f} GiB is "
+            "available. With n_samples < n_features only method='pca' with "
+            "shrinkage=0 (the n x n dual form) avoids them; reduce the "
+            "dimension first or use that."
+        )
+
+
+def _power_scale(evals: np.ndarray, e: int, power: float) -> np.ndarray:
+    """``lambda ** (-power / 2)`` for eigenvalues ``evals * 4**e``, checked.
+
+    Raises a ValueError, instead of returning an infinite or zero scale,
+    when the result leaves float64's range (an extreme ``power``, or
+    eigenvalues of extreme magnitude raised to a power above 1).
+    """
+    with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
+        if e == 0:
+            scale = evals ** (-power / 2.0)
+        else:
+            scale = np.exp2(-(power / 2.0) * (np.log2(evals) + 2.0 * e))
+        inverse = 1.0 / scale
+    if np.all(np.isfinite(scale) & (scale > 0) & np.isfinite(inverse)):
+        return scale
+    lo, hi = (float(np.ldexp(v, 2 * e)) for v in (evals.min(), evals.max()))
+    raise ValueError(
+        f"power={power!r} cannot be applied to this covariance: its kept "
+        f"eigenvalues range from {lo:.3g} to {hi:.3g}, and raising them to "
+        f"-power/2 = {-power / 2.0:.3g} leaves float64's range (the whitening "
+        "matrix would hold infinite or zero entries). Use a power between 0 "
+        "(rotation only) and 1 (full whitening), or rescale the input."
+    )

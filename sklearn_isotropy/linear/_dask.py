@@ -276,12 +276,15 @@ def moments_dask(
 
 
 # ------------------------------------------------------- estimator back end
-def partial_fit_dask(estimator, X, sample_weight=None, *, first: bool):
+def partial_fit_dask(
+    estimator, X, sample_weight=None, *, first: bool, eager: bool = False
+):
     """Fit (``first=True``) or update ``estimator`` from a dask collection.
 
     Mirrors ``_StreamingMomentsMixin._partial_fit``: the statistics are
-    computed on the workers, merged, and the map is fitted on the client
-    before anything is committed.
+    computed on the workers and merged; with ``eager`` (``fit``) the map is
+    computed on the client before anything is committed, otherwise
+    (``partial_fit``) at its first use.
     """
     _import_dask()
     name = type(estimator).__name__
@@ -312,7 +315,7 @@ def partial_fit_dask(estimator, X, sample_weight=None, *, first: bool):
     moments = batch if first else estimator.moments_.merge(batch)
     if first:
         estimator.n_features_in_ = d
-    estimator._commit(moments)
+    estimator._commit(moments, eager=eager)
     return estimator
 
 
@@ -322,8 +325,9 @@ def _transform_block(block, estimator):
 
 def _lean_copy(estimator):
     """Shallow copy holding only what ``transform`` needs, for the task graph."""
+    estimator._ensure_map()  # a map left stale by partial_fit is computed here
     lean = copy.copy(estimator)
-    for attr in ("moments_", "covariance_", "feature_names_in_"):
+    for attr in ("moments_", "covariance_", "feature_names_in_", "_map_params"):
         lean.__dict__.pop(attr, None)
     # blocks are numpy arrays; a pandas set_output config must not apply there
     lean.__dict__.pop("_sklearn_output_config", None)

@@ -1,22 +1,48 @@
 """Exact, mergeable streaming moments: count, mean and scatter in float64.
 
 One accumulator serves every linear post-processor (whitening, NATSV, standard
-normalisation). Chunks are merged with the parallel-variance update of Chan,
-Golub and LeVeque, so a stream of ``partial_fit`` calls, or a tree reduction
-of per-worker statistics, gives the same numbers as one pass over the
-concatenated data, to float64 round-off.
+normalisation). A batch is read once: each block of rows is converted to
+float64 about a provisional centre and multiplied into the scatter matrix,
+and the exact scatter about the batch mean follows from the accumulated sums
+(with a second pass only when the provisional centre was too far off to be
+exact). Batches and accumulators are merged with the parallel-variance update
+of Chan, Golub and LeVeque, so a stream of ``partial_fit`` calls, or a tree
+reduction of per-worker statistics, gives the same numbers as one pass over
+the concatenated data, to float64 round-off.
+
+While fewer rows than features have been seen, the accumulator keeps the
+rows themselves instead of the ``d x d`` scatter matrix (the dual form): the
+estimators then work with ``n x n`` quantities, which is what makes 10 rows
+of 20,000 features cheap.
 """
 
 from __future__ import annotations
 
+import math
 import numbers
+import threading
 
 import numpy as np
 
 __all__ = ["MomentAccumulator"]
 
-# rows converted to float64 at a time; bounds the temporary memory of a batch
-_BLOCK_ROWS = 4096
+# float64 entries of one working block of rows (64 MiB): large enough for the
+# matrix product to run at full speed with little per-block overhead, small
+# enough to bound the temporaries (a 10,000 x 768 chunk is one block)
+_BLOCK_ELEMENTS = 2**23
+# centred values whose magnitude lies in [2**-_SAFE_LOG2, 2**_SAFE_LOG2] are
+# accumulated as they are; beyond, the batch is scaled by a power of two so
+# that squares and fourth powers can neither overflow nor underflow
+_SAFE_LOG2 = 200
+# share of a diagonal entry of the scatter about the provisional centre that
+# the correction to the batch mean may cancel before the batch is re-read
+# about its mean (0.5: at most one bit of the result is lost)
+_REFINE_RATIO = 0.5
+# float64 entries converted at a time inside a block (1 MiB), so that both
+# steps of the conversion run in the core's cache
+_CACHE_ELEMENTS = 2**17
+# rows that set the provisional centre and the scale of a batch
+_HEAD_ROWS = 256
 
 
 class MomentAccumulator:
@@ -45,6 +71,13 @@ class MomentAccumulator:
         over each block of rows (about 7% of an update of 768-wide rows);
         pass ``False`` when Ledoit-Wolf shrinkage will not be used. Ignored
         for ``kind="diag"``.
+    keep_rows : bool, default=True
+        With ``kind="full"``, keep the rows themselves (in float64) while
+        fewer rows of positive weight than ``n_features`` have been seen,
+        and build the scatter matrix only once there are as many rows as
+        features. The rows then take less memory than the scatter matrix
+        would, and the estimators use the ``n x n`` dual form. ``False``
+        builds the scatter matrix from the first row.
 
     Attributes
     ----------
@@ -58,7 +91,8 @@ class MomentAccumulator:
         Weighted mean.
     scatter : ndarray of shape (n_features, n_features) or (n_features,)
         Weighted scatter matrix about the mean (diagonal only for
-        ``kind="diag"``).
+        ``kind="diag"``). While the rows are kept (see ``representation``),
+        reading it computes it from them.
     norm3 : ndarray of shape (n_features,) or None
         ``sum_i w_i ||x_i - mean||^2 (x_i - mean)``; None when the fourth
         moments are not kept.
@@ -68,6 +102,19 @@ class MomentAccumulator:
     fourth_moments : bool
         Whether ``norm3`` and ``norm4`` are kept, so that
         :meth:`ledoit_wolf_shrinkage` can be computed.
+    representation : {"rows", "scatter"}
+        ``"rows"`` while the rows themselves are kept, ``"scatter"`` once the
+        scatter matrix (or its diagonal) is.
+
+    Notes
+    -----
+    Values far from 1 are handled exactly: when the centred rows of a batch
+    are smaller than ``2**-200`` or larger than ``2**200`` they are scaled by
+    a power of two before squaring, so that data around ``1e-200`` keeps its
+    full precision instead of underflowing to a zero scatter. ``scatter``
+    and :meth:`covariance` return the statistics in the units of the data
+    (an entry below ``1e-308`` rounds to zero there; the estimators work in
+    the scaled units).
 
     Examples
     --------
@@ -82,7 +129,12 @@ class MomentAccumulator:
     """
 
     def __init__(
-        self, n_features: int, *, kind: str = "full", fourth_moments: bool = True
+        self,
+        n_features: int,
+        *,
+        kind: str = "full",
+        fourth_moments: bool = True,
+        keep_rows: bool = True,
     ) -> None:
         if not isinstance(n_features, numbers.Integral) or n_features < 1:
             raise ValueError(
@@ -90,35 +142,87 @@ class MomentAccumulator:
             )
         if kind not in ("full", "diag"):
             raise ValueError(f"kind must be 'full' or 'diag', got {kind!r}.")
-        self.n_features = int(n_features)
+        d = int(n_features)
+        self.n_features = d
         self.kind = kind
         self.n_samples = 0
         self.n_nonzero = 0
         self.sum_weights = 0.0
-        self.mean = np.zeros(n_features)
-        if kind == "full":
-            self.scatter = np.zeros((n_features, n_features))
+        self.mean = np.zeros(d)
+        # the second-order statistics are stored divided by 2**(2 * _exp)
+        # (norm3 by 2**(3 * _exp), norm4 by 2**(4 * _exp)); 0 for most data
+        self._exp = 0
+        self._fourth = bool(fourth_moments) and kind == "full"
+        self._norm3 = np.zeros(d) if self._fourth else None
+        self._norm4 = 0.0 if self._fourth else None
+        if kind == "full" and keep_rows:
+            self._rows = []  # float64 blocks of the rows of positive weight
+            self._row_weights = []  # their weights (None for unit weights)
+            self._scatter = None
         else:
-            self.scatter = np.zeros(n_features)
-        if fourth_moments and kind == "full":
-            self.norm3 = np.zeros(n_features)
-            self.norm4 = 0.0
-        else:
-            self.norm3 = None
-            self.norm4 = None
+            self._rows = self._row_weights = None
+            self._scatter = np.zeros((d, d)) if kind == "full" else np.zeros(d)
 
+    # -------------------------------------------------------------- properties
     @property
     def fourth_moments(self) -> bool:
         """Whether ``norm3`` and ``norm4`` are kept (Ledoit-Wolf possible)."""
-        # derived from the data, not stored: statistics pickled before this
-        # option existed load with the right value
-        return self.norm3 is not None
+        return self._fourth
+
+    @property
+    def representation(self) -> str:
+        """``"rows"`` while the rows themselves are kept, else ``"scatter"``."""
+        return "scatter" if self._rows is None else "rows"
+
+    @property
+    def scatter(self) -> np.ndarray:
+        """Weighted scatter about the mean, in the units of the data."""
+        stats = self._as_scatter()
+        return _unscale(stats._scatter, 2 * stats._exp)
+
+    @property
+    def norm3(self) -> np.ndarray | None:
+        """``sum_i w_i ||x_i - mean||^2 (x_i - mean)``, or None."""
+        if not self._fourth:
+            return None
+        stats = self._as_scatter()
+        return _unscale(stats._norm3, 3 * stats._exp)
+
+    @property
+    def norm4(self) -> float | None:
+        """``sum_i w_i ||x_i - mean||^4``, or None."""
+        if not self._fourth:
+            return None
+        stats = self._as_scatter()
+        return float(_unscale(np.float64(stats._norm4), 4 * stats._exp))
 
     def __repr__(self) -> str:
         return (
             f"MomentAccumulator(n_features={self.n_features}, kind={self.kind!r}, "
             f"n_samples={self.n_samples}, sum_weights={self.sum_weights:g})"
         )
+
+    # ----------------------------------------------------------------- pickling
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        if self._rows is not None and len(self._rows) > 1:
+            rows, weights = self._kept_rows()
+            state["_rows"] = [rows]
+            state["_row_weights"] = [weights]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        if "_exp" not in state:
+            # written before the dual form and the scaling existed: the
+            # statistics were public attributes, in the units of the data
+            state = dict(state)
+            state["_scatter"] = state.pop("scatter")
+            state["_norm3"] = state.pop("norm3", None)
+            state["_norm4"] = state.pop("norm4", None)
+            state["_fourth"] = state["_norm3"] is not None
+            state["_exp"] = 0
+            state["_rows"] = state["_row_weights"] = None
+        self.__dict__.update(state)
 
     # ------------------------------------------------------------------ update
     def update(self, X, sample_weight=None) -> MomentAccumulator:
@@ -135,6 +239,19 @@ class MomentAccumulator:
         -------
         self : MomentAccumulator
         """
+        updated = self._with_batch(X, sample_weight)
+        if updated is not self:
+            self.__dict__.update(updated.__dict__)
+        return self
+
+    def _with_batch(self, X, sample_weight=None) -> MomentAccumulator:
+        """The statistics of ``self`` and the rows of ``X``, leaving ``self`` as is.
+
+        Returns a new accumulator (``self`` when ``X`` has no rows) that
+        shares no array ``update`` could modify. This is what ``partial_fit``
+        uses: a batch that fails leaves the estimator's statistics untouched,
+        without copying them first.
+        """
         X = np.asarray(X)
         if X.ndim != 2 or X.shape[1] != self.n_features:
             raise ValueError(
@@ -142,81 +259,200 @@ class MomentAccumulator:
                 f"{X.shape}."
             )
         n = X.shape[0]
-        if sample_weight is not None:
-            sample_weight = np.asarray(sample_weight, dtype=np.float64)
-            if sample_weight.shape != (n,):
-                raise ValueError(
-                    f"sample_weight has shape {sample_weight.shape}, expected ({n},)."
-                )
-        if n:
-            self._merge_inplace(self._from_batch(X, sample_weight))
-        return self
+        w = sample_weight
+        if w is not None:
+            w = np.asarray(w, dtype=np.float64)
+            if w.shape != (n,):
+                raise ValueError(f"sample_weight has shape {w.shape}, expected ({n},).")
+        if not n:
+            return self
+        from ._threads import small_product
 
-    def _from_batch(self, X, w) -> MomentAccumulator:
-        """Statistics of a batch, computed in float64 block by block.
+        d = self.n_features
+        with small_product(float(n) * d * (d if self.kind == "full" else 1)):
+            return self._with_rows(X, w)
 
-        Two passes: the weighted mean first, then the scatter about it,
-        accumulated over blocks of rows by symmetric rank-k updates into one
-        float64 matrix. A residual-mean correction makes the result exact
-        to round-off whatever the offset of the data.
-        """
-        out = self._empty()
-        n, d = X.shape
-        out.n_samples = n
-        blocks = [
-            slice(lo, min(lo + _BLOCK_ROWS, n)) for lo in range(0, n, _BLOCK_ROWS)
-        ]
-        if w is None:
-            sw = float(n)
-            out.n_nonzero = n
-            total = np.zeros(d)
-            for b in blocks:
-                total += X[b].sum(axis=0, dtype=np.float64)
-        else:
-            sw = float(w.sum())
-            out.n_nonzero = int(np.count_nonzero(w))
-            if sw == 0:
+    def _with_rows(self, X, w) -> MomentAccumulator:
+        n = X.shape[0]
+        if self._rows is not None:
+            if self._n_kept() + _n_positive(w, n) < self.n_features:
+                out = self.copy()
+                out._append_rows(X, w)
                 return out
-            total = np.zeros(d)
-            for b in blocks:
-                total += w[b] @ np.asarray(X[b], dtype=np.float64)
-        mean = total / sw
-        full = self.kind == "full"
-        norms = self.fourth_moments
-        scatter = np.zeros((d, d)) if full else np.zeros(d)
-        resid = np.zeros(d)  # weighted sum of the centred rows, ~0
-        norm3, norm4 = np.zeros(d), 0.0
-        for b in blocks:
-            Y = np.array(X[b], dtype=np.float64)
-            Y -= mean
-            wb = None if w is None else w[b]
-            Yw = Y if wb is None else Y * np.sqrt(wb)[:, None]
-            resid += Y.sum(axis=0) if wb is None else wb @ Y
-            if full:
-                # numpy runs Yw.T @ Yw as a symmetric rank-k update (syrk).
-                # Calling scipy's BLAS here instead interleaves two OpenBLAS
-                # thread pools whose spinning threads stall each other (about
-                # 2x slower on 2 cores).
-                scatter += Yw.T @ Yw
-                if norms:
-                    sq = np.einsum("ij,ij->i", Y, Y)
-                    wsq = sq if wb is None else sq * wb
-                    norm3 += wsq @ Y
-                    norm4 += float(wsq @ sq)
-            else:
-                scatter += np.einsum("ij,ij->j", Yw, Yw)
-        shift = resid / sw
-        if full:
-            scatter -= np.outer(resid, shift)
-            scatter = (scatter + scatter.T) / 2.0  # exactly symmetric
+            base = self._as_scatter()
+            owned = True
         else:
-            scatter -= resid * shift
-        if norms:
-            out.norm3, out.norm4 = norm3, norm4
-        out.sum_weights = sw
-        out.mean = mean + shift
-        out.scatter = np.ascontiguousarray(scatter)
+            base, owned = self, False
+        if base.sum_weights > 0 and not base._fourth and base._exp == 0:
+            out = base._with_batch_about_mean(X, w)
+            if out is not None:
+                return out
+        out = base if owned else base.copy()
+        shift = base.mean if base.sum_weights > 0 else None
+        out._merge_inplace(base._from_batch(X, w, shift), adopt=True)
         return out
+
+    def _with_batch_about_mean(self, X, w) -> MomentAccumulator | None:
+        """One pass over a batch about the running mean, merged on the way.
+
+        With ``y = x - mean`` for the rows of the batch, ``S = sum w y y^T``
+        and ``s = sum w y``, the scatter of everything is exactly
+        ``scatter + S - s s^T / N`` (``N`` the new total weight): the batch
+        is multiplied straight into a copy of the scatter. Returns None (and
+        the general path re-reads the batch) when the batch needs scaling or
+        when the subtraction would cancel more than half of a diagonal
+        entry (a batch far from the running mean).
+        """
+        n = X.shape[0]
+        sw = float(n) if w is None else float(w.sum())
+        if sw == 0:
+            out = self.copy()
+            out.n_samples += n
+            return out
+        step = _block_rows(n, self.n_features)
+        buf = _work_buffer(step, self.n_features)
+        head = buf[: min(_HEAD_ROWS, n)]
+        head[...] = X[: len(head)]
+        head -= self.mean
+        if _safe_exponent(float(np.max(np.abs(head)))) != 0:
+            return None
+        S, s, _, _ = _accumulate(X, w, self.kind, False, self.mean, 0, buf, step)
+        S += self._scatter
+        total = self.sum_weights + sw
+        u = s / math.sqrt(total)
+        diag = np.diagonal(S) if self.kind == "full" else S
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cancelled = np.where(diag > 0, u * u / diag, 0.0)
+        if np.max(cancelled, initial=0.0) > _REFINE_RATIO:
+            return None
+        if self.kind == "full":
+            S -= np.outer(u, u)  # exactly symmetric, as S is
+        else:
+            S -= u * u
+        out = MomentAccumulator.__new__(MomentAccumulator)
+        out.__dict__.update(self.__dict__)
+        out.n_samples = self.n_samples + n
+        out.n_nonzero = self.n_nonzero + _n_positive(w, n)
+        out.sum_weights = total
+        out.mean = self.mean + s / total
+        out._scatter = S
+        return out
+
+    def _from_batch(self, X, w, shift=None) -> MomentAccumulator:
+        """Scatter-form statistics of a batch, exact about the batch mean.
+
+        One pass over the rows about the provisional centre ``shift`` (the
+        running mean, or the mean of the first block); see
+        :func:`_batch_statistics`.
+        """
+        out = MomentAccumulator(
+            self.n_features,
+            kind=self.kind,
+            fourth_moments=self._fourth,
+            keep_rows=False,
+        )
+        n = X.shape[0]
+        out.n_samples = n
+        out.n_nonzero = _n_positive(w, n)
+        sw = float(n) if w is None else float(w.sum())
+        if sw == 0:
+            return out
+        stats = _batch_statistics(X, w, sw, self.kind, self._fourth, shift)
+        out.sum_weights = sw
+        out.mean, out._scatter, out._norm3, out._norm4, out._exp = stats
+        if not self._fourth:
+            out._norm3 = out._norm4 = None
+        return out
+
+    # -------------------------------------------------------------- rows form
+    def _n_kept(self) -> int:
+        return sum(len(r) for r in self._rows)
+
+    def _kept_rows(self):
+        """(rows, weights or None) of the kept rows, as single arrays."""
+        rows = (
+            np.concatenate(self._rows) if self._rows else np.empty((0, self.n_features))
+        )
+        if all(w is None for w in self._row_weights):
+            return rows, None
+        weights = [
+            np.ones(len(r)) if w is None else w
+            for r, w in zip(self._rows, self._row_weights)
+        ]
+        return rows, np.concatenate(weights)
+
+    def _append_rows(self, X, w) -> None:
+        """Keep the rows of positive weight of a batch (the dual form)."""
+        n = X.shape[0]
+        if w is not None:
+            keep = w > 0
+            rows = np.array(X[keep], dtype=np.float64)
+            w = w[keep].copy()
+        else:
+            rows = np.array(X, dtype=np.float64)
+        self.n_samples += n
+        self.n_nonzero += len(rows)
+        if not len(rows):
+            return
+        sw = float(len(rows)) if w is None else float(w.sum())
+        with np.errstate(over="ignore", invalid="ignore"):  # checked by the caller
+            mean = np.average(rows, axis=0, weights=w)
+            # residual-mean correction: exact to round-off whatever the offset
+            mean += np.average(rows - mean, axis=0, weights=w)
+            total = self.sum_weights + sw
+            self.mean = self.mean + (mean - self.mean) * (sw / total)
+        self.sum_weights = total
+        self._rows.append(rows)
+        self._row_weights.append(w)
+
+    def _as_scatter(self) -> MomentAccumulator:
+        """``self`` in the scatter form (a new accumulator when rows are kept)."""
+        if self._rows is None:
+            return self
+        rows, weights = self._kept_rows()
+        out = self._from_batch(rows, weights)
+        out.n_samples, out.n_nonzero = self.n_samples, self.n_nonzero
+        return out
+
+    def _to_scatter(self) -> None:
+        """Switch in place from the kept rows to the scatter form."""
+        stats = self._as_scatter()
+        self.mean = stats.mean
+        self.sum_weights = stats.sum_weights
+        self._scatter, self._norm3, self._norm4 = (
+            stats._scatter,
+            stats._norm3,
+            stats._norm4,
+        )
+        self._exp = stats._exp
+        if self._scatter is None or stats.sum_weights == 0:
+            self._scatter = np.zeros((self.n_features, self.n_features))
+            if self._fourth:
+                self._norm3, self._norm4 = np.zeros(self.n_features), 0.0
+        self._rows = self._row_weights = None
+
+    def _scaled_rows(self, *, center: bool = True):
+        """Kept rows as ``sqrt(w) * (x - mean) * 2**-e``, and ``e``.
+
+        The rows of the dual form, centred (or not, ``center=False``),
+        weighted so that ``Y.T @ Y`` is the scatter (second moment) matrix,
+        and scaled by a power of two so that the largest entry is about 1.
+        """
+        rows, weights = self._kept_rows()
+        with np.errstate(over="ignore", invalid="ignore"):
+            if center:
+                Y = rows - self.mean
+                # residual correction: the rows sum to zero to round-off
+                Y -= np.average(Y, axis=0, weights=weights)
+            else:
+                Y = rows.copy()
+            if weights is not None:
+                Y *= np.sqrt(weights)[:, None]
+            top = float(np.max(np.abs(Y))) if Y.size else 0.0
+        e = math.frexp(top)[1] if top > 0 and math.isfinite(top) else 0
+        if e:
+            Y = np.ldexp(Y, -e)
+        return Y, e
 
     # ------------------------------------------------------------------- merge
     def merge(self, other: MomentAccumulator) -> MomentAccumulator:
@@ -236,23 +472,25 @@ class MomentAccumulator:
 
     def copy(self) -> MomentAccumulator:
         """Return a deep copy."""
-        out = self._empty()
-        out.n_samples = self.n_samples
-        out.n_nonzero = self.n_nonzero
-        out.sum_weights = self.sum_weights
+        out = MomentAccumulator.__new__(MomentAccumulator)
+        out.__dict__.update(self.__dict__)
         out.mean = self.mean.copy()
-        out.scatter = self.scatter.copy()
-        out.norm3 = None if self.norm3 is None else self.norm3.copy()
-        out.norm4 = self.norm4
+        if self._scatter is not None:
+            out._scatter = self._scatter.copy()
+        if self._norm3 is not None:
+            out._norm3 = self._norm3.copy()
+        if self._rows is not None:
+            # the kept blocks are never modified in place: sharing them is safe
+            out._rows = list(self._rows)
+            out._row_weights = list(self._row_weights)
         return out
 
-    def _empty(self) -> MomentAccumulator:
-        """A new, empty accumulator of the same shape and options."""
-        return MomentAccumulator(
-            self.n_features, kind=self.kind, fourth_moments=self.fourth_moments
-        )
+    def _merge_inplace(self, other: MomentAccumulator, adopt: bool = False) -> None:
+        """Merge ``other`` into ``self``, in place.
 
-    def _merge_inplace(self, other: MomentAccumulator) -> None:
+        ``adopt=True`` lets ``self`` take over the arrays of ``other`` instead
+        of copying them (for a temporary ``other``).
+        """
         if not isinstance(other, MomentAccumulator):
             raise TypeError(
                 f"Can only merge a MomentAccumulator, got {type(other).__name__}."
@@ -263,41 +501,75 @@ class MomentAccumulator:
                 f"{self.n_features} features ({self.kind}) and "
                 f"{other.n_features} features ({other.kind})."
             )
+        if not other._fourth:
+            self._fourth = False
+            self._norm3 = self._norm4 = None
+        if self._rows is not None and other._rows is not None:
+            if self._n_kept() + other._n_kept() < self.n_features:
+                self._merge_rows(other)
+                return
+        if other._rows is not None:
+            other, adopt = other._as_scatter(), True
+        if self._rows is not None:
+            self._to_scatter()
+        self._merge_scatter(other, adopt)
+
+    def _merge_rows(self, other: MomentAccumulator) -> None:
+        na, nb = self.sum_weights, other.sum_weights
         self.n_samples += other.n_samples
         self.n_nonzero += other.n_nonzero
-        if not other.fourth_moments:
-            self.norm3 = self.norm4 = None
+        self._rows.extend(other._rows)
+        self._row_weights.extend(other._row_weights)
+        if nb > 0:
+            n = na + nb
+            self.mean = self.mean + (other.mean - self.mean) * (nb / n)
+            self.sum_weights = n
+
+    def _merge_scatter(self, other: MomentAccumulator, adopt: bool) -> None:
+        self.n_samples += other.n_samples
+        self.n_nonzero += other.n_nonzero
         na, nb = self.sum_weights, other.sum_weights
         if nb == 0:
             return
         if na == 0:
             self.sum_weights = nb
-            self.mean = other.mean.copy()
-            self.scatter = other.scatter.copy()
-            if self.fourth_moments:
-                self.norm3, self.norm4 = other.norm3.copy(), other.norm4
+            self._exp = other._exp
+            if adopt:
+                self.mean, self._scatter = other.mean, other._scatter
+            else:
+                self.mean, self._scatter = other.mean.copy(), other._scatter.copy()
+            if self._fourth:
+                self._norm3 = other._norm3 if adopt else other._norm3.copy()
+                self._norm4 = other._norm4
             return
         n = na + nb
         delta = other.mean - self.mean
         mean = self.mean + delta * (nb / n)
-        # shifts of each part's mean relative to the merged mean
-        da = self.mean - mean
-        db = other.mean - mean
-        norm3 = norm4 = None
+        # the between-parts term outer(t, t), with t = delta * sqrt(na nb / n)
+        t = delta * math.sqrt(na * nb / n)
+        e = _merged_exponent(self._exp, other._exp, t)
+        sa, sb = 2 * (self._exp - e), 2 * (other._exp - e)
+        ts = _unscale(t, -e)
+        if self._fourth:
+            # both shifts use each part's statistics about its own mean (read
+            # before the scatter below is updated in place)
+            da = _unscale(self.mean - mean, -e)
+            db = _unscale(other.mean - mean, -e)
+            pa = _ScaledParts.of(self, e)
+            pb = _ScaledParts.of(other, e)
+            self._norm4 = _shift_norm4(pa, da) + _shift_norm4(pb, db)
+            self._norm3 = _shift_norm3(pa, da) + _shift_norm3(pb, db)
+        # self owns its arrays (merge() works on a copy): update in place
+        scatter = self._scatter if sa == 0 else np.ldexp(self._scatter, sa)
+        scatter += other._scatter if sb == 0 else np.ldexp(other._scatter, sb)
         if self.kind == "full":
-            scatter = self.scatter + other.scatter
-            scatter += np.outer(delta, delta) * (na * nb / n)
-            if self.fourth_moments:
-                # both shifts use each part's scatter about its own mean
-                norm4 = _shift_norm4(self, da) + _shift_norm4(other, db)
-                norm3 = _shift_norm3(self, da) + _shift_norm3(other, db)
+            scatter += np.outer(ts, ts)  # exactly symmetric
         else:
-            scatter = self.scatter + other.scatter + delta * delta * (na * nb / n)
+            scatter += ts * ts
         self.sum_weights = n
         self.mean = mean
-        self.scatter = scatter
-        self.norm3 = norm3
-        self.norm4 = norm4
+        self._scatter = scatter
+        self._exp = e
 
     # ----------------------------------------------------------------- results
     def covariance(self, ddof: int = 1) -> np.ndarray:
@@ -326,25 +598,26 @@ class MomentAccumulator:
         """Ledoit-Wolf shrinkage intensity.
 
         The same value as :func:`sklearn.covariance.ledoit_wolf_shrinkage`,
-
         computed from the accumulated moments alone (the fourth moment of
         the centred row norms and the scatter matrix), so it is exact in a
-        stream.
+        stream. The intensity does not depend on the scale of the data and
+        is computed in the accumulator's scaled units.
         """
         if self.kind != "full":
             raise ValueError("Ledoit-Wolf shrinkage needs kind='full' statistics.")
-        if not self.fourth_moments:
+        if not self._fourth:
             raise ValueError(
                 "Ledoit-Wolf shrinkage needs the fourth moments of the rows, which "
                 "these statistics did not keep (fourth_moments=False, or merged "
                 "with statistics that did not). Accumulate the rows again with "
                 "fourth_moments=True."
             )
-        n, p = self.sum_weights, self.n_features
-        emp_cov = self.scatter / n
+        stats = self._as_scatter()
+        n, p = stats.sum_weights, stats.n_features
+        emp_cov = stats._scatter / n
         mu = np.trace(emp_cov) / p
         delta_ = np.sum(emp_cov**2)
-        beta = (self.norm4 / n - delta_) / (p * n)
+        beta = (stats._norm4 / n - delta_) / (p * n)
         delta = (delta_ - 2.0 * mu * np.trace(emp_cov) + p * mu**2) / p
         beta = min(beta, delta)
         return 0.0 if beta <= 0 or delta <= 0 else float(beta / delta)
@@ -361,7 +634,7 @@ class MomentAccumulator:
         n, p = self.sum_weights, self.n_features
         if p == 1:
             return 0.0  # one feature: every shrinkage gives the same estimate
-        emp_cov = self.scatter / n
+        emp_cov = self._as_scatter()._scatter / n
         scale = np.trace(emp_cov) / p
         if scale > 0:
             emp_cov = emp_cov / scale
@@ -373,7 +646,201 @@ class MomentAccumulator:
         return 1.0 if den == 0 else float(min(num / den, 1.0))
 
 
-def _shift_norm4(part: MomentAccumulator, d: np.ndarray) -> float:
+# ---------------------------------------------------------------- one batch
+def _n_positive(w, n: int) -> int:
+    return n if w is None else int(np.count_nonzero(w > 0))
+
+
+def _block_rows(n: int, d: int) -> int:
+    """Rows per working block: equal blocks of at most ``_BLOCK_ELEMENTS``."""
+    cap = max(1, _BLOCK_ELEMENTS // d)
+    n_blocks = -(-n // cap)
+    return -(-n // n_blocks)
+
+
+def _safe_exponent(top: float) -> int:
+    """0 if values of magnitude ``top`` square safely, else their exponent."""
+    if not (top > 0 and math.isfinite(top)):
+        return 0
+    e = math.frexp(top)[1]
+    return 0 if -_SAFE_LOG2 <= e <= _SAFE_LOG2 else e
+
+
+def _unscale(a, e: int):
+    """``a * 2**e``, exactly (``a`` itself when ``e == 0``)."""
+    return a if e == 0 else np.ldexp(a, e)
+
+
+def _merged_exponent(ea: int, eb: int, t: np.ndarray) -> int:
+    """Exponent of a merge: the parts' larger one, or the between-term's."""
+    e = max(ea, eb)
+    with np.errstate(over="ignore", invalid="ignore"):
+        top = float(np.max(np.abs(t))) if t.size else 0.0
+    if top > 0 and math.isfinite(top):
+        et = math.frexp(top)[1]
+        if et - e > _SAFE_LOG2:
+            return _safe_exponent(top) or et
+    return e
+
+
+_WORK = threading.local()
+
+
+def _work_buffer(rows: int, d: int) -> np.ndarray:
+    """A ``(rows, d)`` float64 scratch block, reused between calls per thread.
+
+    A fresh block costs a page fault per 4 KiB page on first write, about as
+    much as converting the rows into it; a stream of ``partial_fit`` calls
+    reuses one block instead (at most ``_BLOCK_ELEMENTS`` entries, 64 MiB,
+    kept per thread that fitted).
+    """
+    size = rows * d
+    buf = getattr(_WORK, "buffer", None)
+    if buf is None or buf.size < size:
+        buf = np.empty(size)
+        if size <= _BLOCK_ELEMENTS:
+            _WORK.buffer = buf
+    return buf[:size].reshape(rows, d)
+
+
+def _centre_block(dst, src, shift, e, sums, weights=None) -> None:
+    """``dst = (float64(src) - shift) * 2**-e`` in place, and its column sums.
+
+    Casting into a contiguous buffer and subtracting in place is about twice
+    as fast as a mixed-type ``np.subtract`` (which casts through small
+    buffers). Doing it a few hundred rows at a time keeps each piece in the
+    core's cache between the steps, where its (weighted) column sums are
+    added to ``sums`` almost for free, instead of in another pass over the
+    block.
+    """
+    step = max(1, _CACHE_ELEMENTS // max(1, src.shape[1]))
+    ones = np.ones(min(step, len(src))) if weights is None else None
+    for lo in range(0, len(src), step):
+        out = dst[lo : lo + step]
+        out[...] = src[lo : lo + step]
+        out -= shift
+        if e:
+            np.ldexp(out, -e, out=out)  # exact, even from subnormal values
+        w = ones[: len(out)] if weights is None else weights[lo : lo + step]
+        sums += w @ out
+
+
+def _batch_statistics(X, w, sw, kind, fourth, shift):
+    """(mean, scatter, norm3, norm4, exponent) of one batch of rows.
+
+    Each block of rows is converted to float64 about a provisional centre
+    ``K`` (``shift``, else the mean of the first 256 rows) and multiplied into
+    ``S = sum w y y^T`` while the sums ``s = sum w y`` are kept, ``y = x - K``;
+    the scatter about the batch mean is then exactly ``S - s s^T / sw``. That
+    subtraction loses accuracy only when ``K`` is far from the mean (by more
+    than the spread of the data, for drifting or sorted data), so when it
+    would cancel more than half of a diagonal entry the batch is read a
+    second time about the mean just found, which makes the correction
+    negligible. Either way the result is the exact scatter about the mean to
+    float64 round-off, as the two-pass algorithm gives.
+
+    Values are scaled by ``2**-e`` when the first rows, centred, are below
+    ``2**-200`` or above ``2**200``, so that squares neither
+    underflow nor overflow; the statistics are returned in those units.
+    """
+    n, d = X.shape
+    step = _block_rows(n, d)
+    buf = _work_buffer(step, d)
+    # the provisional centre and the scale come from the first rows; a poor
+    # centre only costs the second pass below, never accuracy
+    head = slice(0, min(_HEAD_ROWS, n))
+    Y0 = buf[: head.stop]
+    Y0[...] = X[head]
+    if shift is None:
+        w0 = None if w is None else w[head]
+        if w0 is not None and not w0.sum() > 0:
+            w0 = None
+        shift = np.average(Y0, axis=0, weights=w0)
+    Y0 -= shift
+    e = _safe_exponent(float(np.max(np.abs(Y0))))
+    for attempt in range(2):
+        S, s, n3, n4 = _accumulate(X, w, kind, fourth, shift, e, buf, step)
+        c = s / sw  # batch mean minus K, in scaled units
+        diag = np.diagonal(S) if kind == "full" else S
+        u = s / math.sqrt(sw)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cancelled = np.where(diag > 0, u * u / diag, 0.0)
+        if attempt or not np.max(cancelled, initial=0.0) > _REFINE_RATIO:
+            break
+        shift = shift + _unscale(c, e)
+    trace = float(np.sum(diag))
+    if fourth:
+        Sc = S @ c
+        cc = float(c @ c)
+        n4 = n4 + 4.0 * float(c @ Sc) - 4.0 * float(c @ n3)
+        n4 += 2.0 * cc * trace - 3.0 * sw * cc * cc
+        n3 = n3 - trace * c - 2.0 * Sc + (2.0 * sw * cc) * c
+    if kind == "full":
+        S -= np.outer(u, u)  # exactly symmetric, as S is
+    else:
+        S -= u * u
+    mean = shift + _unscale(c, e)
+    return mean, S, n3, n4, e
+
+
+def _accumulate(X, w, kind, fourth, shift, e, buf, step):
+    """One pass: ``S``, ``s`` (and third/fourth sums) about ``shift``."""
+    n, d = X.shape
+    full = kind == "full"
+    S = np.zeros((d, d)) if full else np.zeros(d)
+    product = np.empty((d, d)) if full and n > step else None
+    s = np.zeros(d)
+    n3 = np.zeros(d) if fourth else None
+    n4 = 0.0
+    for lo in range(0, n, step):
+        hi = min(lo + step, n)
+        Y = buf[: hi - lo]
+        wb = None if w is None else w[lo:hi]
+        _centre_block(Y, X[lo:hi], shift, e, s, wb)
+        if fourth:
+            q = np.einsum("ij,ij->i", Y, Y)
+            wq = q if wb is None else q * wb
+            n3 += wq @ Y
+            n4 += float(wq @ q)
+        if full:
+            if wb is not None:
+                Y *= np.sqrt(wb)[:, None]
+            # numpy runs Y.T @ Y as a symmetric rank-k update (syrk) and
+            # returns an exactly symmetric matrix. Calling scipy's BLAS here
+            # instead interleaves two OpenBLAS thread pools whose spinning
+            # threads stall each other (about 2x slower on 2 cores). The
+            # first block writes into S directly; the others into a reused
+            # buffer (a fresh 4.7 MB result per block costs page faults).
+            if lo == 0:
+                np.matmul(Y.T, Y, out=S)
+            else:
+                np.matmul(Y.T, Y, out=product)
+                S += product
+        elif wb is None:
+            S += np.einsum("ij,ij->j", Y, Y)
+        else:
+            S += np.einsum("i,ij,ij->j", wb, Y, Y)
+    return S, s, n3, n4
+
+
+# ---------------------------------------------------------- fourth moments
+class _ScaledParts:
+    """One operand of a merge, its statistics in the units ``2**e``."""
+
+    __slots__ = ("norm3", "norm4", "scatter", "sum_weights")
+
+    @classmethod
+    def of(cls, acc: MomentAccumulator, e: int) -> _ScaledParts:
+        k = acc._exp - e
+        part = cls()
+        part.sum_weights = acc.sum_weights
+        part.scatter = _unscale(acc._scatter, 2 * k)
+        part.norm3 = _unscale(acc._norm3, 3 * k)
+        part.norm4 = float(_unscale(np.float64(acc._norm4), 4 * k))
+        return part
+
+
+def _shift_norm4(part, d: np.ndarray) -> float:
     """``sum w ||y + d||^4`` from a part's moments about its own mean (sum w y = 0)."""
     dd = float(d @ d)
     return (
@@ -385,7 +852,7 @@ def _shift_norm4(part: MomentAccumulator, d: np.ndarray) -> float:
     )
 
 
-def _shift_norm3(part: MomentAccumulator, d: np.ndarray) -> np.ndarray:
+def _shift_norm3(part, d: np.ndarray) -> np.ndarray:
     """``sum w ||y + d||^2 (y + d)`` from a part's moments about its own mean."""
     dd = float(d @ d)
     return (

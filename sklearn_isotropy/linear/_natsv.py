@@ -11,13 +11,15 @@ from .._utils import warn
 from ..exceptions import RankDeficiencyWarning
 from ._base import (
     _check_enough_samples,
-    _check_finite_moments,
+    _dual_spectrum,
     _finish_checked,
     _numerical_rank,
+    _scaled_covariance,
     _sorted_eigh,
     _StreamingMomentsMixin,
 )
-from ._moments import MomentAccumulator
+from ._moments import MomentAccumulator, _unscale
+from ._threads import small_problem, small_product
 
 __all__ = ["NATSVTransformer"]
 
@@ -65,6 +67,13 @@ class NATSVTransformer(_StreamingMomentsMixin):
     --------
     WhiteningTransformer : Rescale every direction instead of removing some.
 
+    Notes
+    -----
+    With fewer rows than features the directions come from the SVD of the
+    ``n x d`` rows (dual form), never from a ``d x d`` matrix. As for every
+    linear transformer here, :meth:`partial_fit` only merges statistics and
+    the directions are computed at their first use afterwards.
+
     References
     ----------
     .. [1] B. Li, H. Zhou, J. He, M. Wang, Y. Yang, L. Li, "On the Sentence
@@ -95,21 +104,28 @@ class NATSVTransformer(_StreamingMomentsMixin):
         self.n_components = n_components
         self.center = center
 
-    def _fit_moments(self, moments: MomentAccumulator) -> None:
-        _check_finite_moments(moments)
+    _fitted_attributes = ("mean_", "components_", "explained_variance_")
+
+    def _check_statistics(self, moments: MomentAccumulator, params: dict) -> None:
         _check_enough_samples(moments, type(self).__name__)
-        d, k = moments.n_features, self.n_components
+        d, k = moments.n_features, params["n_components"]
         if k > d:
             raise ValueError(
                 f"n_components={k} must be <= n_features = {d}: there are only "
                 f"{d} directions to remove."
             )
-        if self.center:
-            matrix = moments.covariance(ddof=1)
+
+    def _compute_map(self, moments: MomentAccumulator, params: dict) -> dict:
+        d, k, center = moments.n_features, params["n_components"], params["center"]
+        if moments.representation == "rows":
+            # fewer rows than features: the SVD of the rows (dual form)
+            evals, evecs, e = _dual_spectrum(
+                moments, center=center, ddof=1 if center else 0
+            )
         else:
-            matrix = moments.second_moment()
-        evals, evecs = _sorted_eigh(matrix)
-        rank = _numerical_rank(evals, moments.n_nonzero + (not self.center), False)
+            matrix, e = _scaled_covariance(moments, center=center)
+            evals, evecs = _sorted_eigh(matrix)
+        rank = _numerical_rank(evals, moments.n_nonzero + (not center), False, d)
         if k > rank:
             warn(
                 f"n_components={k} exceeds the numerical rank {rank} of the "
@@ -117,9 +133,14 @@ class NATSVTransformer(_StreamingMomentsMixin):
                 "beyond the rank carry no variance and are arbitrary.",
                 RankDeficiencyWarning,
             )
-        self.mean_ = moments.mean.copy() if self.center else None
-        self.components_ = evecs[:, :k].T.copy()
-        self.explained_variance_ = evals[:k].copy()
+        if k > evecs.shape[1]:
+            evecs = _complete_basis(evecs, k)
+            evals = np.concatenate([evals, np.zeros(k - len(evals))])
+        return {
+            "mean_": moments.mean.copy() if center else None,
+            "components_": evecs[:, :k].T.copy(),
+            "explained_variance_": _unscale(evals[:k], 2 * e),
+        }
 
     def transform(self, X):
         """Remove the top directions: ``Y - (Y @ C.T) @ C`` with ``Y`` centred.
@@ -138,20 +159,39 @@ class NATSVTransformer(_StreamingMomentsMixin):
 
     def _transform_array(self, X):
         C = self.components_.astype(X.dtype, copy=False)
-        with np.errstate(over="ignore", invalid="ignore"):  # reported below
-            if self.center:
-                Y = X - self.mean_.astype(X.dtype, copy=False)
-            else:
-                Y = X.copy()
-            P = Y @ C.T  # coordinates along the removed directions
+        with small_product(2.0 * X.shape[0] * C.shape[0] * C.shape[1]):
+            with np.errstate(over="ignore", invalid="ignore"):  # reported below
+                if self.center:
+                    Y = X - self.mean_.astype(X.dtype, copy=False)
+                else:
+                    Y = X.copy()
+                P = Y @ C.T  # coordinates along the removed directions
 
-        def finish(rows):
-            if C.shape[0]:
-                Y[rows] -= P[rows] @ C
+            def finish(rows):
+                if C.shape[0]:
+                    Y[rows] -= P[rows] @ C
 
-        _finish_checked(self, X, Y, finish)
+            _finish_checked(self, X, Y, finish)
         return Y
 
     @property
     def _n_features_out(self):
         return self.n_features_in_
+
+
+def _complete_basis(vectors: np.ndarray, k: int) -> np.ndarray:
+    """``vectors`` (orthonormal columns) followed by orthonormal directions
+    orthogonal to them, ``k`` columns in all.
+
+    Only directions beyond the rank of the data need it (the dual form
+    yields one direction per kept row); they carry no variance, so any
+    orthonormal completion is as good as the arbitrary null eigenvectors of
+    the ``d x d`` problem. A fixed seed keeps it deterministic.
+    """
+    d, m = vectors.shape
+    rng = np.random.default_rng(0)
+    fill = rng.standard_normal((d, k - m))
+    fill -= vectors @ (vectors.T @ fill)
+    with small_problem(k):
+        q, _ = np.linalg.qr(np.hstack([vectors, fill]))
+    return np.hstack([vectors, q[:, m:k]])

@@ -8,11 +8,10 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._base import (
     FLOAT_DTYPES,
-    _check_finite_moments,
     _finish_checked,
     _StreamingMomentsMixin,
 )
-from ._moments import MomentAccumulator
+from ._moments import MomentAccumulator, _unscale
 
 __all__ = ["StandardNormalizer"]
 
@@ -86,19 +85,27 @@ class StandardNormalizer(_StreamingMomentsMixin):
         self.with_mean = with_mean
         self.with_std = with_std
 
-    def _fit_moments(self, moments: MomentAccumulator) -> None:
-        _check_finite_moments(moments)
+    _fitted_attributes = ("mean_", "var_", "scale_")
+
+    def _compute_map(self, moments: MomentAccumulator, params: dict) -> dict:
         n = moments.sum_weights
         mean = moments.mean.copy()
-        var = moments.scatter / n if n > 0 else np.zeros_like(mean)
+        e = moments._exp
+        var_s = moments._scatter / n if n > 0 else np.zeros_like(mean)
         # StandardScaler's rule: a variance at round-off level is constant
+        # (in the accumulator's units 4**e, like the variance)
         eps = np.finfo(np.float64).eps
-        constant = var <= n * eps * var + (n * mean * eps) ** 2
-        scale = np.sqrt(var)
-        scale[constant | (scale == 0)] = 1.0
-        self.mean_ = mean if (self.with_mean or self.with_std) else None
-        self.var_ = var if self.with_std else None
-        self.scale_ = scale if self.with_std else None
+        with np.errstate(over="ignore"):
+            mean_s = mean if e == 0 else np.ldexp(mean, -e)
+            constant = var_s <= n * eps * var_s + (n * mean_s * eps) ** 2
+        std = np.sqrt(var_s)
+        scale = np.where(constant | (std == 0), 1.0, _unscale(std, e))
+        with_mean, with_std = params["with_mean"], params["with_std"]
+        return {
+            "mean_": mean if (with_mean or with_std) else None,
+            "var_": _unscale(var_s, 2 * e) if with_std else None,
+            "scale_": scale if with_std else None,
+        }
 
     def transform(self, X):
         """Standardise ``X`` with the fitted mean and scale.

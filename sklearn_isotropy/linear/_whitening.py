@@ -12,14 +12,19 @@ from sklearn.utils.validation import check_is_fitted
 from .._utils import warn
 from ..exceptions import RankDeficiencyWarning
 from ._base import (
+    _check_dense_feasible,
     _check_enough_samples,
-    _check_finite_moments,
+    _dual_spectrum,
     _finish_checked,
     _numerical_rank,
+    _power_scale,
+    _rank_deficiency_reason,
+    _scaled_covariance,
     _sorted_eigh,
     _StreamingMomentsMixin,
 )
-from ._moments import MomentAccumulator
+from ._moments import MomentAccumulator, _unscale
+from ._threads import small_problem, small_product
 
 __all__ = ["WhiteningTransformer"]
 
@@ -76,7 +81,9 @@ class WhiteningTransformer(_StreamingMomentsMixin):
         Weighted mean of the training rows.
     covariance_ : ndarray of shape (n_features, n_features)
         The (shrunk) covariance that was whitened, with frequency weights
-        and ``ddof=1`` (as :class:`~sklearn.decomposition.PCA`).
+        and ``ddof=1`` (as :class:`~sklearn.decomposition.PCA`). With fewer
+        rows than features the map is computed without it (dual form), and
+        it is built when first read.
     components_ : ndarray of shape (n_components_, n_features)
         Principal axes (eigenvectors of ``covariance_``), largest first.
     explained_variance_ : ndarray of shape (n_components_,)
@@ -114,6 +121,21 @@ class WhiteningTransformer(_StreamingMomentsMixin):
     dividing by their square roots sends held-out rows to norms of ``1e8``
     and more (the whitening papers' code did this). Here those directions
     are dropped with a warning, or regularised with ``shrinkage``.
+
+    With fewer rows than features, ``method="pca"`` without shrinkage works
+    in the dual form: the components come from the SVD of the ``n x d``
+    centred rows, in ``O(n^2 d)`` time and ``O(n d)`` memory, so 10 rows of
+    20,000 features never build a ``d x d`` matrix. ``shrinkage > 0``,
+    ``"zca"`` and ``"cholesky"`` define a full ``d x d`` map; on such data
+    they raise a ``ValueError`` before allocating it if it would not fit in
+    memory.
+
+    :meth:`fit` computes the map before returning. :meth:`partial_fit` only
+    merges statistics; the map is computed at its first use afterwards
+    (:meth:`transform` or reading a fitted attribute), and errors that need
+    it (``n_components`` above the rank, ``method="cholesky"`` on a
+    rank-deficient covariance, a ``power`` out of float64's range) are
+    raised then. See :ref:`scaling`.
 
     References
     ----------
@@ -160,12 +182,44 @@ class WhiteningTransformer(_StreamingMomentsMixin):
         self.power = power
         self.shrinkage = shrinkage
 
+    _fitted_attributes = (
+        "mean_",
+        "covariance_",
+        "components_",
+        "explained_variance_",
+        "explained_variance_ratio_",
+        "whitening_",
+        "shrinkage_",
+        "rank_",
+        "n_components_",
+        "_unwhitening",
+    )
+
     # ------------------------------------------------------------------ fitting
     def _needs_fourth_moments(self) -> bool:
         return isinstance(self.shrinkage, str) and self.shrinkage == "ledoit-wolf"
 
-    def _resolve_shrinkage(self, moments: MomentAccumulator) -> float:
-        if self.shrinkage == "ledoit-wolf":
+    def _check_statistics(self, moments: MomentAccumulator, params: dict) -> None:
+        _check_enough_samples(moments, type(self).__name__)
+        d = moments.n_features
+        method, n_components = params["method"], params["n_components"]
+        if method != "pca" and n_components is not None:
+            raise ValueError(
+                f"method={method!r} keeps the input coordinates and needs "
+                f"n_components=None; got n_components={n_components!r}. Use "
+                "method='pca' to reduce the dimension."
+            )
+        if method == "cholesky" and params["power"] != 1:
+            raise ValueError(
+                f"method='cholesky' only whitens fully (power=1); got "
+                f"power={params['power']!r}. Use method='pca' or 'zca' for partial "
+                "whitening."
+            )
+        if isinstance(n_components, Integral) and n_components > d:
+            raise ValueError(
+                f"n_components={n_components} must be <= n_features = {d}."
+            )
+        if params["shrinkage"] == "ledoit-wolf":
             if not moments.fourth_moments:
                 raise ValueError(
                     "shrinkage='ledoit-wolf' needs fourth moments of the rows, "
@@ -173,48 +227,54 @@ class WhiteningTransformer(_StreamingMomentsMixin):
                     "another shrinkage. Call fit (not partial_fit) after "
                     "switching to 'ledoit-wolf'."
                 )
-            if not (np.isfinite(moments.norm4) and np.all(np.isfinite(moments.norm3))):
+            if moments._norm4 is not None and not (
+                np.isfinite(moments._norm4) and np.all(np.isfinite(moments._norm3))
+            ):
                 raise ValueError(
                     "The fourth moments that shrinkage='ledoit-wolf' needs "
-                    "overflowed float64 (input values of magnitude around 1e77 "
-                    "or more). Rescale the input, e.g. divide it by its largest "
+                    "overflowed float64 (rows far larger than the rest of the "
+                    "data). Rescale the input, e.g. divide it by its largest "
                     "absolute value, or use shrinkage='oas'."
                 )
+
+    def _resolve_shrinkage(self, moments: MomentAccumulator, shrinkage) -> float:
+        if shrinkage == "ledoit-wolf":
             return moments.ledoit_wolf_shrinkage()
-        if self.shrinkage == "oas":
+        if shrinkage == "oas":
             return moments.oas_shrinkage()
-        return float(self.shrinkage)
+        return float(shrinkage)
 
-    def _fit_moments(self, moments: MomentAccumulator) -> None:
+    def _compute_map(self, moments: MomentAccumulator, params: dict) -> dict:
         name = type(self).__name__
-        _check_finite_moments(moments)
-        _check_enough_samples(moments, name)
         d = moments.n_features
-        if self.method != "pca" and self.n_components is not None:
-            raise ValueError(
-                f"method={self.method!r} keeps the input coordinates and needs "
-                f"n_components=None; got n_components={self.n_components!r}. Use "
-                "method='pca' to reduce the dimension."
-            )
-        if self.method == "cholesky" and self.power != 1:
-            raise ValueError(
-                f"method='cholesky' only whitens fully (power=1); got "
-                f"power={self.power!r}. Use method='pca' or 'zca' for partial "
-                "whitening."
-            )
-        if isinstance(self.n_components, Integral) and self.n_components > d:
-            raise ValueError(
-                f"n_components={self.n_components} must be <= n_features = {d}."
-            )
-
-        cov = moments.covariance(ddof=1)
-        shrinkage = self._resolve_shrinkage(moments)
-        if shrinkage > 0:
-            mu = np.trace(cov) / d
-            cov = (1.0 - shrinkage) * cov
-            cov[np.diag_indices(d)] += shrinkage * mu
-        evals, evecs = _sorted_eigh(cov)
-        rank = _numerical_rank(evals, moments.n_nonzero, shrunk=shrinkage > 0)
+        method, power = params["method"], params["power"]
+        dual = (
+            moments.representation == "rows"
+            and method == "pca"
+            and not isinstance(params["shrinkage"], str)
+            and params["shrinkage"] == 0
+        )
+        cov = None
+        if dual:
+            # n < d rows and a map of rank < n: the n x n dual form suffices
+            evals, evecs, e = _dual_spectrum(moments)
+            shrinkage = 0.0
+        else:
+            if moments.representation == "rows":
+                why = (
+                    f"method={method!r}"
+                    if method != "pca"
+                    else f"shrinkage={params['shrinkage']!r}"
+                )
+                _check_dense_feasible(moments, name, why)
+            cov, e = _scaled_covariance(moments)
+            shrinkage = self._resolve_shrinkage(moments, params["shrinkage"])
+            if shrinkage > 0:
+                mu = np.trace(cov) / d
+                cov = (1.0 - shrinkage) * cov
+                cov[np.diag_indices(d)] += shrinkage * mu
+            evals, evecs = _sorted_eigh(cov)
+        rank = _numerical_rank(evals, moments.n_nonzero, shrinkage > 0, d)
         if rank == 0:
             raise ValueError(
                 f"{name} cannot whiten constant data: every feature has zero "
@@ -222,56 +282,74 @@ class WhiteningTransformer(_StreamingMomentsMixin):
             )
         total = float(np.sum(evals[:rank]))
 
-        if self.method == "cholesky" and rank < d:
+        if method == "cholesky" and rank < d:
+            cause, todo = _rank_deficiency_reason(moments, rank)
             raise ValueError(
                 f"method='cholesky' needs a full-rank covariance, but its "
-                f"numerical rank is {rank} < n_features = {d} (n_samples = "
-                f"{moments.n_samples}). Set shrinkage > 0 or use method='pca'."
+                f"numerical rank is {rank} < n_features = {d} ({cause}). "
+                f"{todo}, or use method='pca'."
             )
-        k = self._select_n_components(evals, rank, d, total)
-        if self.method == "cholesky":
-            chol = linalg.cholesky(cov, lower=True, check_finite=False)
-            whitening = linalg.solve_triangular(
-                chol, np.eye(d), lower=True, check_finite=False
-            ).T
+        k = self._select_n_components(
+            params["n_components"], evals, rank, d, total, moments
+        )
+        if method == "cholesky":
+            with small_problem(d):
+                chol = linalg.cholesky(cov, lower=True, check_finite=False)
+                whitening = linalg.solve_triangular(
+                    chol, np.eye(d), lower=True, check_finite=False
+                ).T
             unwhitening = chol.T
+            if e:
+                whitening, unwhitening = np.ldexp(whitening, -e), np.ldexp(chol.T, e)
         else:
-            scale = evals[:k] ** (-self.power / 2.0)
+            scale = _power_scale(evals[:k], e, power)
             whitening = evecs[:, :k] * scale
             unwhitening = (evecs[:, :k] / scale).T
-            if self.method == "zca":
+            if method == "zca":
                 whitening = whitening @ evecs[:, :k].T
                 unwhitening = evecs[:, :k] @ unwhitening
 
-        self.mean_ = moments.mean.copy()
-        self.covariance_ = cov
-        self.shrinkage_ = shrinkage
-        self.rank_ = rank
-        self.components_ = evecs[:, :k].T.copy()
-        self.explained_variance_ = evals[:k].copy()
-        self.explained_variance_ratio_ = evals[:k] / total
-        self.whitening_ = whitening
-        self._unwhitening = unwhitening
-        self.n_components_ = whitening.shape[1]
+        attrs = {
+            "mean_": moments.mean.copy(),
+            "shrinkage_": shrinkage,
+            "rank_": rank,
+            "components_": evecs[:, :k].T.copy(),
+            "explained_variance_": _unscale(evals[:k], 2 * e),
+            "explained_variance_ratio_": evals[:k] / total,
+            "whitening_": whitening,
+            "_unwhitening": unwhitening,
+            "n_components_": whitening.shape[1],
+        }
+        if cov is not None:
+            attrs["covariance_"] = _unscale(cov, 2 * e)
+        return attrs
 
-    def _select_n_components(self, evals, rank, d, total) -> int:
-        n_components = self.n_components
+    def _missing_attribute(self, name: str):
+        if name == "covariance_":
+            # the dual form never builds the d x d covariance; build it on
+            # request, with the parameters of the map
+            cov, e = _scaled_covariance(self.moments_)
+            self.covariance_ = _unscale(cov, 2 * e)
+            return self.covariance_
+        return super()._missing_attribute(name)
+
+    def _select_n_components(self, n_components, evals, rank, d, total, moments):
         if n_components is None:
             if rank < d:
+                cause, todo = _rank_deficiency_reason(moments, rank)
                 warn(
-                    f"The covariance has numerical rank {rank} < n_features = {d} "
-                    f"(too few samples or collinear features); only {rank} "
-                    "components are kept. Pass shrinkage > 0 (e.g. 'ledoit-wolf') "
-                    "to keep every dimension.",
+                    f"The covariance has numerical rank {rank} < n_features = {d}: "
+                    f"{cause}. Only {rank} components are kept. {todo}.",
                     RankDeficiencyWarning,
                 )
             return rank
         if isinstance(n_components, Integral):
             if n_components > rank:
+                cause, todo = _rank_deficiency_reason(moments, rank)
                 raise ValueError(
                     f"n_components={n_components} exceeds the rank {rank} of the "
-                    f"fitted covariance; pass n_components <= {rank}, fit on more "
-                    "samples, or set shrinkage > 0."
+                    f"fitted covariance ({cause}); pass n_components <= {rank}. "
+                    f"{todo}."
                 )
             return int(n_components)
         ratio = np.cumsum(evals[:rank]) / total
@@ -297,7 +375,10 @@ class WhiteningTransformer(_StreamingMomentsMixin):
         W = self.whitening_.astype(X.dtype, copy=False)
         # X @ W - mean @ W avoids materialising the centred copy of X
         offset = (self.mean_ @ self.whitening_).astype(X.dtype, copy=False)
-        with np.errstate(over="ignore", invalid="ignore"):  # reported below
+        with (
+            np.errstate(over="ignore", invalid="ignore"),  # reported below
+            small_product(float(X.shape[0]) * W.shape[0] * W.shape[1]),
+        ):
             out = X @ W
 
         def finish(rows):
