@@ -33,16 +33,25 @@ MOVED_MODULES = {
 class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Import an old module name as the module that replaced it."""
 
+    def __init__(self):
+        self._real_specs = {}
+
     def find_spec(self, fullname, path=None, target=None):
         if fullname in MOVED_MODULES:
             return importlib.util.spec_from_loader(fullname, self)
         return None
 
     def create_module(self, spec):
-        return importlib.import_module(MOVED_MODULES[spec.name])
+        module = importlib.import_module(MOVED_MODULES[spec.name])
+        # the import system stamps the old name's spec on the module it gets
+        # back; keep the real one, so that the module's relative imports and
+        # importlib.reload still see its true package
+        self._real_specs[module.__name__] = module.__spec__
+        return module
 
     def exec_module(self, module):
-        pass  # already executed under its new name
+        # already executed under its new name; undo the stamp
+        module.__spec__ = self._real_specs[module.__name__]
 
 
 def install() -> None:

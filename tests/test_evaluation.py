@@ -17,7 +17,7 @@ from sklearn_isotropy.evaluation import (
     format_table,
     to_json,
 )
-from sklearn_isotropy.exceptions import EvaluationWarning
+from sklearn_isotropy.exceptions import EvaluationWarning, RankDeficiencyWarning
 
 
 @pytest.mark.parametrize(
@@ -145,3 +145,16 @@ def test_grid_search_shows_a_progress_bar(capfd):
         settings=settings,
     )
     assert "grid search" not in capfd.readouterr().err
+
+
+def test_recorded_warnings_leave_out_those_python_hides():
+    # e.g. the ImportWarning of a lazily imported module says nothing about
+    # the run: it must not reach a method's record or the console
+    from sklearn_isotropy.evaluation._sts import record_warnings
+
+    with record_warnings() as caught:
+        warnings.warn("lazy import", ImportWarning, stacklevel=1)
+        warnings.warn("old API", DeprecationWarning, stacklevel=1)
+        warnings.warn("rank 3 < 4", RankDeficiencyWarning, stacklevel=1)
+        warnings.warn("rank 3 < 4", RankDeficiencyWarning, stacklevel=1)  # again
+    assert [w.category for w in caught] == [RankDeficiencyWarning] * 2

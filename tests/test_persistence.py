@@ -95,3 +95,26 @@ def test_legacy_vectorizer_reloads_the_default_model(legacy):
         rtol=1e-5,
         atol=1e-6,
     )
+
+
+def test_old_names_leave_the_real_modules_intact():
+    # in a fresh process: importing an old name must not change the spec of
+    # the module it maps to (its relative imports would then raise an
+    # ImportWarning, "__package__ != __spec__.parent", on every later fit)
+    import subprocess
+    import sys
+
+    code = (
+        "import pickle, warnings\n"
+        "import numpy as np\n"
+        f"blobs = pickle.loads(open({str(LEGACY)!r}, 'rb').read())['pickles']\n"
+        "with warnings.catch_warnings():\n"
+        "    warnings.simplefilter('ignore')  # e.g. another sklearn release\n"
+        "    pickle.loads(blobs['whitening_streamed'])\n"
+        "warnings.simplefilter('error')\n"
+        "from sklearn_isotropy.linear import _moments\n"
+        "assert _moments.__spec__.name == 'sklearn_isotropy.linear._moments'\n"
+        "from sklearn_isotropy import WhiteningTransformer\n"
+        "WhiteningTransformer().fit(np.random.default_rng(0).normal(size=(50, 4)))\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

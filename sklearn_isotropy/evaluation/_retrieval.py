@@ -15,7 +15,6 @@ runs it all. Nothing here prints or writes files: the writers of
 from __future__ import annotations
 
 import time
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,7 +32,7 @@ from ._retrieval_methods import (
 )
 from ._retrieval_task import load_retrieval_task
 from ._search import make_index, resolve_backend, search_candidates
-from ._sts import DEFAULT_MODEL_NAME
+from ._sts import DEFAULT_MODEL_NAME, record_warnings
 
 __all__ = [
     "RetrievalEvaluation",
@@ -370,8 +369,7 @@ def run_compression_study(
     records = []
     for name, template, k, transformer in runs:
         label = template.format(k=k if k is not None else d, settings=settings)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
+        with record_warnings() as caught:
             try:
                 found = score_retrieval(
                     query_emb,

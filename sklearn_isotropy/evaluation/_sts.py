@@ -7,6 +7,7 @@ line) turn into a table, Markdown, JSON and figures.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -391,6 +392,31 @@ class STSEvaluation:
         return METHODS[method].format_label(params) if runs else method
 
 
+#: warnings Python hides by default (they concern the code, not the run):
+#: not recorded with a method's result
+_HIDDEN_BY_DEFAULT = (
+    ImportWarning,
+    ResourceWarning,
+    PendingDeprecationWarning,
+    DeprecationWarning,
+)
+
+
+@contextlib.contextmanager
+def record_warnings():
+    """Record every warning raised in the block, repeats included.
+
+    Yields the list of caught warnings. Warnings that Python does not show
+    by default (e.g. an ``ImportWarning`` from a lazily imported module) are
+    left out: they say nothing about the run.
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for category in _HIDDEN_BY_DEFAULT:
+            warnings.simplefilter("ignore", category)
+        yield caught
+
+
 def _raise_once(caught, where):
     """Record the distinct warnings a method raised; raise each one again, once.
 
@@ -528,8 +554,7 @@ def evaluate_sts(
         ev.transformed[pooling] = {}
         ev.diagnostics[pooling] = {}
         for name in methods:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
+            with record_warnings() as caught:
                 try:
                     fitted, record = run_method(
                         name, emb, splits, fit_on=fit_on, settings=settings

@@ -282,7 +282,7 @@ class _StreamingMomentsMixin(
         raise NotImplementedError
 
 
-def _finish_checked(estimator, X, out, finish) -> None:
+def _finish_checked(estimator, X, out, finish, block_rows=None) -> None:
     """Fill ``out`` block of rows by block, then make sure it is finite.
 
     ``finish(rows)`` computes ``out[rows]`` (the last, elementwise step of a
@@ -293,11 +293,14 @@ def _finish_checked(estimator, X, out, finish) -> None:
     input *and* overflow of the output dtype, and each block is checked while
     it is still in cache from ``finish``, which saves a whole pass over ``X``.
 
+    ``block_rows`` sets the number of rows per step (by default, as many as
+    fill :data:`_FINISH_BLOCK_BYTES` of ``out``).
+
     Raises sklearn's usual error for NaN or infinite input, and a ValueError
     saying what to do if finite input overflowed the output dtype.
     """
     n_rows, width = out.shape
-    step = max(1, _FINISH_BLOCK_BYTES // max(1, width * out.itemsize))
+    step = block_rows or max(1, _FINISH_BLOCK_BYTES // max(1, width * out.itemsize))
     finite = True
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         for lo in range(0, n_rows, step):

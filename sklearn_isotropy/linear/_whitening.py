@@ -26,6 +26,9 @@ from ._base import (
 from ._moments import MomentAccumulator, _unscale
 from ._threads import small_problem, small_product
 
+# rows centred and multiplied at a time in ``transform``
+_TRANSFORM_BLOCK_ROWS = 512
+
 __all__ = ["WhiteningTransformer"]
 
 
@@ -373,18 +376,25 @@ class WhiteningTransformer(_StreamingMomentsMixin):
 
     def _transform_array(self, X):
         W = self.whitening_.astype(X.dtype, copy=False)
-        # X @ W - mean @ W avoids materialising the centred copy of X
-        offset = (self.mean_ @ self.whitening_).astype(X.dtype, copy=False)
+        mean = self.mean_.astype(X.dtype, copy=False)
+        out = np.empty((X.shape[0], W.shape[1]), dtype=X.dtype)
+        # Centre a block of rows, then multiply it. Centring first keeps a
+        # float32 result accurate when the mean is large against the spread:
+        # X @ W - mean @ W would round the two large products before they
+        # cancel (10-20x the error on rows offset by 2 with spreads down to
+        # 0.03). The block is centred in a buffer that stays in cache.
+        buf = np.empty((min(X.shape[0], _TRANSFORM_BLOCK_ROWS), X.shape[1]), X.dtype)
+
+        def finish(rows):
+            block = buf[: rows.stop - rows.start]
+            np.subtract(X[rows], mean, out=block)
+            np.matmul(block, W, out=out[rows])
+
         with (
             np.errstate(over="ignore", invalid="ignore"),  # reported below
             small_product(float(X.shape[0]) * W.shape[0] * W.shape[1]),
         ):
-            out = X @ W
-
-        def finish(rows):
-            out[rows] -= offset
-
-        _finish_checked(self, X, out, finish)
+            _finish_checked(self, X, out, finish, block_rows=_TRANSFORM_BLOCK_ROWS)
         return out
 
     def inverse_transform(self, X):
