@@ -13,11 +13,6 @@ from sklearn.covariance import OAS, ledoit_wolf_shrinkage
 from sklearn_isotropy import MomentAccumulator
 
 
-def _data(seed, n=200, d=6, offset=5.0):
-    rng = np.random.default_rng(seed)
-    return rng.normal(size=(n, d)) @ rng.normal(size=(d, d)) + offset
-
-
 def _assert_same(a, b, rtol=1e-10):
     assert a.n_samples == b.n_samples
     assert a.n_nonzero == b.n_nonzero
@@ -31,8 +26,8 @@ def _assert_same(a, b, rtol=1e-10):
         np.testing.assert_allclose(a.norm3, b.norm3, rtol=rtol, atol=rtol * s3)
 
 
-def test_batch_statistics_match_numpy():
-    X = _data(0)
+def test_batch_statistics_match_numpy(make_cone):
+    X = make_cone(200, 6, seed=0, offset=5.0)
     acc = MomentAccumulator(X.shape[1]).update(X)
     Y = X - X.mean(axis=0)
     np.testing.assert_allclose(acc.mean, X.mean(axis=0), rtol=1e-12)
@@ -43,8 +38,8 @@ def test_batch_statistics_match_numpy():
     np.testing.assert_allclose(acc.second_moment(), X.T @ X / X.shape[0], rtol=1e-10)
 
 
-def test_weighted_statistics_match_numpy():
-    X = _data(1)
+def test_weighted_statistics_match_numpy(make_cone):
+    X = make_cone(200, 6, seed=1, offset=5.0)
     w = np.random.default_rng(1).uniform(0.5, 3.0, size=X.shape[0])
     acc = MomentAccumulator(X.shape[1]).update(X, w)
     np.testing.assert_allclose(acc.mean, np.average(X, axis=0, weights=w), rtol=1e-12)
@@ -52,8 +47,8 @@ def test_weighted_statistics_match_numpy():
     np.testing.assert_allclose(acc.scatter, expected, rtol=1e-10)
 
 
-def test_without_fourth_moments_same_scatter_and_merge_drops_them():
-    X = _data(3)
+def test_without_fourth_moments_same_scatter_and_merge_drops_them(make_cone):
+    X = make_cone(200, 6, seed=3, offset=5.0)
     with_norms = MomentAccumulator(X.shape[1]).update(X)
     lean = MomentAccumulator(X.shape[1], fourth_moments=False)
     for chunk in np.array_split(X, 4):
@@ -83,8 +78,8 @@ def test_without_fourth_moments_same_scatter_and_merge_drops_them():
     assert not a.merge(MomentAccumulator(X.shape[1], fourth_moments=False)).norm3
 
 
-def test_diag_kind_matches_full_diagonal():
-    X = _data(2)
+def test_diag_kind_matches_full_diagonal(make_cone):
+    X = make_cone(200, 6, seed=2, offset=5.0)
     full = MomentAccumulator(X.shape[1]).update(X)
     diag = MomentAccumulator(X.shape[1], kind="diag")
     for chunk in np.array_split(X, 7):
@@ -101,8 +96,8 @@ def test_diag_kind_matches_full_diagonal():
     cuts=st.lists(st.integers(1, 149), max_size=6),
     weighted=st.booleans(),
 )
-def test_streaming_equals_batch(seed, cuts, weighted):
-    X = _data(seed, n=150, d=5, offset=100.0)
+def test_streaming_equals_batch(seed, cuts, weighted, make_cone):
+    X = make_cone(150, 5, seed=seed, offset=100.0)
     w = np.random.default_rng(seed).integers(0, 4, size=150) if weighted else None
     batch = MomentAccumulator(5).update(X, w)
     stream = MomentAccumulator(5)
@@ -112,8 +107,8 @@ def test_streaming_equals_batch(seed, cuts, weighted):
     _assert_same(stream, batch)
 
 
-def test_merge_is_order_free_and_pure():
-    X = _data(3, n=300)
+def test_merge_is_order_free_and_pure(make_cone):
+    X = make_cone(300, 6, seed=3, offset=5.0)
     parts = [MomentAccumulator(6).update(c) for c in np.array_split(X, 5)]
     before = parts[0].scatter.copy()
     left = parts[0].merge(parts[1]).merge(parts[2]).merge(parts[3]).merge(parts[4])
@@ -124,8 +119,8 @@ def test_merge_is_order_free_and_pure():
     np.testing.assert_array_equal(parts[0].scatter, before)
 
 
-def test_merge_with_empty_and_zero_weight():
-    X = _data(4)
+def test_merge_with_empty_and_zero_weight(make_cone):
+    X = make_cone(200, 6, seed=4, offset=5.0)
     acc = MomentAccumulator(6).update(X)
     _assert_same(acc.merge(MomentAccumulator(6)), acc)
     _assert_same(MomentAccumulator(6).merge(acc), acc)
@@ -147,8 +142,8 @@ def test_merge_rejects_mismatch():
 
 
 @pytest.mark.parametrize("n,d", [(50, 10), (40, 80), (500, 3)])
-def test_shrinkage_intensities_match_sklearn(n, d):
-    X = _data(5, n=n, d=d)
+def test_shrinkage_intensities_match_sklearn(n, d, make_cone):
+    X = make_cone(n, d, seed=5, offset=5.0)
     acc = MomentAccumulator(d)
     for chunk in np.array_split(X, 4):
         acc.update(chunk)
@@ -227,12 +222,12 @@ def test_large_common_offset_float32_rows_are_exact():
 
 
 @pytest.mark.parametrize("scale", [1e-200, 1e-160, 1e120])
-def test_extreme_magnitudes_keep_full_precision(scale):
+def test_extreme_magnitudes_keep_full_precision(scale, make_cone):
     # squares of 1e-200 underflow float64 and fourth powers of 1e120
     # overflow it; the accumulator scales such rows by a power of two, so the
     # statistics keep their precision (reported in the data's units, where
     # they may round to zero)
-    X = _data(8, n=500, d=4, offset=3.0)
+    X = make_cone(500, 4, seed=8, offset=3.0)
     acc = MomentAccumulator(4).update(X[:200] * scale).update(X[200:] * scale)
     ref = MomentAccumulator(4).update(X)
     np.testing.assert_allclose(acc.mean, ref.mean * scale, rtol=1e-12)
@@ -290,9 +285,9 @@ def test_merges_of_rows_and_scatter_forms():
     assert small[0].n_samples == 10  # operands untouched
 
 
-def test_legacy_state_loads_into_the_new_layout():
+def test_legacy_state_loads_into_the_new_layout(make_cone):
     # statistics pickled before the dual form held public scatter/norm fields
-    X = _data(13)
+    X = make_cone(200, 6, seed=13, offset=5.0)
     ref = MomentAccumulator(6, keep_rows=False).update(X)
     legacy = {
         "n_features": 6,

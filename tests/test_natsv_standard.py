@@ -12,17 +12,15 @@ import sklearn_isotropy.linear._base
 from sklearn_isotropy import NATSVTransformer, StandardNormalizer
 from sklearn_isotropy.exceptions import RankDeficiencyWarning
 
-
-def cone(n=400, d=10, seed=0, dtype=np.float64):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, d)) * np.geomspace(8, 0.5, d) + 5 * rng.normal(size=d)
-    return X.astype(dtype)
+# the data of these tests: make_cone(n, d, **CONE), unrotated (the columns
+# are the principal axes, scales 8 to 0.5) around an offset of scale 5
+CONE = {"offset": 5.0, "spread": (8.0, 0.5), "rotate": False}
 
 
 # ------------------------------------------------------------------- NATSV
 @pytest.mark.parametrize("k", [0, 1, 3])
-def test_natsv_centered_matches_svd_recipe(k):
-    X = cone()
+def test_natsv_centered_matches_svd_recipe(k, make_cone):
+    X = make_cone(400, 10, **CONE)
     Y = X - X.mean(axis=0)
     _, _, vt = np.linalg.svd(Y, full_matrices=False)
     expected = Y - Y @ vt[:k].T @ vt[:k]
@@ -32,8 +30,8 @@ def test_natsv_centered_matches_svd_recipe(k):
     assert est.transform(X).shape == X.shape
 
 
-def test_natsv_uncentered_matches_svd_of_raw_rows():
-    X = cone()
+def test_natsv_uncentered_matches_svd_of_raw_rows(make_cone):
+    X = make_cone(400, 10, **CONE)
     _, _, vt = np.linalg.svd(X, full_matrices=False)
     est = NATSVTransformer(n_components=2, center=False).fit(X)
     expected = X - X @ vt[:2].T @ vt[:2]
@@ -41,8 +39,8 @@ def test_natsv_uncentered_matches_svd_of_raw_rows():
     assert est.mean_ is None
 
 
-def test_natsv_output_orthogonal_to_removed_directions_float32():
-    X = cone(dtype=np.float32)
+def test_natsv_output_orthogonal_to_removed_directions_float32(make_cone):
+    X = make_cone(400, 10, **CONE, dtype=np.float32)
     est = NATSVTransformer(n_components=3).fit(X)
     Z = est.transform(X)
     assert Z.dtype == np.float32
@@ -51,8 +49,8 @@ def test_natsv_output_orthogonal_to_removed_directions_float32():
 
 @settings(max_examples=20, deadline=None)
 @given(seed=st.integers(0, 2**16), n_chunks=st.integers(1, 6))
-def test_natsv_streaming_equals_batch(seed, n_chunks):
-    X = cone(n=300, d=6, seed=seed)
+def test_natsv_streaming_equals_batch(seed, n_chunks, make_cone):
+    X = make_cone(300, 6, seed=seed, **CONE)
     batch = NATSVTransformer(n_components=2).fit(X)
     stream = NATSVTransformer(n_components=2)
     for chunk in np.array_split(X, n_chunks):
@@ -60,20 +58,20 @@ def test_natsv_streaming_equals_batch(seed, n_chunks):
     np.testing.assert_allclose(stream.transform(X), batch.transform(X), atol=1e-8)
 
 
-def test_natsv_bad_n_components():
+def test_natsv_bad_n_components(make_cone):
     with pytest.raises(ValueError, match="n_features = 3"):
-        NATSVTransformer(n_components=4).fit(cone(d=3))
+        NATSVTransformer(n_components=4).fit(make_cone(400, 3, **CONE))
     with pytest.warns(RankDeficiencyWarning, match="rank 2"):
-        NATSVTransformer(n_components=3).fit(cone(n=3, d=5))
+        NATSVTransformer(n_components=3).fit(make_cone(3, 5, **CONE))
     with pytest.raises(ValueError, match="n_samples = 1"):
-        NATSVTransformer().fit(cone(n=1))
+        NATSVTransformer().fit(make_cone(1, 10, **CONE))
 
 
 # ------------------------------------------------------------ SN baseline
 @pytest.mark.parametrize("with_mean", [True, False])
 @pytest.mark.parametrize("with_std", [True, False])
-def test_standard_normalizer_equals_standard_scaler(with_mean, with_std):
-    X = cone()
+def test_standard_normalizer_equals_standard_scaler(with_mean, with_std, make_cone):
+    X = make_cone(400, 10, **CONE)
     X[:, 4] = 3.0  # a constant dimension must not be divided by zero
     w = np.random.default_rng(0).uniform(0, 3, size=X.shape[0])
     for sample_weight in (None, w):
@@ -92,8 +90,8 @@ def test_standard_normalizer_equals_standard_scaler(with_mean, with_std):
         np.testing.assert_allclose(ours.inverse_transform(Z), X, atol=1e-10)
 
 
-def test_standard_normalizer_streaming_and_float32():
-    X = cone(dtype=np.float32)
+def test_standard_normalizer_streaming_and_float32(make_cone):
+    X = make_cone(400, 10, **CONE, dtype=np.float32)
     batch = StandardNormalizer().fit(X)
     stream = StandardNormalizer()
     for chunk in np.array_split(X, 9):
@@ -110,9 +108,9 @@ def test_standard_normalizer_one_sample_is_fine():
     np.testing.assert_array_equal(Z, [[0.0, 0.0]])
 
 
-def test_standard_normalizer_inverse_of_its_pandas_output():
+def test_standard_normalizer_inverse_of_its_pandas_output(make_cone):
     pd = pytest.importorskip("pandas")
-    X = pd.DataFrame(cone(d=3), columns=["a", "b", "c"])
+    X = pd.DataFrame(make_cone(400, 3, **CONE), columns=["a", "b", "c"])
     sn = StandardNormalizer().set_output(transform="pandas").fit(X)
     back = sn.inverse_transform(sn.transform(X))
     np.testing.assert_allclose(np.asarray(back), X.to_numpy(), atol=1e-10)
@@ -123,8 +121,8 @@ def test_standard_normalizer_inverse_of_its_pandas_output():
 @pytest.mark.parametrize(
     "est", [StandardNormalizer(), NATSVTransformer()], ids=lambda e: type(e).__name__
 )
-def test_overflowing_statistics_are_an_error_not_garbage(est):
-    X = cone(d=3) * 1e160  # finite, but squares overflow float64
+def test_overflowing_statistics_are_an_error_not_garbage(est, make_cone):
+    X = make_cone(400, 3, **CONE) * 1e160  # finite, but squares overflow float64
     with pytest.raises(ValueError, match="overflowed float64"):
         est.fit(X)
 
@@ -140,11 +138,11 @@ TRANSFORMERS = [
 @pytest.mark.parametrize("est", TRANSFORMERS, ids=repr)
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
-def test_transform_rejects_non_finite_anywhere(est, dtype, bad, monkeypatch):
+def test_transform_rejects_non_finite_anywhere(est, dtype, bad, monkeypatch, make_cone):
     # transform checks finiteness on its output, block by block (made small
     # here): a bad entry must be caught in the first, a middle and the last
     monkeypatch.setattr(sklearn_isotropy.linear._base, "_FINISH_BLOCK_BYTES", 512)
-    X = cone(n=3000, dtype=dtype)
+    X = make_cone(3000, 10, **CONE, dtype=dtype)
     est = est.fit(X)
     for row, col in [(0, 0), (1234, 4), (len(X) - 1, X.shape[1] - 1)]:
         bad_X = X.copy()
@@ -154,8 +152,8 @@ def test_transform_rejects_non_finite_anywhere(est, dtype, bad, monkeypatch):
 
 
 @pytest.mark.parametrize("est", TRANSFORMERS, ids=repr)
-def test_transform_matches_formula_on_many_blocks(est):
-    X = cone(n=5000, d=40)
+def test_transform_matches_formula_on_many_blocks(est, make_cone):
+    X = make_cone(5000, 40, **CONE)
     est = est.fit(X)
     if isinstance(est, StandardNormalizer):
         mean = X.mean(axis=0) if est.with_mean else 0.0
@@ -168,13 +166,13 @@ def test_transform_matches_formula_on_many_blocks(est):
     np.testing.assert_allclose(est.transform(X), expected, rtol=1e-8, atol=1e-8)
 
 
-def test_transform_overflow_of_float32_output_is_an_error():
-    X = cone(d=4, dtype=np.float32) * np.float32(1e-30)  # tiny spread
+def test_transform_overflow_of_float32_output_is_an_error(make_cone):
+    X = make_cone(400, 4, **CONE, dtype=np.float32) * np.float32(1e-30)  # tiny spread
     sn = StandardNormalizer().fit(X)
     with pytest.raises(ValueError, match="overflowed float32.*Pass float64"):
         sn.transform(np.full((3, 4), 1e10, dtype=np.float32))
-    rotation = np.linalg.qr(np.random.default_rng(0).normal(size=(4, 4)))[0]
-    rotated = (cone(d=4) @ rotation).astype(np.float32)  # top direction not an axis
+    # in a random basis: the top direction is not an axis
+    rotated = make_cone(400, 4, offset=5.0, spread=(8.0, 0.5), dtype=np.float32)
     natsv = NATSVTransformer(n_components=1).fit(rotated)
     # rows along the signs of the removed direction: the coordinate along it
     # is 3e38 * ||c||_1 > float32's largest value
@@ -219,8 +217,8 @@ def test_natsv_dual_form_beyond_the_rank_completes_the_basis():
 
 # -------------------------------------------------------- tiny magnitudes
 @pytest.mark.parametrize("scale", [1e-200, 1e-310])
-def test_tiny_inputs_are_not_constant(scale):
-    X = cone()
+def test_tiny_inputs_are_not_constant(scale, make_cone):
+    X = make_cone(400, 10, **CONE)
     sn = StandardNormalizer().fit(X * scale)
     ref = StandardNormalizer().fit(X)
     np.testing.assert_allclose(sn.transform(X * scale), ref.transform(X), rtol=1e-6)

@@ -24,15 +24,6 @@ from sklearn_isotropy import WhiteningTransformer
 from sklearn_isotropy.exceptions import RankDeficiencyWarning
 
 
-def anisotropic(n=1000, d=12, seed=0, offset=4.0, dtype=np.float64):
-    """Rows with a strong common offset and a decaying spectrum (a 'cone')."""
-    rng = np.random.default_rng(seed)
-    scales = np.geomspace(10.0, 0.1, d)
-    basis = np.linalg.qr(rng.normal(size=(d, d)))[0]
-    X = (rng.normal(size=(n, d)) * scales) @ basis.T + offset * rng.normal(size=d)
-    return X.astype(dtype)
-
-
 def match_signs(A, B):
     """Flip the columns of A to agree in sign with B."""
     signs = np.sign(np.sum(A * B, axis=0))
@@ -43,8 +34,8 @@ def match_signs(A, B):
 # --------------------------------------------------------------- the whitening
 @pytest.mark.parametrize("method", ["pca", "zca", "cholesky"])
 @pytest.mark.parametrize("dtype,atol", [(np.float64, 1e-10), (np.float32, 2e-4)])
-def test_output_covariance_is_identity(method, dtype, atol):
-    X = anisotropic(dtype=dtype)
+def test_output_covariance_is_identity(method, dtype, atol, make_cone):
+    X = make_cone(1000, 12, dtype=dtype)
     Z = WhiteningTransformer(method=method).fit_transform(X)
     assert Z.dtype == dtype
     cov = np.cov(Z.astype(np.float64), rowvar=False)
@@ -52,8 +43,8 @@ def test_output_covariance_is_identity(method, dtype, atol):
     np.testing.assert_allclose(Z.mean(axis=0), 0.0, atol=atol * 10)
 
 
-def test_pca_equals_sklearn_pca_whiten():
-    X = anisotropic()
+def test_pca_equals_sklearn_pca_whiten(make_cone):
+    X = make_cone(1000, 12)
     for k in (None, 5):
         ours = WhiteningTransformer(n_components=k).fit(X)
         pca = PCA(n_components=k, whiten=True, svd_solver="full").fit(X)
@@ -72,15 +63,15 @@ def test_pca_equals_sklearn_pca_whiten():
         )
 
 
-def test_float_n_components_matches_pca():
-    X = anisotropic()
+def test_float_n_components_matches_pca(make_cone):
+    X = make_cone(1000, 12)
     for share in (0.5, 0.9, 0.999):
         ours = WhiteningTransformer(n_components=share).fit(X)
         assert ours.n_components_ == PCA(n_components=share).fit(X).n_components_
 
 
-def test_zca_is_inverse_matrix_square_root():
-    X = anisotropic(d=6)
+def test_zca_is_inverse_matrix_square_root(make_cone):
+    X = make_cone(1000, 6)
     est = WhiteningTransformer(method="zca").fit(X)
     cov = np.cov(X, rowvar=False)
     expected = np.linalg.inv(scipy.linalg.sqrtm(cov).real)
@@ -88,8 +79,8 @@ def test_zca_is_inverse_matrix_square_root():
     np.testing.assert_allclose(est.whitening_, est.whitening_.T, atol=1e-12)
 
 
-def test_cholesky_matches_scipy():
-    X = anisotropic(d=6)
+def test_cholesky_matches_scipy(make_cone):
+    X = make_cone(1000, 6)
     est = WhiteningTransformer(method="cholesky").fit(X)
     L = np.linalg.cholesky(np.cov(X, rowvar=False))
     expected = np.linalg.inv(L).T
@@ -97,8 +88,8 @@ def test_cholesky_matches_scipy():
 
 
 @pytest.mark.parametrize("power", [0.0, 0.5, 1.0, 1.5])
-def test_power_partial_whitening(power):
-    X = anisotropic()
+def test_power_partial_whitening(power, make_cone):
+    X = make_cone(1000, 12)
     est = WhiteningTransformer(power=power).fit(X)
     Z = est.transform(X)
     evals = np.linalg.eigvalsh(np.cov(X, rowvar=False))[::-1]
@@ -111,8 +102,8 @@ def test_power_partial_whitening(power):
         np.testing.assert_allclose(match_signs(Z, P), P, atol=1e-8)
 
 
-def test_fixed_shrinkage_covariance():
-    X = anisotropic(d=8)
+def test_fixed_shrinkage_covariance(make_cone):
+    X = make_cone(1000, 8)
     s = 0.3
     est = WhiteningTransformer(shrinkage=s).fit(X)
     cov = np.cov(X, rowvar=False)
@@ -127,8 +118,8 @@ def test_fixed_shrinkage_covariance():
     )
 
 
-def test_estimated_shrinkage_matches_sklearn():
-    X = anisotropic(n=60, d=40)
+def test_estimated_shrinkage_matches_sklearn(make_cone):
+    X = make_cone(60, 40)
     lw = WhiteningTransformer(shrinkage="ledoit-wolf").fit(X)
     oas = WhiteningTransformer(shrinkage="oas").fit(X)
     np.testing.assert_allclose(lw.shrinkage_, ledoit_wolf_shrinkage(X), rtol=1e-10)
@@ -136,8 +127,8 @@ def test_estimated_shrinkage_matches_sklearn():
     assert lw.rank_ == 40 and lw.n_components_ == 40
 
 
-def test_fourth_moments_are_kept_only_for_ledoit_wolf():
-    X = anisotropic(n=300, d=20)
+def test_fourth_moments_are_kept_only_for_ledoit_wolf(make_cone):
+    X = make_cone(300, 20)
     assert not WhiteningTransformer().fit(X).moments_.fourth_moments
     assert not WhiteningTransformer(shrinkage="oas").fit(X).moments_.fourth_moments
     est = WhiteningTransformer(shrinkage=0.1).partial_fit(X[:150])
@@ -157,8 +148,8 @@ def test_fourth_moments_are_kept_only_for_ledoit_wolf():
 
 
 # ----------------------------------------------------------------- streaming
-def test_streaming_equals_batch_to_1e10():
-    X = anisotropic(n=5000, d=20, offset=50.0)
+def test_streaming_equals_batch_to_1e10(make_cone):
+    X = make_cone(5000, 20, offset=50.0)
     batch = WhiteningTransformer().fit(X)
     stream = WhiteningTransformer()
     for chunk in np.array_split(X, 37):
@@ -176,8 +167,8 @@ def test_streaming_equals_batch_to_1e10():
     n_chunks=st.integers(1, 8),
     power=st.sampled_from([0.0, 0.5, 1.0]),
 )
-def test_streaming_property(seed, n_chunks, power):
-    X = anisotropic(n=400, d=6, seed=seed)
+def test_streaming_property(seed, n_chunks, power, make_cone):
+    X = make_cone(400, 6, seed=seed)
     batch = WhiteningTransformer(power=power).fit(X)
     stream = WhiteningTransformer(power=power)
     for chunk in np.array_split(X, n_chunks):
@@ -189,8 +180,8 @@ def test_streaming_property(seed, n_chunks, power):
 
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 2**16), d=st.integers(1, 10))
-def test_whitened_identity_and_inverse_property(seed, d):
-    X = anisotropic(n=300, d=d, seed=seed)
+def test_whitened_identity_and_inverse_property(seed, d, make_cone):
+    X = make_cone(300, d, seed=seed)
     est = WhiteningTransformer().fit(X)
     Z = est.transform(X)
     cov = np.cov(Z, rowvar=False).reshape(d, d)
@@ -198,8 +189,8 @@ def test_whitened_identity_and_inverse_property(seed, d):
     np.testing.assert_allclose(est.inverse_transform(Z), X, rtol=1e-8, atol=1e-8)
 
 
-def test_integer_sample_weight_equals_repeated_rows():
-    X = anisotropic(n=200, d=5)
+def test_integer_sample_weight_equals_repeated_rows(make_cone):
+    X = make_cone(200, 5)
     w = np.random.default_rng(0).integers(0, 4, size=200)
     weighted = WhiteningTransformer().fit(X, sample_weight=w)
     repeated = WhiteningTransformer().fit(np.repeat(X, w, axis=0))
@@ -208,8 +199,8 @@ def test_integer_sample_weight_equals_repeated_rows():
     np.testing.assert_allclose(weighted.transform(X), repeated.transform(X), atol=1e-9)
 
 
-def test_streaming_with_weights():
-    X = anisotropic(n=600, d=5)
+def test_streaming_with_weights(make_cone):
+    X = make_cone(600, 5)
     w = np.random.default_rng(1).uniform(0, 2, size=600)
     batch = WhiteningTransformer().fit(X, sample_weight=w)
     stream = WhiteningTransformer()
@@ -219,18 +210,12 @@ def test_streaming_with_weights():
 
 
 # ------------------------------------------------------------ rank deficiency
-def test_n_less_than_d_drops_components_and_held_out_stays_bounded():
-    rng = np.random.default_rng(0)
+def test_n_less_than_d_drops_components_and_held_out_stays_bounded(make_cone):
     d = 768
-    # embedding-like rows: a common offset plus a decaying spectrum
-    basis = np.linalg.qr(rng.normal(size=(d, d)))[0]
-    scales = np.geomspace(5.0, 0.05, d)
-    offset = 3.0 * rng.normal(size=d)
-
-    def draw(n):
-        return (rng.normal(size=(n, d)) * scales) @ basis.T + offset
-
-    X_fit, X_new = draw(300), draw(300)
+    # embedding-like rows: a common offset plus a decaying spectrum; the
+    # held-out rows come from the same draw (same basis and offset)
+    X = make_cone(600, d, seed=0, offset=3.0, spread=(5.0, 0.05))
+    X_fit, X_new = X[:300], X[300:]
     with pytest.warns(RankDeficiencyWarning, match="rank 299 < n_features = 768"):
         est = WhiteningTransformer().fit(X_fit)
     assert est.n_components_ == est.rank_ == 299
@@ -263,8 +248,8 @@ def test_naive_recipe_would_explode_where_we_stay_finite():
     assert np.all(np.isfinite(ours)) and np.abs(ours).max() < 100
 
 
-def test_collinear_and_constant_columns():
-    X = anisotropic(n=200, d=4)
+def test_collinear_and_constant_columns(make_cone):
+    X = make_cone(200, 4)
     X = np.column_stack([X, X[:, 0] * 2 - X[:, 1], np.full(200, 7.0)])
     with pytest.warns(RankDeficiencyWarning, match="rank 4 < n_features = 6"):
         est = WhiteningTransformer().fit(X)
@@ -281,38 +266,40 @@ def test_explicit_n_components_above_rank_is_an_error():
         WhiteningTransformer(n_components=11).fit(X)
 
 
-def test_cholesky_needs_full_rank_and_power_one():
+def test_cholesky_needs_full_rank_and_power_one(make_cone):
     X = np.random.default_rng(0).normal(size=(5, 10))
     with pytest.raises(ValueError, match="full-rank"):
         WhiteningTransformer(method="cholesky").fit(X)
     est = WhiteningTransformer(method="cholesky", shrinkage=0.1).fit(X)
     assert np.all(np.isfinite(est.transform(X)))
     with pytest.raises(ValueError, match="power=1"):
-        WhiteningTransformer(method="cholesky", power=0.5).fit(anisotropic())
+        WhiteningTransformer(method="cholesky", power=0.5).fit(make_cone(1000, 12))
     with pytest.raises(ValueError, match="n_components=None"):
-        WhiteningTransformer(5, method="zca").fit(anisotropic())
+        WhiteningTransformer(5, method="zca").fit(make_cone(1000, 12))
 
 
 # --------------------------------------------------------------- bad input
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
-def test_non_finite_input_is_rejected(bad):
-    X = anisotropic()
+def test_non_finite_input_is_rejected(bad, make_cone):
+    X = make_cone(1000, 12)
     X[3, 2] = bad
     with pytest.raises(ValueError, match="NaN|infinity"):
         WhiteningTransformer().fit(X)
-    est = WhiteningTransformer().fit(anisotropic())
+    est = WhiteningTransformer().fit(make_cone(1000, 12))
     with pytest.raises(ValueError, match="NaN|infinity"):
         est.transform(X)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
-def test_transform_rejects_non_finite_in_every_column_and_row(bad, dtype, monkeypatch):
+def test_transform_rejects_non_finite_in_every_column_and_row(
+    bad, dtype, monkeypatch, make_cone
+):
     # transform checks finiteness on its output, block by block; a non-finite
     # entry must be caught in the first, a middle and the last block, and in a
     # constant column, whose row of the whitening matrix is (numerically) zero
     monkeypatch.setattr(sklearn_isotropy.linear._base, "_FINISH_BLOCK_BYTES", 512)
-    X = anisotropic(n=3000, d=6).astype(dtype)
+    X = make_cone(3000, 6).astype(dtype)
     X = np.column_stack([X, np.full(len(X), 7.0, dtype=dtype)])
     with pytest.warns(RankDeficiencyWarning):
         est = WhiteningTransformer().fit(X)
@@ -324,10 +311,10 @@ def test_transform_rejects_non_finite_in_every_column_and_row(bad, dtype, monkey
             est.transform(bad_X)
 
 
-def test_transform_equals_centred_product_blockwise():
+def test_transform_equals_centred_product_blockwise(make_cone):
     # the output is finished in blocks; compare every row with an independent
     # float64 (X - mean) @ W, on more rows than one block holds
-    X = anisotropic(n=5000, d=40)
+    X = make_cone(5000, 40)
     est = WhiteningTransformer().fit(X)
     expected = (X - X.mean(axis=0)) @ est.whitening_
     np.testing.assert_allclose(est.transform(X), expected, rtol=1e-9, atol=1e-9)
@@ -336,8 +323,8 @@ def test_transform_equals_centred_product_blockwise():
     np.testing.assert_allclose(Z32, expected, rtol=0, atol=2e-3)
 
 
-def test_transform_overflow_of_float32_output_is_an_error():
-    X = anisotropic(d=5, dtype=np.float32)
+def test_transform_overflow_of_float32_output_is_an_error(make_cone):
+    X = make_cone(1000, 5, dtype=np.float32)
     est = WhiteningTransformer().fit(X)
     huge = X[:3] * np.float32(1e37)  # finite float32, but X @ W overflows it
     assert np.all(np.isfinite(huge))
@@ -347,10 +334,10 @@ def test_transform_overflow_of_float32_output_is_an_error():
     assert np.all(np.isfinite(est.transform(huge.astype(np.float64))))
 
 
-def test_wrong_width_at_transform():
-    est = WhiteningTransformer().fit(anisotropic(d=12))
+def test_wrong_width_at_transform(make_cone):
+    est = WhiteningTransformer().fit(make_cone(1000, 12))
     with pytest.raises(ValueError, match="12 features"):
-        est.transform(anisotropic(d=11))
+        est.transform(make_cone(1000, 11))
     with pytest.raises(ValueError, match="expects 12"):
         est.inverse_transform(np.zeros((2, 5)))
 
@@ -362,12 +349,12 @@ def test_single_sample_and_constant_data():
         WhiteningTransformer().fit(np.ones((10, 3)))
 
 
-def test_partial_fit_failure_leaves_state_untouched():
+def test_partial_fit_failure_leaves_state_untouched(make_cone):
     est = WhiteningTransformer()
     with pytest.raises(ValueError, match="first batch"):
         est.partial_fit(np.ones((1, 3)))
     assert not hasattr(est, "moments_")
-    X = anisotropic(d=3)
+    X = make_cone(1000, 3)
     est.partial_fit(X)
     W = est.whitening_.copy()
     with pytest.raises(ValueError, match="NaN"):
@@ -377,31 +364,31 @@ def test_partial_fit_failure_leaves_state_untouched():
     assert est.n_samples_seen_ == X.shape[0] + 1
 
 
-def test_float16_is_upcast_and_sparse_is_rejected():
-    X = anisotropic(d=4)
+def test_float16_is_upcast_and_sparse_is_rejected(make_cone):
+    X = make_cone(1000, 4)
     Z = WhiteningTransformer().fit_transform(X.astype(np.float16))
     assert Z.dtype == np.float64 and np.all(np.isfinite(Z))
     with pytest.raises(TypeError, match="dense data is required"):
         WhiteningTransformer().fit(scipy.sparse.csr_matrix(X))
 
 
-def test_negative_sample_weight():
-    X = anisotropic(d=3)
+def test_negative_sample_weight(make_cone):
+    X = make_cone(1000, 3)
     w = np.ones(X.shape[0])
     w[7] = -1
     with pytest.raises(ValueError, match=r"sample_weight\[7\]"):
         WhiteningTransformer().fit(X, sample_weight=w)
 
 
-def test_not_fitted():
+def test_not_fitted(make_cone):
     with pytest.raises(NotFittedError):
-        WhiteningTransformer().transform(anisotropic())
+        WhiteningTransformer().transform(make_cone(1000, 12))
 
 
 # ------------------------------------------------------------- sklearn life
-def test_feature_names_pandas_output_and_pickle():
+def test_feature_names_pandas_output_and_pickle(make_cone):
     pd = pytest.importorskip("pandas")
-    X = pd.DataFrame(anisotropic(d=5), columns=list("abcde"))
+    X = pd.DataFrame(make_cone(1000, 5), columns=list("abcde"))
     est = WhiteningTransformer(n_components=3).set_output(transform="pandas").fit(X)
     out = est.transform(X)
     assert list(out.columns) == [f"whiteningtransformer{i}" for i in range(3)]
@@ -410,17 +397,17 @@ def test_feature_names_pandas_output_and_pickle():
     np.testing.assert_array_equal(again.transform(X).to_numpy(), out.to_numpy())
 
 
-def test_zca_inverse_and_names():
-    X = anisotropic(d=5)
+def test_zca_inverse_and_names(make_cone):
+    X = make_cone(1000, 5)
     est = WhiteningTransformer(method="zca").fit(X)
     np.testing.assert_allclose(est.inverse_transform(est.transform(X)), X, atol=1e-9)
     assert est.get_feature_names_out().shape == (5,)
 
 
-def test_in_pipeline_and_clone():
+def test_in_pipeline_and_clone(make_cone):
     from sklearn.linear_model import Ridge
 
-    X = anisotropic(n=300, d=10)
+    X = make_cone(300, 10)
     y = X[:, 0] - X[:, 3]
     pipe = make_pipeline(WhiteningTransformer(n_components=8, power=0.5), Ridge())
     pipe.fit(X, y)
@@ -429,11 +416,11 @@ def test_in_pipeline_and_clone():
     assert twin[0].n_components_ == 4 and pipe[0].n_components_ == 8
 
 
-def test_refit_forgets_previous_fit():
-    est = WhiteningTransformer().fit(anisotropic(d=4, seed=1))
+def test_refit_forgets_previous_fit(make_cone):
+    est = WhiteningTransformer().fit(make_cone(1000, 4, seed=1))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        est.fit(anisotropic(d=6, seed=2))
+        est.fit(make_cone(1000, 6, seed=2))
     assert est.n_features_in_ == 6 and est.n_samples_seen_ == 1000
 
 
@@ -445,13 +432,13 @@ def test_failed_fit_leaves_estimator_unfitted():
         est.transform(np.zeros((2, 10)))
 
 
-def test_overflow_is_an_error():
+def test_overflow_is_an_error(make_cone):
     with pytest.raises(ValueError, match="overflowed float64"):
-        WhiteningTransformer().fit(anisotropic(d=4) * 1e160)
+        WhiteningTransformer().fit(make_cone(1000, 4) * 1e160)
     # fourth powers of 1e80 overflow float64, but the accumulator scales such
     # rows by a power of two: Ledoit-Wolf and OAS are scale-free and give the
     # intensities of the unscaled rows
-    X = anisotropic(d=4) * 1e80
+    X = make_cone(1000, 4) * 1e80
     for shrinkage, reference in [
         ("ledoit-wolf", ledoit_wolf_shrinkage(X / 1e80)),
         ("oas", OAS().fit(X / 1e80).shrinkage_),
@@ -478,8 +465,8 @@ def _count_eighs(monkeypatch):
     return calls
 
 
-def test_partial_fit_defers_the_eigendecomposition(monkeypatch):
-    X = anisotropic(n=2000, d=8)
+def test_partial_fit_defers_the_eigendecomposition(monkeypatch, make_cone):
+    X = make_cone(2000, 8)
     calls = _count_eighs(monkeypatch)
     est = WhiteningTransformer(n_components=5)
     for chunk in np.array_split(X, 10):
@@ -503,8 +490,8 @@ def test_partial_fit_defers_the_eigendecomposition(monkeypatch):
     assert len(calls) == 4
 
 
-def test_stale_map_uses_the_parameters_of_the_last_partial_fit():
-    X = anisotropic(n=500, d=6)
+def test_stale_map_uses_the_parameters_of_the_last_partial_fit(make_cone):
+    X = make_cone(500, 6)
     est = WhiteningTransformer(n_components=4).partial_fit(X)
     est.set_params(n_components=2)  # after the fit: does not change the map
     assert est.n_components_ == 4
@@ -530,9 +517,9 @@ def test_errors_that_need_the_map_surface_at_first_use():
     assert est.n_samples_seen_ == 25
 
 
-def test_pickle_clone_and_names_of_a_stale_map():
+def test_pickle_clone_and_names_of_a_stale_map(make_cone):
     pd = pytest.importorskip("pandas")
-    X = pd.DataFrame(anisotropic(n=400, d=5), columns=list("abcde"))
+    X = pd.DataFrame(make_cone(400, 5), columns=list("abcde"))
     est = WhiteningTransformer(n_components=3).set_output(transform="pandas")
     est.partial_fit(X.iloc[:200]).partial_fit(X.iloc[200:])
     assert "whitening_" not in vars(est)  # stale until used
@@ -579,10 +566,10 @@ def test_too_few_samples_is_named_as_such():
 
 
 @pytest.mark.parametrize("scale", [1e-200, 1e-300, 1e100])
-def test_tiny_and_huge_inputs_whiten_like_unit_inputs(scale):
+def test_tiny_and_huge_inputs_whiten_like_unit_inputs(scale, make_cone):
     # data around 1e-200 is not constant: its variance underflows float64,
     # but whitening is scale-free and is computed in scaled units
-    X = anisotropic(n=400, d=5)
+    X = make_cone(400, 5)
     ref = WhiteningTransformer().fit(X)
     est = WhiteningTransformer().fit(X * scale)
     Z = est.transform(X * scale)
@@ -604,8 +591,8 @@ def test_tiny_and_huge_inputs_whiten_like_unit_inputs(scale):
         )
 
 
-def test_extreme_power_is_rejected_at_fit():
-    X = anisotropic(n=300, d=4)
+def test_extreme_power_is_rejected_at_fit(make_cone):
+    X = make_cone(300, 4)
     with pytest.raises(ValueError, match=r"power=1000000.0 cannot be applied"):
         WhiteningTransformer(power=1e6).fit(X)
     with pytest.raises(ValueError, match="Use a power between 0"):
@@ -620,14 +607,13 @@ def test_extreme_power_is_rejected_at_fit():
 
 
 # ------------------------------------------------ wide data: the dual form
-def _wide(n, d, seed=0):
-    rng = np.random.default_rng(seed)
-    return rng.normal(size=(n, d)) * np.geomspace(5.0, 0.5, d) + 3.0
+# wide rows: make_cone(n, d, **WIDE); unrotated, so no d x d basis is drawn
+WIDE = {"offset": 3.0, "spread": (5.0, 0.5), "rotate": False}
 
 
 @pytest.mark.parametrize("power", [1.0, 0.5])
-def test_wide_data_uses_the_dual_form_and_matches_pca(power):
-    X, X_new = _wide(12, 4000), _wide(6, 4000, seed=1)
+def test_wide_data_uses_the_dual_form_and_matches_pca(power, make_cone):
+    X, X_new = make_cone(12, 4000, **WIDE), make_cone(6, 4000, seed=1, **WIDE)
     with pytest.warns(RankDeficiencyWarning, match="too few samples"):
         est = WhiteningTransformer(power=power).fit(X)
     assert est.moments_.representation == "rows"
@@ -648,10 +634,10 @@ def test_wide_data_uses_the_dual_form_and_matches_pca(power):
     np.testing.assert_allclose(est.covariance_, np.cov(X, rowvar=False), atol=1e-12)
 
 
-def test_wide_data_20000_features_fits_without_a_d_by_d_matrix():
+def test_wide_data_20000_features_fits_without_a_d_by_d_matrix(make_cone):
     import tracemalloc
 
-    X = _wide(10, 20_000)
+    X = make_cone(10, 20_000, **WIDE)
     tracemalloc.start()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RankDeficiencyWarning)
@@ -666,8 +652,8 @@ def test_wide_data_20000_features_fits_without_a_d_by_d_matrix():
     np.testing.assert_allclose(np.cov(Z, rowvar=False), np.eye(9), atol=1e-8)
 
 
-def test_wide_data_streams_pickles_and_switches_to_the_scatter_form():
-    X = _wide(120, 50)
+def test_wide_data_streams_pickles_and_switches_to_the_scatter_form(make_cone):
+    X = make_cone(120, 50, **WIDE)
     est = WhiteningTransformer()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RankDeficiencyWarning)
@@ -684,8 +670,8 @@ def test_wide_data_streams_pickles_and_switches_to_the_scatter_form():
     np.testing.assert_allclose(again.transform(X), full.transform(X), atol=1e-9)
 
 
-def test_wide_data_with_options_that_need_a_full_map(monkeypatch):
-    X = _wide(10, 300)
+def test_wide_data_with_options_that_need_a_full_map(monkeypatch, make_cone):
+    X = make_cone(10, 300, **WIDE)
     keep = {"keep_rows": False}
     for params in (
         {"shrinkage": 0.2},
@@ -727,7 +713,7 @@ def _blas_threads():
     return max(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
 
 
-def test_small_problems_run_on_one_blas_thread(monkeypatch):
+def test_small_problems_run_on_one_blas_thread(monkeypatch, make_cone):
     from threadpoolctl import threadpool_limits
 
     from sklearn_isotropy.linear import _threads
@@ -741,7 +727,7 @@ def test_small_problems_run_on_one_blas_thread(monkeypatch):
 
     monkeypatch.setattr(scipy.linalg, "eigh", spy)
     with threadpool_limits(2, user_api="blas"):
-        WhiteningTransformer().fit(anisotropic(n=500, d=20))
+        WhiteningTransformer().fit(make_cone(500, 20))
         assert seen == [1]  # the eigendecomposition ran on one thread
         assert _blas_threads() == 2  # and the limit was lifted afterwards
         with _threads.small_product(1e6):
@@ -751,7 +737,7 @@ def test_small_problems_run_on_one_blas_thread(monkeypatch):
         with _threads.small_problem(5000):
             assert _blas_threads() == 2
         monkeypatch.setattr(_threads, "SMALL_PROBLEM_THREADS", None)
-        WhiteningTransformer().fit(anisotropic(n=500, d=20))
+        WhiteningTransformer().fit(make_cone(500, 20))
         assert seen == [1, 2]  # the policy can be switched off
 
 
