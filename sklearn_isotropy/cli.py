@@ -477,6 +477,26 @@ class _CLIError(Exception):
     """An error reported as one line with exit status 1."""
 
 
+class _StderrHandler(logging.StreamHandler):
+    """The command line's handler on the package's logger (one per process)."""
+
+
+def _log_to_stderr(level: int) -> None:
+    """Show the package's log lines at ``level`` on stderr, nothing else's.
+
+    Only the ``sklearn_isotropy`` logger gets a handler: INFO lines of other
+    libraries (e.g. matplotlib building its font cache) stay hidden, and the
+    root logger is left as the caller configured it.
+    """
+    package = logging.getLogger("sklearn_isotropy")
+    for handler in [h for h in package.handlers if isinstance(h, _StderrHandler)]:
+        package.removeHandler(handler)
+    handler = _StderrHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    package.addHandler(handler)
+    package.setLevel(level)
+
+
 def main(argv=None):
     """Run the ``sklearn-isotropy`` command; return its exit status.
 
@@ -503,10 +523,7 @@ def main(argv=None):
 
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.WARNING if args.quiet else logging.INFO,
-        format="%(name)s: %(message)s",
-    )
+    _log_to_stderr(logging.WARNING if args.quiet else logging.INFO)
     if args.task == "sts" and args.fit_on not in (None, "target", "train"):
         parser.error(
             f"--fit-on {args.fit_on} is for --task retrieval; use target or train"

@@ -500,3 +500,26 @@ def test_format_choices_come_from_the_loader():
     sub = build_parser()._subparsers._group_actions[0].choices["evaluate"]
     (action,) = [a for a in sub._actions if "--format" in a.option_strings]
     assert tuple(action.choices) == tuple(STS_FORMATS)
+
+
+def test_only_the_package_logs_reach_stderr(capsys):
+    # e.g. matplotlib's "generated new fontManager" must not clutter a run
+    import logging
+
+    from sklearn_isotropy.cli import _log_to_stderr
+
+    package = logging.getLogger("sklearn_isotropy")
+    level, propagate = package.level, package.propagate
+    try:
+        package.propagate = False  # only the command line's handler
+        _log_to_stderr(logging.INFO)
+        _log_to_stderr(logging.INFO)  # a second run adds no second handler
+        logging.getLogger("sklearn_isotropy.text").info("loaded the encoder")
+        logging.getLogger("matplotlib.font_manager").info("generated new fontManager")
+    finally:
+        for handler in package.handlers[:]:
+            if type(handler).__name__ == "_StderrHandler":
+                package.removeHandler(handler)
+        package.setLevel(level)
+        package.propagate = propagate
+    assert capsys.readouterr().err == "sklearn_isotropy.text: loaded the encoder\n"

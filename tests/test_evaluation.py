@@ -158,3 +158,23 @@ def test_recorded_warnings_leave_out_those_python_hides():
         warnings.warn("rank 3 < 4", RankDeficiencyWarning, stacklevel=1)
         warnings.warn("rank 3 < 4", RankDeficiencyWarning, stacklevel=1)  # again
     assert [w.category for w in caught] == [RankDeficiencyWarning] * 2
+
+
+def test_a_warning_repeated_with_other_figures_is_shown_once():
+    # the folds of a grid search raise one warning with their own figures
+    from sklearn_isotropy.evaluation._sts import _raise_once, record_warnings
+
+    with record_warnings() as caught:
+        for rank, ratio in [(381, "7.7e+62"), (381, "8.5e+62"), (380, "1.0e-3")]:
+            msg = f"The covariance has numerical rank {rank}: a factor of {ratio}."
+            warnings.warn(msg, RankDeficiencyWarning, stacklevel=1)
+        warnings.warn("another cause", RankDeficiencyWarning, stacklevel=1)
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        kept = _raise_once(caught, "[mean] grid")
+    assert len(kept) == 4  # the record keeps every distinct message
+    assert sorted(str(w.message) for w in shown) == [
+        "[mean] grid: RankDeficiencyWarning: The covariance has numerical rank "
+        "380: a factor of 1.0e-3. (and 2 similar)",
+        "[mean] grid: RankDeficiencyWarning: another cause",
+    ]

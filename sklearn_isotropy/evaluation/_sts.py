@@ -8,6 +8,7 @@ line) turn into a table, Markdown, JSON and figures.
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -392,6 +393,8 @@ class STSEvaluation:
         return METHODS[method].format_label(params) if runs else method
 
 
+_NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+
 #: warnings Python hides by default (they concern the code, not the run):
 #: not recorded with a method's result
 _HIDDEN_BY_DEFAULT = (
@@ -432,8 +435,15 @@ def _raise_once(caught, where):
         The distinct messages, sorted.
     """
     messages = sorted({(w.category.__name__, str(w.message)) for w in caught})
+    # the folds of a grid search repeat one warning with their own figures
+    # (a rank, a ratio): show the first of each such family, and how many
+    families = {}
     for category, message in messages:
-        warn(f"{where}: {category}: {' '.join(message.split())}", EvaluationWarning)
+        text = " ".join(message.split())
+        families.setdefault((category, _NUMBER.sub("#", text)), []).append(text)
+    for (category, _), texts in families.items():
+        more = f" (and {len(texts) - 1} similar)" if len(texts) > 1 else ""
+        warn(f"{where}: {category}: {texts[0]}{more}", EvaluationWarning)
     return [message for _, message in messages]
 
 
