@@ -477,24 +477,29 @@ class _CLIError(Exception):
     """An error reported as one line with exit status 1."""
 
 
-class _StderrHandler(logging.StreamHandler):
-    """The command line's handler on the package's logger (one per process)."""
-
-
-def _log_to_stderr(level: int) -> None:
-    """Show the package's log lines at ``level`` on stderr, nothing else's.
+@contextlib.contextmanager
+def _package_log_on_stderr(level: int):
+    """Show the package's log lines at ``level`` on stderr for the block.
 
     Only the ``sklearn_isotropy`` logger gets a handler: INFO lines of other
-    libraries (e.g. matplotlib building its font cache) stay hidden, and the
-    root logger is left as the caller configured it.
+    libraries (e.g. matplotlib building its font cache) stay hidden. The
+    package's lines do not also propagate to a root handler the caller set
+    up (they would show twice), and the logger is restored on the way out,
+    so that repeated calls of :func:`main` leave nothing behind.
     """
     package = logging.getLogger("sklearn_isotropy")
-    for handler in [h for h in package.handlers if isinstance(h, _StderrHandler)]:
-        package.removeHandler(handler)
-    handler = _StderrHandler(sys.stderr)
+    saved = package.level, package.propagate
+    handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
     package.addHandler(handler)
     package.setLevel(level)
+    package.propagate = False
+    try:
+        yield
+    finally:
+        package.removeHandler(handler)
+        package.setLevel(saved[0])
+        package.propagate = saved[1]
 
 
 def main(argv=None):
@@ -523,15 +528,15 @@ def main(argv=None):
 
     parser = build_parser()
     args = parser.parse_args(argv)
-    _log_to_stderr(logging.WARNING if args.quiet else logging.INFO)
     if args.task == "sts" and args.fit_on not in (None, "target", "train"):
         parser.error(
             f"--fit-on {args.fit_on} is for --task retrieval; use target or train"
         )
     if args.task == "retrieval" and args.fit_on == "target":
         parser.error("--fit-on target is for --task sts; use train or corpus")
+    level = logging.WARNING if args.quiet else logging.INFO
     try:
-        with _one_line_warnings():
+        with _package_log_on_stderr(level), _one_line_warnings():
             return _TASK_RUNNERS[args.task](args)
     except (EvaluationError, _CLIError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

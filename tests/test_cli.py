@@ -503,23 +503,31 @@ def test_format_choices_come_from_the_loader():
 
 
 def test_only_the_package_logs_reach_stderr(capsys):
-    # e.g. matplotlib's "generated new fontManager" must not clutter a run
+    # e.g. matplotlib's "generated new fontManager" must not clutter a run,
+    # a root handler set up by the caller must not print the lines twice,
+    # and nothing is left attached afterwards
     import logging
 
-    from sklearn_isotropy.cli import _log_to_stderr
+    from sklearn_isotropy.cli import _package_log_on_stderr
 
     package = logging.getLogger("sklearn_isotropy")
-    level, propagate = package.level, package.propagate
+    before = list(package.handlers), package.level, package.propagate
+    root_lines = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            root_lines.append(record.getMessage())
+
+    root = logging.getLogger()
+    collect = Collect(level=logging.DEBUG)
+    root.addHandler(collect)
     try:
-        package.propagate = False  # only the command line's handler
-        _log_to_stderr(logging.INFO)
-        _log_to_stderr(logging.INFO)  # a second run adds no second handler
-        logging.getLogger("sklearn_isotropy.text").info("loaded the encoder")
-        logging.getLogger("matplotlib.font_manager").info("generated new fontManager")
+        with _package_log_on_stderr(logging.INFO):
+            logging.getLogger("sklearn_isotropy.text").info("loaded the encoder")
+            logging.getLogger("matplotlib.font_manager").warning("font cache")
+            logging.getLogger("matplotlib.font_manager").info("new fontManager")
     finally:
-        for handler in package.handlers[:]:
-            if type(handler).__name__ == "_StderrHandler":
-                package.removeHandler(handler)
-        package.setLevel(level)
-        package.propagate = propagate
+        root.removeHandler(collect)
     assert capsys.readouterr().err == "sklearn_isotropy.text: loaded the encoder\n"
+    assert root_lines == ["font cache"]  # other libraries go where they went
+    assert (list(package.handlers), package.level, package.propagate) == before

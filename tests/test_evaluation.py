@@ -169,12 +169,16 @@ def test_a_warning_repeated_with_other_figures_is_shown_once():
             msg = f"The covariance has numerical rank {rank}: a factor of {ratio}."
             warnings.warn(msg, RankDeficiencyWarning, stacklevel=1)
         warnings.warn("another cause", RankDeficiencyWarning, stacklevel=1)
+        for dtype in ("float32", "float64"):  # names, not figures: both shown
+            warnings.warn(f"{dtype} overflow", RankDeficiencyWarning, stacklevel=1)
     with warnings.catch_warnings(record=True) as shown:
         warnings.simplefilter("always")
         kept = _raise_once(caught, "[mean] grid")
-    assert len(kept) == 4  # the record keeps every distinct message
-    assert sorted(str(w.message) for w in shown) == [
+    assert len(kept) == 6  # the record keeps every distinct message
+    assert [str(w.message) for w in shown] == [
         "[mean] grid: RankDeficiencyWarning: The covariance has numerical rank "
-        "380: a factor of 1.0e-3. (and 2 similar)",
+        "381: a factor of 7.7e+62. (and 2 similar)",  # the first one raised
         "[mean] grid: RankDeficiencyWarning: another cause",
+        "[mean] grid: RankDeficiencyWarning: float32 overflow",
+        "[mean] grid: RankDeficiencyWarning: float64 overflow",
     ]

@@ -299,6 +299,9 @@ def test_transform_rejects_non_finite_in_every_column_and_row(
     # entry must be caught in the first, a middle and the last block, and in a
     # constant column, whose row of the whitening matrix is (numerically) zero
     monkeypatch.setattr(sklearn_isotropy.linear._base, "_FINISH_BLOCK_BYTES", 512)
+    monkeypatch.setattr(
+        sklearn_isotropy.linear._whitening, "_TRANSFORM_BLOCK_BYTES", 512
+    )
     X = make_cone(3000, 6).astype(dtype)
     X = np.column_stack([X, np.full(len(X), 7.0, dtype=dtype)])
     with pytest.warns(RankDeficiencyWarning):
@@ -311,11 +314,22 @@ def test_transform_rejects_non_finite_in_every_column_and_row(
             est.transform(bad_X)
 
 
-def test_transform_equals_centred_product_blockwise(make_cone):
-    # the output is finished in blocks; compare every row with an independent
-    # float64 (X - mean) @ W, on more rows than one block holds
+def test_transform_equals_centred_product_blockwise(make_cone, monkeypatch):
+    # the rows are centred and multiplied in blocks; compare every row with an
+    # independent float64 (X - mean) @ W, on blocks of 37 rows (the last one
+    # shorter) and on the default blocks
     X = make_cone(5000, 40)
     est = WhiteningTransformer().fit(X)
+    expected = (X - X.mean(axis=0)) @ est.whitening_
+    with monkeypatch.context() as patch:
+        patch.setattr(
+            sklearn_isotropy.linear._whitening, "_TRANSFORM_BLOCK_BYTES", 37 * 40 * 8
+        )
+        np.testing.assert_allclose(est.transform(X), expected, rtol=1e-9, atol=1e-9)
+        huge = X.astype(np.float32)
+        huge[-1] *= np.float32(1e37)  # finite, but overflows in the last block
+        with pytest.raises(ValueError, match="overflowed float32"):
+            est.transform(huge)
     expected = (X - X.mean(axis=0)) @ est.whitening_
     np.testing.assert_allclose(est.transform(X), expected, rtol=1e-9, atol=1e-9)
     Z32 = est.transform(X.astype(np.float32))
@@ -546,7 +560,7 @@ def test_feature_scales_far_apart_give_advice_that_helps():
     message = str(record[0].message)
     assert "rank 1 < n_features = 8" in message
     assert "too few samples" not in message
-    assert "Standardise the features first" in message
+    assert "standardise the features first" in message
     assert "shrinkage does not help" in message
     assert est.rank_ == 1
     # the advice works: standardised first, all 8 directions are kept

@@ -393,7 +393,8 @@ class STSEvaluation:
         return METHODS[method].format_label(params) if runs else method
 
 
-_NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+# a figure in a message (not digits inside a name such as float32)
+_NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 
 #: warnings Python hides by default (they concern the code, not the run):
 #: not recorded with a method's result
@@ -424,10 +425,12 @@ def _raise_once(caught, where):
     """Record the distinct warnings a method raised; raise each one again, once.
 
     The method ran under ``catch_warnings(record=True)`` so that its warnings
-    are kept with its result; each distinct (class, message) is raised once
-    more, as an :class:`~sklearn_isotropy.exceptions.EvaluationWarning` that
-    says ``where`` it came from, so that it is seen during the run (a grid
-    search repeats the same warning for every fold: it is shown once).
+    are kept with its result; each distinct (class, message) is raised again
+    as an :class:`~sklearn_isotropy.exceptions.EvaluationWarning` that says
+    ``where`` it came from, so that it is seen during the run. A grid search
+    repeats a warning for every fold, sometimes with the fold's own figures:
+    messages equal up to their numbers are shown once, the first one raised,
+    with how many others there were.
 
     Returns
     -------
@@ -437,10 +440,12 @@ def _raise_once(caught, where):
     messages = sorted({(w.category.__name__, str(w.message)) for w in caught})
     # the folds of a grid search repeat one warning with their own figures
     # (a rank, a ratio): show the first of each such family, and how many
-    families = {}
-    for category, message in messages:
-        text = " ".join(message.split())
-        families.setdefault((category, _NUMBER.sub("#", text)), []).append(text)
+    families = {}  # in the order they were first raised
+    for w in caught:
+        category, text = w.category.__name__, " ".join(str(w.message).split())
+        texts = families.setdefault((category, _NUMBER.sub("#", text)), [])
+        if text not in texts:
+            texts.append(text)
     for (category, _), texts in families.items():
         more = f" (and {len(texts) - 1} similar)" if len(texts) > 1 else ""
         warn(f"{where}: {category}: {texts[0]}{more}", EvaluationWarning)

@@ -285,8 +285,8 @@ class _StreamingMomentsMixin(
 def _finish_checked(estimator, X, out, finish, block_rows=None) -> None:
     """Fill ``out`` block of rows by block, then make sure it is finite.
 
-    ``finish(rows)`` computes ``out[rows]`` (the last, elementwise step of a
-    transform). ``X`` was validated without the finite check: every
+    ``finish(rows)`` computes ``out[rows]`` (the last step of a transform,
+    or all of it). ``X`` was validated without the finite check: every
     transform here is a product or an elementwise map, so a NaN or an
     infinity in a row of ``X`` makes its row of ``out`` non-finite (``NaN *
     w`` is NaN, ``inf * 0`` is NaN). Checking the output catches non-finite
@@ -495,9 +495,11 @@ def _rank_deficiency_reason(moments: MomentAccumulator, rank: int) -> tuple[str,
             f"the feature variances span a factor of {spread:.1e}, so the "
             "directions of the small-scale features fall below float64 "
             "round-off next to the large ones",
-            "Standardise the features first, e.g. make_pipeline("
-            "StandardNormalizer(), WhiteningTransformer()), which keeps them; "
-            "shrinkage does not help here",
+            "If the small-scale features carry signal, standardise the "
+            "features first, e.g. make_pipeline(StandardNormalizer(), "
+            "WhiteningTransformer()), which keeps them; if they are numerical "
+            "noise (as the near-zero dimensions of some encoders are), losing "
+            "their directions is harmless. Shrinkage does not help here",
         )
     if rank >= n - 1 and n - 1 < d:
         return (

@@ -292,7 +292,7 @@ class WhiteningTransformer(_StreamingMomentsMixin):
             raise ValueError(
                 f"method='cholesky' needs a full-rank covariance, but its "
                 f"numerical rank is {rank} < n_features = {d} ({cause}). "
-                f"{todo}, or use method='pca'."
+                f"{todo}. Or use method='pca', which keeps the {rank} directions."
             )
         k = self._select_n_components(
             params["n_components"], evals, rank, d, total, moments
