@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import os
 from pathlib import Path
 
@@ -28,3 +29,15 @@ def stsb_dir(required: bool = True):
         f"STS-B not found at {local}; set SKLEARN_ISOTROPY_STSB to the "
         "directory holding train.csv, dev.csv and test.csv"
     )
+
+
+def load_sentences(n):
+    """The first ``n`` distinct sentences of STS-B's train split, in file order."""
+    seen = {}
+    with open(stsb_dir() / "train.csv", newline="", encoding="utf-8") as fh:
+        for row in csv.reader(fh):
+            for text in row[:2]:
+                seen.setdefault(text, None)
+                if len(seen) == n:
+                    return list(seen)
+    return list(seen)

@@ -25,7 +25,6 @@ STS-B is read from ``<repo>/../shared/data/stsb`` or the directory in
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import platform
 import statistics
@@ -37,22 +36,11 @@ import warnings
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from _stsb import REPO, stsb_dir  # noqa: E402  (sibling module)
+from _stsb import REPO, load_sentences  # noqa: E402  (sibling module)
 
 sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
-
-
-def load_sentences(n):
-    seen = {}
-    with open(stsb_dir() / "train.csv", newline="", encoding="utf-8") as fh:
-        for row in csv.reader(fh):
-            for text in row[:2]:
-                seen.setdefault(text, None)
-                if len(seen) == n:
-                    return list(seen)
-    return list(seen)
 
 
 def timed(fn):

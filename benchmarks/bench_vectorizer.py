@@ -25,7 +25,6 @@ directory in the ``SKLEARN_ISOTROPY_STSB`` environment variable.
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import platform
 import sys
@@ -34,22 +33,11 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from _stsb import REPO, stsb_dir  # noqa: E402  (sibling module)
+from _stsb import REPO, load_sentences  # noqa: E402  (sibling module)
 
 sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
-
-
-def load_sentences(n):
-    seen = {}
-    with open(stsb_dir() / "train.csv", newline="", encoding="utf-8") as fh:
-        for row in csv.reader(fh):
-            for text in row[:2]:
-                seen.setdefault(text, None)
-                if len(seen) == n:
-                    return list(seen)
-    return list(seen)
 
 
 def main():
