@@ -113,6 +113,16 @@ class Method:
 METHODS: dict[str, Method] = {}
 
 
+def check_new_name(name, registry, kind):
+    """Raise unless ``name`` can name a new entry of ``registry`` (a CLI choice)."""
+    if not isinstance(name, str) or not name or "," in name:
+        raise ValueError(
+            f"A method name must be a non-empty str without commas; got {name!r}."
+        )
+    if name in registry:
+        raise ValueError(f"The {kind} {name!r} is already registered.")
+
+
 def register_method(name, *, label=None, help="", needs_dev=False):
     """Decorator that adds ``build`` to :data:`METHODS` under ``name``.
 
@@ -144,12 +154,7 @@ def register_method(name, *, label=None, help="", needs_dev=False):
     True
     >>> del METHODS["l2"]  # keep the registry as it was
     """
-    if not isinstance(name, str) or not name or "," in name:
-        raise ValueError(
-            f"A method name must be a non-empty str without commas; got {name!r}."
-        )
-    if name in METHODS:
-        raise ValueError(f"The evaluation method {name!r} is already registered.")
+    check_new_name(name, METHODS, "evaluation method")
 
     def decorator(build):
         METHODS[name] = Method(name, label or name, help, build, needs_dev)

@@ -18,6 +18,7 @@ import numpy as np
 
 from .._utils import import_optional
 from ..metrics import DEFAULT_RETRIEVAL_METRICS
+from ._methods import check_new_name
 
 __all__ = [
     "DEFAULT_DIMENSIONS",
@@ -178,12 +179,7 @@ def register_retrieval_method(
     True
     >>> del RETRIEVAL_METHODS["projection"]  # keep the registry as it was
     """
-    if not isinstance(name, str) or not name or "," in name:
-        raise ValueError(
-            f"A method name must be a non-empty str without commas; got {name!r}."
-        )
-    if name in RETRIEVAL_METHODS:
-        raise ValueError(f"The retrieval method {name!r} is already registered.")
+    check_new_name(name, RETRIEVAL_METHODS, "retrieval method")
 
     def decorator(build):
         RETRIEVAL_METHODS[name] = RetrievalMethod(
