@@ -10,8 +10,9 @@ Prints, in one run on the same data:
 * how far float32 fits (ours and PCA's) are from a float64 fit, on the
   benchmark rows and on any ``--embeddings`` files;
 * transform time against a bare float32 matmul;
-* the steps of that fit timed alone (conversion, products, eigendecomposition
-  on one and two threads);
+* the steps of that fit timed alone (the statistics with the rows split
+  between threads and without, the conversion alone, the products,
+  the eigendecomposition on one and two threads);
 * fit time and peak traced memory on wide data, 10 rows of 4,000 and of
   20,000 features (the dual form), next to the ``d x d`` (primal) fit of
   the 4,000-wide rows;
@@ -216,7 +217,8 @@ def bench_breakdown(args):
     """Where a fit's time goes: its steps timed alone, round-robin."""
     from threadpoolctl import ThreadpoolController
 
-    from sklearn_isotropy.linear import _moments
+    from sklearn_isotropy import MomentAccumulator
+    from sklearn_isotropy.linear import _moments, _threads
 
     n, d = args.n_samples, args.n_features
     X = embeddings(n, d)
@@ -232,6 +234,13 @@ def bench_breakdown(args):
         for lo in range(0, n, step):
             rows = X[lo : lo + step]
             _moments._centre_block(buf[: len(rows)], rows, shift, 0, sums)
+
+    def statistics(split):
+        _threads.SPLIT_LARGE_PRODUCTS = split
+        try:
+            MomentAccumulator(d, fourth_moments=False).update(X)
+        finally:
+            _threads.SPLIT_LARGE_PRODUCTS = True
 
     def blocks64():
         S = np.zeros((d, d))
@@ -252,6 +261,10 @@ def bench_breakdown(args):
             "fit WhiteningTransformer": lambda: WhiteningTransformer().fit(X),
             "float64 X.T @ X alone": lambda: X64.T @ X64,
             "float64 X.T @ X in blocks": blocks64,
+            f"statistics, rows split ({_threads.row_workers(n, d)} thr.)": (
+                lambda: statistics(True)
+            ),
+            "statistics, rows not split": lambda: statistics(False),
             "convert + centre + sums": convert,
             f"eigh {d} x {d}, 1 thread": lambda: eigh(1),
             f"eigh {d} x {d}, 2 threads": lambda: eigh(2),
@@ -259,7 +272,7 @@ def bench_breakdown(args):
         args.repeat,
     )
     for name, ts in t.items():
-        print(f"{name:28s} {ts.min():8.3f} s {np.median(ts):8.3f} s")
+        print(f"{name:31s} {ts.min():8.3f} s {np.median(ts):8.3f} s")
 
 
 def accuracy(X, label):

@@ -305,3 +305,83 @@ def test_legacy_state_loads_into_the_new_layout(make_cone):
     _assert_same(acc, ref)
     assert acc.fourth_moments and acc.representation == "scatter"
     _assert_same(acc.merge(ref), MomentAccumulator(6).update(np.vstack([X, X])))
+
+
+# --------------------------------------------------- rows split by threads
+@pytest.fixture
+def split_rows(monkeypatch):
+    """Split every full-kind batch between 3 threads, in blocks of 64 rows.
+
+    Returns the list of thread idents that ran a share, filled as batches
+    are accumulated.
+    """
+    import threading
+
+    from sklearn_isotropy.linear import _moments, _threads
+
+    ran = []
+    original = _moments._accumulate_rows
+
+    def spy(*args):
+        ran.append(threading.get_ident())
+        return original(*args)
+
+    monkeypatch.setattr(_threads, "row_workers", lambda n, d: 3 if n >= 3 else 1)
+    monkeypatch.setattr(_moments, "_accumulate_rows", spy)
+    monkeypatch.setattr(_moments, "_BLOCK_ELEMENTS", 64 * 3 * 12)
+    return ran
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_rows_split_between_threads_are_exact(weighted, split_rows, make_cone):
+    X = make_cone(1000, 12, seed=21, offset=50.0, dtype=np.float32)
+    w = np.random.default_rng(21).uniform(0.0, 3.0, len(X)) if weighted else None
+    acc = MomentAccumulator(12).update(X, w)
+    assert len(split_rows) == 3 and len(set(split_rows)) >= 2
+    mean, scatter = _two_pass(X, w)
+    np.testing.assert_allclose(acc.mean, mean, rtol=1e-13)
+    np.testing.assert_allclose(acc.scatter, scatter, rtol=1e-10)
+    Y = X.astype(np.float64) - mean
+    sq = np.sum(Y**2, axis=1)
+    wt = np.ones(len(X)) if w is None else w
+    np.testing.assert_allclose(acc.norm4, np.sum(wt * sq**2), rtol=1e-10)
+    np.testing.assert_allclose(acc.norm3, (wt * sq) @ Y, rtol=1e-8, atol=1e-6)
+    # the shares are added in a fixed order: the same rows, the same bits
+    again = MomentAccumulator(12).update(X, w)
+    np.testing.assert_array_equal(again.scatter, acc.scatter)
+    np.testing.assert_array_equal(again.norm3, acc.norm3)
+
+
+def test_rows_split_between_threads_stream_and_report_bad_input(split_rows, make_cone):
+    import warnings
+
+    from sklearn_isotropy import WhiteningTransformer
+
+    X = make_cone(2000, 12, seed=22, offset=5.0)
+    est = WhiteningTransformer()
+    for chunk in np.array_split(X, 4):  # about the running mean, split
+        est.partial_fit(chunk)
+    ref = WhiteningTransformer().fit(X)
+    np.testing.assert_allclose(est.moments_.scatter, _two_pass(X)[1], rtol=1e-10)
+    np.testing.assert_allclose(est.whitening_, ref.whitening_, rtol=1e-8, atol=1e-10)
+    before = est.moments_.scatter.copy()
+    bad = X[:600].copy()
+    bad[0, 3] = np.inf  # the provisional centre is infinite: inf - inf in a worker
+    bad[500, 1] = np.nan
+    with warnings.catch_warnings():
+        # a worker thread runs in the caller's np.errstate: no RuntimeWarning
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="Input X contains (infinity|NaN)"):
+            est.partial_fit(bad)
+        with pytest.raises(ValueError, match="Input X contains (infinity|NaN)"):
+            WhiteningTransformer().fit(bad)
+    np.testing.assert_array_equal(est.moments_.scatter, before)
+    # finite rows whose squares overflow, in a worker's share: the workers run
+    # in the caller's np.errstate, so the overflow is reported as one error
+    huge = X[:600].copy()
+    huge[500] = 1e300
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="overflow"):
+            est.partial_fit(huge)
+    np.testing.assert_array_equal(est.moments_.scatter, before)

@@ -769,3 +769,69 @@ def test_float32_transform_centres_before_the_product(make_cone):
     # one row at a time (another product kernel) is as accurate
     rows = np.vstack([est.transform(X[i : i + 1]) for i in range(600)])
     assert np.abs(rows - expected[:600]).max() < 1e-4
+
+
+def test_large_products_are_split_by_rows_between_blas_threads():
+    from threadpoolctl import threadpool_limits
+
+    from sklearn_isotropy.linear import _threads
+
+    large = _threads.SMALL_PRODUCT_MAX_FLOPS // 768**2 + 4096  # rows of 768
+    with threadpool_limits(2, user_api="blas"):
+        threads = _blas_threads()
+        assert _threads.row_workers(large, 768) == threads
+        assert _threads.row_workers(1000, 768) == 1  # a small product
+        assert _threads.row_workers(10**6, 4096) == 1  # too wide to copy d x d
+    with threadpool_limits(1, user_api="blas"):  # the caller's limit holds
+        assert _threads.row_workers(large, 768) == 1
+
+
+def _policy_blas_threads():
+    """Threads of the BLAS libraries with one process-wide thread count.
+
+    A BLAS built on OpenMP (faiss brings one) has per-thread limits, which
+    cannot leak from one thread into another; it is ignored here.
+    """
+    from sklearn_isotropy.linear import _threads
+
+    blas = _threads._controller().select(user_api="blas").lib_controllers
+    shared = [lib for lib in blas if getattr(lib, "threading_layer", "") != "openmp"]
+    return max(lib.num_threads for lib in shared)
+
+
+def test_interleaved_blas_limits_restore_the_original_thread_count():
+    # two fits in two threads: A limits, B limits, A leaves, B leaves. Nested
+    # limiters that each restored what they saw on entry would leave BLAS on
+    # one thread for good (B saw one thread); one shared limit, set by the
+    # first to enter and lifted by the last to leave, holds until B leaves
+    import threading
+
+    from sklearn_isotropy.linear import _threads
+
+    original = _policy_blas_threads()
+    if original < 2:
+        pytest.skip("BLAS runs on one thread here: no limit to restore")
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+
+    def a():
+        with _threads.one_blas_thread():
+            a_in.set()
+            b_in.wait(10)
+        a_out.set()
+
+    seen = {}
+
+    def b():
+        a_in.wait(10)
+        with _threads.one_blas_thread():
+            b_in.set()
+            a_out.wait(10)
+            seen["b, after a left"] = _policy_blas_threads()
+
+    threads = [threading.Thread(target=a), threading.Thread(target=b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert seen == {"b, after a left": 1}
+    assert _policy_blas_threads() == original
