@@ -118,6 +118,13 @@ class MomentAccumulator:
     (an entry below ``1e-308`` rounds to zero there; the estimators work in
     the scaled units).
 
+    A large batch (above ``2**32`` multiply-adds, rows up to 2,048 wide) is
+    split by rows between as many threads as BLAS may use, each converting
+    and multiplying its share on one BLAS thread, and the shares are added in
+    a fixed order: the same rows give the same bits on the same machine. A
+    different thread count (e.g. under ``threadpoolctl.threadpool_limits``)
+    changes the result only by float64 round-off.
+
     Examples
     --------
     >>> import numpy as np
