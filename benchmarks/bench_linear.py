@@ -261,7 +261,7 @@ def bench_breakdown(args):
             "fit WhiteningTransformer": lambda: WhiteningTransformer().fit(X),
             "float64 X.T @ X alone": lambda: X64.T @ X64,
             "float64 X.T @ X in blocks": blocks64,
-            f"statistics, rows split ({_threads.row_workers(n, d)} thr.)": (
+            f"statistics, rows split ({_threads.row_shares(n, d)} shares)": (
                 lambda: statistics(True)
             ),
             "statistics, rows not split": lambda: statistics(False),
@@ -272,7 +272,7 @@ def bench_breakdown(args):
         args.repeat,
     )
     for name, ts in t.items():
-        print(f"{name:31s} {ts.min():8.3f} s {np.median(ts):8.3f} s")
+        print(f"{name:33s} {ts.min():8.3f} s {np.median(ts):8.3f} s")
 
 
 def accuracy(X, label):

@@ -325,7 +325,8 @@ def split_rows(monkeypatch):
         ran.append(threading.get_ident())
         return original(*args)
 
-    monkeypatch.setattr(_threads, "row_workers", lambda n, d: 3 if n >= 3 else 1)
+    monkeypatch.setattr(_threads, "row_shares", lambda n, d: 3 if n >= 3 else 1)
+    monkeypatch.setattr(_threads, "share_threads", lambda k: k)  # all at once
     monkeypatch.setattr(_moments, "_accumulate_rows", spy)
     monkeypatch.setattr(_moments, "_BLOCK_ELEMENTS", 64 * 3 * 12)
     return ran
@@ -346,10 +347,17 @@ def test_rows_split_between_threads_are_exact(weighted, split_rows, make_cone):
     wt = np.ones(len(X)) if w is None else w
     np.testing.assert_allclose(acc.norm4, np.sum(wt * sq**2), rtol=1e-10)
     np.testing.assert_allclose(acc.norm3, (wt * sq) @ Y, rtol=1e-8, atol=1e-6)
-    # the shares are added in a fixed order: the same rows, the same bits
-    again = MomentAccumulator(12).update(X, w)
-    np.testing.assert_array_equal(again.scatter, acc.scatter)
-    np.testing.assert_array_equal(again.norm3, acc.norm3)
+    # the shares are added in a fixed order: the same rows give the same bits
+    # whether they run at once or one after the other in the caller (as
+    # under threadpool_limits(1))
+    from sklearn_isotropy.linear import _threads
+
+    _threads.share_threads = lambda k: 1
+    serial = MomentAccumulator(12).update(X, w)
+    assert split_rows[3:] == [threading.get_ident()] * 3
+    np.testing.assert_array_equal(serial.scatter, acc.scatter)
+    np.testing.assert_array_equal(serial.norm3, acc.norm3)
+    np.testing.assert_array_equal(serial.mean, acc.mean)
 
 
 def test_rows_split_between_threads_stream_and_report_bad_input(split_rows, make_cone):
@@ -357,17 +365,21 @@ def test_rows_split_between_threads_stream_and_report_bad_input(split_rows, make
 
     from sklearn_isotropy import WhiteningTransformer
 
-    X = make_cone(2000, 12, seed=22, offset=5.0)
+    X = make_cone(24_000, 12, seed=22, offset=5.0)
     est = WhiteningTransformer()
     for chunk in np.array_split(X, 4):  # about the running mean, split
         est.partial_fit(chunk)
+    assert len(split_rows) == 4 * 3
     ref = WhiteningTransformer().fit(X)
     np.testing.assert_allclose(est.moments_.scatter, _two_pass(X)[1], rtol=1e-10)
     np.testing.assert_allclose(est.whitening_, ref.whitening_, rtol=1e-8, atol=1e-10)
     before = est.moments_.scatter.copy()
-    bad = X[:600].copy()
-    bad[0, 3] = np.inf  # the provisional centre is infinite: inf - inf in a worker
-    bad[500, 1] = np.nan
+    # batches above 2**16 entries are checked for NaN/inf on their statistics
+    # only, so these rows reach the shares
+    bad = X[:6000].copy()
+    bad[0, 3] = np.inf  # the provisional centre is infinite: inf - inf in a share
+    bad[5000, 1] = np.nan
+    ran = len(split_rows)
     with warnings.catch_warnings():
         # a worker thread runs in the caller's np.errstate: no RuntimeWarning
         warnings.simplefilter("error")
@@ -375,13 +387,39 @@ def test_rows_split_between_threads_stream_and_report_bad_input(split_rows, make
             est.partial_fit(bad)
         with pytest.raises(ValueError, match="Input X contains (infinity|NaN)"):
             WhiteningTransformer().fit(bad)
+    assert len(split_rows) > ran  # the shares did see the bad rows
     np.testing.assert_array_equal(est.moments_.scatter, before)
     # finite rows whose squares overflow, in a worker's share: the workers run
     # in the caller's np.errstate, so the overflow is reported as one error
-    huge = X[:600].copy()
-    huge[500] = 1e300
+    huge = X[:6000].copy()
+    huge[5000] = 1e300
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with pytest.raises(ValueError, match="overflow"):
             est.partial_fit(huge)
     np.testing.assert_array_equal(est.moments_.scatter, before)
+
+
+def test_a_batch_above_the_split_threshold_is_split_and_exact(monkeypatch):
+    # the real policy end to end: 7,300 rows of 768 are above 2**32
+    # multiply-adds, so two CPUs mean two shares
+    from sklearn_isotropy.linear import _moments, _threads
+
+    monkeypatch.setattr(_threads, "_cpus", lambda: 2)
+    ran = []
+    original = _moments._accumulate_rows
+
+    def spy(X, *args):
+        ran.append(len(X))
+        return original(X, *args)
+
+    monkeypatch.setattr(_moments, "_accumulate_rows", spy)
+    rng = np.random.default_rng(31)
+    X = (rng.normal(size=(7300, 768)) * np.geomspace(3, 0.03, 768) + 2).astype(
+        np.float32
+    )
+    acc = MomentAccumulator(768, fourth_moments=False).update(X)
+    assert ran == [3650, 3650]
+    mean, scatter = _two_pass(X)
+    np.testing.assert_allclose(acc.mean, mean, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(acc.scatter, scatter, rtol=1e-10, atol=1e-10)

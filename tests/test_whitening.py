@@ -771,19 +771,55 @@ def test_float32_transform_centres_before_the_product(make_cone):
     assert np.abs(rows - expected[:600]).max() < 1e-4
 
 
-def test_large_products_are_split_by_rows_between_blas_threads():
+def test_large_products_are_split_by_rows_into_fixed_shares(monkeypatch):
     from threadpoolctl import threadpool_limits
 
     from sklearn_isotropy.linear import _threads
 
-    large = _threads.SMALL_PRODUCT_MAX_FLOPS // 768**2 + 4096  # rows of 768
-    with threadpool_limits(2, user_api="blas"):
-        threads = _blas_threads()
-        assert _threads.row_workers(large, 768) == threads
-        assert _threads.row_workers(1000, 768) == 1  # a small product
-        assert _threads.row_workers(10**6, 4096) == 1  # too wide to copy d x d
-    with threadpool_limits(1, user_api="blas"):  # the caller's limit holds
-        assert _threads.row_workers(large, 768) == 1
+    monkeypatch.setattr(_threads, "_cpus", lambda: 8)
+    large = _threads.SMALL_PRODUCT_MAX_FLOPS // 768**2 + 8192  # rows of 768
+    assert _threads.row_shares(large, 768) == 4  # at most SPLIT_MAX_SHARES
+    assert _threads.row_shares(1000, 768) == 1  # a small product
+    assert _threads.row_shares(10**6, 2048) == 2  # the d x d copies' budget
+    assert _threads.row_shares(10**6, 4096) == 1
+    monkeypatch.setattr(_threads, "_cpus", lambda: 2)
+    assert _threads.row_shares(large, 768) == 2
+    # the shares do not depend on the thread count of the moment, only how
+    # many run at once does
+    with threadpool_limits(1, user_api="blas"):
+        assert _threads.row_shares(large, 768) == 2
+        assert _threads.share_threads(2) == 1
+    monkeypatch.setattr(_threads, "SPLIT_LARGE_PRODUCTS", False)
+    assert _threads.row_shares(large, 768) == 1
+
+
+def test_a_split_fit_runs_at_interpreter_shutdown(tmp_path):
+    # a fit in a thread still running when the main thread has returned: no
+    # new thread may start then, so the shares run in the calling thread
+    import subprocess
+    import sys
+
+    script = tmp_path / "late_fit.py"
+    script.write_text(
+        "import threading, time\n"
+        "import numpy as np\n"
+        "from sklearn_isotropy import MomentAccumulator\n"
+        "from sklearn_isotropy.linear import _threads\n"
+        "_threads.row_shares = lambda n, d: 2\n"
+        "_threads.share_threads = lambda k: 2\n"
+        "X = np.random.default_rng(0).normal(size=(3000, 8))\n"
+        "def late():\n"
+        "    time.sleep(0.5)\n"
+        "    acc = MomentAccumulator(8).update(X)\n"
+        "    ok = np.allclose(acc.covariance(), np.cov(X, rowvar=False))\n"
+        "    print('ok' if ok else 'wrong')\n"
+        "threading.Thread(target=late).start()\n"
+    )
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
 
 
 def _policy_blas_threads():

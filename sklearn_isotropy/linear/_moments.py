@@ -18,7 +18,6 @@ of 20,000 features cheap.
 
 from __future__ import annotations
 
-import contextvars
 import math
 import numbers
 import threading
@@ -119,11 +118,10 @@ class MomentAccumulator:
     the scaled units).
 
     A large batch (above ``2**32`` multiply-adds, rows up to 2,048 wide) is
-    split by rows between as many threads as BLAS may use, each converting
-    and multiplying its share on one BLAS thread, and the shares are added in
-    a fixed order: the same rows give the same bits on the same machine. A
-    different thread count (e.g. under ``threadpoolctl.threadpool_limits``)
-    changes the result only by float64 round-off.
+    split by rows into one share per CPU (at most four), each converted and
+    multiplied on one BLAS thread, run at once on as many threads as BLAS
+    may use, and added in a fixed order: the same rows give the same bits on
+    the same machine, whatever the thread limits of the moment.
 
     Examples
     --------
@@ -702,12 +700,12 @@ def _work_buffer(rows: int, d: int, slot: int = 0, n_slots: int = 1) -> np.ndarr
     A fresh block costs a page fault per 4 KiB page on first write, about as
     much as converting the rows into it; a stream of ``partial_fit`` calls
     reuses the calling thread's blocks instead: ``n_slots`` of them, one per
-    row worker, of at most ``_BLOCK_ELEMENTS / n_slots`` entries (64 MiB in
+    share of a split batch, of at most ``_BLOCK_ELEMENTS / n_slots`` entries (64 MiB in
     all, kept per thread that fitted).
     """
     size = rows * d
     cap = _BLOCK_ELEMENTS // n_slots
-    bufs = getattr(_WORK, "buffers", None) or [None]
+    bufs = getattr(_WORK, "buffers", None) or []
     if len(bufs) != n_slots:
         # keep what fits the new share of the budget
         bufs = [b for b in bufs[:n_slots] if b is not None and b.size <= cap]
@@ -804,40 +802,28 @@ def _batch_statistics(X, w, sw, kind, fourth, shift):
 def _accumulate(X, w, kind, fourth, shift, e):
     """One pass: ``S``, ``s`` (and third/fourth sums) about ``shift``.
 
-    A large product is split by rows between threads (see
-    :func:`~sklearn_isotropy.linear._threads.row_workers`): each thread
-    converts and multiplies its share of the rows on one BLAS thread, and the
-    partial sums are added in a fixed order, so the result does not depend on
-    which thread finishes first.
+    A large product is split by rows into shares (see
+    :func:`~sklearn_isotropy.linear._threads.row_shares`), each converted and
+    multiplied on one BLAS thread, run at once on as many threads as BLAS may
+    use and added in a fixed order: the result depends on the rows and the
+    machine, not on how many shares ran at once or which finished first.
     """
-    from ._threads import one_blas_thread, row_workers
+    from ._threads import one_blas_thread, row_shares, share_threads
 
     n, d = X.shape
-    k = row_workers(n, d) if kind == "full" else 1
+    k = row_shares(n, d) if kind == "full" else 1
     if k == 1:
         step = _block_rows(n, d)
         return _accumulate_rows(X, w, kind, fourth, shift, e, _work_buffer(step, d))
     bounds = [n * i // k for i in range(k + 1)]
-    parts = []
+    shares = []
     for i in range(k):
-        rows = slice(bounds[i], bounds[i + 1])
-        step = _block_rows(rows.stop - rows.start, d, k)
-        buf = _work_buffer(step, d, i, k)
-        parts.append((X[rows], None if w is None else w[rows], buf))
-    # every share runs in a pool thread while the caller waits: a share run
-    # in the calling thread itself was up to 30% slower than the other on the
-    # benchmark machine, and the fit waits for the slowest. Each worker runs
-    # in a copy of the caller's context, so the caller's np.errstate holds.
-    with one_blas_thread(), ThreadPoolExecutor(k) as pool:
-        futures = [
-            pool.submit(
-                contextvars.copy_context().run,
-                _accumulate_rows,
-                *(Xi, wi, kind, fourth, shift, e, buf),
-            )
-            for Xi, wi, buf in parts
-        ]
-        results = [f.result() for f in futures]
+        lo, hi = bounds[i], bounds[i + 1]
+        buf = _work_buffer(_block_rows(hi - lo, d, k), d, i, k)
+        shares.append((X[lo:hi], None if w is None else w[lo:hi], buf))
+    threads = share_threads(k)  # read before the limit below
+    with one_blas_thread():
+        results = _run_shares(shares, threads, (kind, fourth, shift, e))
     S, s, n3, n4 = results[0]
     for Si, si, n3i, n4i in results[1:]:
         S += Si
@@ -846,6 +832,42 @@ def _accumulate(X, w, kind, fourth, shift, e):
             n3 += n3i
             n4 += n4i
     return S, s, n3, n4
+
+
+def _run_shares(shares, threads, args):
+    """``_accumulate_rows`` of every share, in order, on ``threads`` threads.
+
+    With several threads every share runs in a pool thread while the caller
+    waits: a share run in the calling thread itself was up to 30% slower
+    than the other on the benchmark machine, and the fit waits for the
+    slowest. The caller's floating-point error state is passed on (numpy
+    before 2.0 keeps it per thread). At interpreter shutdown, when no thread
+    may start, the shares left run here.
+    """
+    from ._threads import worker_blas_thread
+
+    err = np.geterr()
+
+    def run(share):
+        Xi, wi, buf = share
+        with np.errstate(**err), worker_blas_thread():
+            return _accumulate_rows(Xi, wi, *args, buf)
+
+    futures = []
+    if threads > 1:
+        pool = ThreadPoolExecutor(threads)
+        try:
+            try:
+                for share in shares:
+                    futures.append(pool.submit(run, share))
+            except RuntimeError:  # "cannot schedule new futures after shutdown"
+                pass
+            results = [f.result() for f in futures]
+        finally:
+            pool.shutdown(wait=True)
+    else:
+        results = []
+    return results + [run(share) for share in shares[len(futures) :]]
 
 
 def _accumulate_rows(X, w, kind, fourth, shift, e, buf):

@@ -21,21 +21,22 @@ limit (threadpoolctl):
 and leave larger products, which are few big calls and do scale with
 threads, to BLAS's own thread count.
 
-A large product of rows into a scatter matrix (:func:`row_workers`) is
-split differently: its rows are divided between as many Python threads as
-BLAS may use, and each converts its rows to float64 and multiplies them on
-one BLAS thread. The conversion, which BLAS cannot do, then runs on every
-core instead of one while the BLAS threads wait, and no BLAS thread spins
-between the blocks. The statistics of 100,000 x 768 float32 rows took 0.61 s
-instead of 0.72 s (the float64 ``X.T @ X`` of the rows alone: 0.58 s), and a
-whole fit on the loaded machine 1.6 s instead of 2.6 s (best times;
-``benchmarks/bench_linear.py``, ``benchmarks/bench_threads.py``, figures in
-``benchmarks/README.md``). The shares run in a fresh pool, never in the
-calling thread, whose share was up to 30% slower on that machine.
+A large product of rows into a scatter matrix is split differently
+(:func:`row_shares`): its rows are divided into one share per CPU (at most
+:data:`SPLIT_MAX_SHARES`), each converted to float64 and multiplied on one
+BLAS thread, run at once on as many Python threads as BLAS may use
+(:func:`share_threads`) and added in a fixed order. The conversion, which
+BLAS cannot do, then runs on every core instead of one while the BLAS
+threads wait, and no BLAS thread spins between the blocks. The statistics of
+100,000 x 768 float32 rows took 0.67 s instead of 0.73 s (the float64
+``X.T @ X`` of the rows alone: 0.60 s), and a whole fit on the loaded
+machine 1.6 s instead of 2.6 s (best times; ``benchmarks/bench_linear.py``,
+``benchmarks/bench_threads.py``, figures in ``benchmarks/README.md``).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from contextlib import contextmanager, nullcontext
 
@@ -49,10 +50,12 @@ SMALL_PROBLEM_MAX_SIZE = 1024
 SMALL_PRODUCT_MAX_FLOPS = 2**32
 #: whether large scatter products are split by rows between threads
 SPLIT_LARGE_PRODUCTS = True
-#: widest rows split between threads: every thread keeps its own ``d x d``
-#: matrices (two of 32 MiB at this width)
-SPLIT_MAX_FEATURES = 2048
-#: fewest rows a thread gets: below, one BLAS call on all the rows is as fast
+#: most shares a product is split into (more cores are left to BLAS itself)
+SPLIT_MAX_SHARES = 4
+#: bytes the shares' own ``d x d`` matrices (two per share) may take in all:
+#: rows up to 2,048 wide are split in two, up to 1,448 wide in four
+SPLIT_MATRIX_BYTES = 2**27
+#: fewest rows a share gets: below, one BLAS call on all the rows is as fast
 SPLIT_MIN_ROWS = 1024
 
 _CONTROLLER = None
@@ -94,27 +97,73 @@ def small_product(flops: float):
     return _limited(threads)
 
 
-def row_workers(n_rows: int, n_features: int) -> int:
-    """Threads to split the scatter product of ``n_rows`` rows between.
+def row_shares(n_rows: int, n_features: int) -> int:
+    """Shares to split the scatter product of ``n_rows`` rows into (1: none).
 
-    1 (no split) for products small enough to run on one thread anyway
-    (:data:`SMALL_PRODUCT_MAX_FLOPS`), for rows wider than
-    :data:`SPLIT_MAX_FEATURES`, when :data:`SPLIT_LARGE_PRODUCTS` is off, or
-    when BLAS is limited to one thread (e.g. by the caller's
-    ``threadpoolctl.threadpool_limits(1)``); else as many threads as BLAS
-    may use, each with at least :data:`SPLIT_MIN_ROWS` rows.
+    1 for products small enough to run on one thread anyway
+    (:data:`SMALL_PRODUCT_MAX_FLOPS`), when :data:`SPLIT_LARGE_PRODUCTS` is
+    off or the policy is (``SMALL_PROBLEM_THREADS`` None), or on one CPU;
+    else one share per CPU this process may use, at most
+    :data:`SPLIT_MAX_SHARES`, as many as :data:`SPLIT_MATRIX_BYTES` allows,
+    each of at least :data:`SPLIT_MIN_ROWS` rows. The count depends on the
+    shape and the machine only, never on the thread count of the moment, so
+    the same rows always give the same bits (:func:`share_threads` decides
+    how many shares run at once, which does not change the result).
     """
     flops = float(n_rows) * n_features * n_features
     if (
         not SPLIT_LARGE_PRODUCTS
         or SMALL_PROBLEM_THREADS is None
         or flops <= SMALL_PRODUCT_MAX_FLOPS
-        or n_features > SPLIT_MAX_FEATURES
     ):
         return 1
-    blas = _controller().select(user_api="blas").lib_controllers
-    threads = min((lib.num_threads for lib in blas), default=1)
-    return max(1, min(threads, n_rows // SPLIT_MIN_ROWS))
+    by_memory = SPLIT_MATRIX_BYTES // (16 * n_features * n_features)
+    shares = min(_cpus(), SPLIT_MAX_SHARES, by_memory, n_rows // SPLIT_MIN_ROWS)
+    return max(1, shares)
+
+
+def share_threads(shares: int) -> int:
+    """Threads to run ``shares`` shares on now: at most BLAS's thread count.
+
+    A caller's ``threadpoolctl.threadpool_limits(1)`` (or another thread
+    inside this policy's limit) makes it 1: the shares then run one after
+    the other in the calling thread, with the same result.
+    """
+    return max(1, min(shares, _shared_blas_threads()))
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def _blas_libraries():
+    """(process-wide, per-thread) BLAS controllers of the policy.
+
+    An OpenBLAS built on OpenMP (faiss brings one) keeps a thread count per
+    thread; every other BLAS has one count for the whole process.
+    """
+    libs = _controller().select(user_api="blas").lib_controllers
+    local = [lib for lib in libs if getattr(lib, "threading_layer", "") == "openmp"]
+    return [lib for lib in libs if lib not in local], local
+
+
+def _shared_blas_threads() -> int:
+    shared, _ = _blas_libraries()
+    return min((lib.num_threads for lib in shared), default=1)
+
+
+def worker_blas_thread():
+    """Context for a share's thread: per-thread BLAS counts limited to one.
+
+    The process-wide counts are limited by the caller (:func:`one_blas_thread`).
+    """
+    _, local = _blas_libraries()
+    if not local:
+        return nullcontext()
+    return _controller().limit(limits={lib.filepath: 1 for lib in local})
 
 
 def one_blas_thread():
@@ -122,28 +171,41 @@ def one_blas_thread():
     return _limited(1)
 
 
-# BLAS has one thread count per process, and fits may run in several
+# A process-wide BLAS has one thread count, and fits may run in several
 # threads at once (dask's threaded scheduler, a user's thread pool). Nested
-# limiters that each restored the count they saw on entry could leave BLAS on
+# limiters that each restored the count they saw on entry could leave it on
 # one thread for good (the second saw one thread and leaves last), so the
 # first thread to enter sets the limit and the last to leave restores it.
+# The first entrant's count holds for all (the policy only ever asks for one
+# thread). A BLAS with per-thread counts (OpenMP) is limited in the calling
+# thread alone, and restored there.
 _LOCK = threading.Lock()
 _ACTIVE = {"depth": 0, "limiter": None}
 
 
 @contextmanager
 def _limited(threads: int):
+    shared, local = _blas_libraries()
     with _LOCK:
-        if _ACTIVE["depth"] == 0:
+        if _ACTIVE["depth"] == 0 and shared:
             _take_control()
-            _ACTIVE["limiter"] = _controller().limit(limits=threads, user_api="blas")
+            _ACTIVE["limiter"] = _controller().limit(
+                limits={lib.filepath: threads for lib in shared}
+            )
         _ACTIVE["depth"] += 1
+    here = (
+        _controller().limit(limits={lib.filepath: threads for lib in local})
+        if local
+        else None
+    )
     try:
         yield
     finally:
+        if here is not None:
+            here.restore_original_limits()
         with _LOCK:
             _ACTIVE["depth"] -= 1
-            if _ACTIVE["depth"] == 0:
+            if _ACTIVE["depth"] == 0 and _ACTIVE["limiter"] is not None:
                 limiter, _ACTIVE["limiter"] = _ACTIVE["limiter"], None
                 _take_control()
                 limiter.restore_original_limits()
