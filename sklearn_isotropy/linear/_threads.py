@@ -151,8 +151,9 @@ def _blas_libraries():
 
 
 def _shared_blas_threads() -> int:
-    shared, _ = _blas_libraries()
-    return min((lib.num_threads for lib in shared), default=1)
+    """BLAS threads allowed now: the process-wide count, else this thread's."""
+    shared, local = _blas_libraries()
+    return min((lib.num_threads for lib in shared or local), default=1)
 
 
 def worker_blas_thread():
@@ -167,7 +168,7 @@ def worker_blas_thread():
 
 
 def one_blas_thread():
-    """Context in which BLAS runs on one thread (for the row workers)."""
+    """Context in which BLAS runs on one thread (around a split product)."""
     return _limited(1)
 
 
