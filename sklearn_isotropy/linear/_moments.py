@@ -658,7 +658,7 @@ def _n_positive(w, n: int) -> int:
 def _block_rows(n: int, d: int, n_slots: int = 1) -> int:
     """Rows per working block: equal blocks of at most ``_BLOCK_ELEMENTS``.
 
-    With ``n_slots`` row workers, each gets blocks of at most
+    With a batch split into ``n_slots`` shares, each gets blocks of at most
     ``_BLOCK_ELEMENTS / n_slots`` entries (the same memory in all).
     """
     cap = max(1, _BLOCK_ELEMENTS // (d * n_slots))
@@ -700,8 +700,8 @@ def _work_buffer(rows: int, d: int, slot: int = 0, n_slots: int = 1) -> np.ndarr
     A fresh block costs a page fault per 4 KiB page on first write, about as
     much as converting the rows into it; a stream of ``partial_fit`` calls
     reuses the calling thread's blocks instead: ``n_slots`` of them, one per
-    share of a split batch, of at most ``_BLOCK_ELEMENTS / n_slots`` entries (64 MiB in
-    all, kept per thread that fitted).
+    share of a split batch, of at most ``_BLOCK_ELEMENTS / n_slots`` entries
+    (64 MiB in all, kept per thread that fitted).
     """
     size = rows * d
     cap = _BLOCK_ELEMENTS // n_slots

@@ -162,9 +162,14 @@ def worker_blas_thread():
     The process-wide counts are limited by the caller (:func:`one_blas_thread`).
     """
     _, local = _blas_libraries()
-    if not local:
-        return nullcontext()
-    return _controller().limit(limits={lib.filepath: 1 for lib in local})
+    return _limit_here(local, 1) or nullcontext()
+
+
+def _limit_here(libs, threads: int):
+    """A threadpoolctl limiter of ``libs`` to ``threads`` (None if no libs)."""
+    if not libs:
+        return None
+    return _controller().limit(limits={lib.filepath: threads for lib in libs})
 
 
 def one_blas_thread():
@@ -190,15 +195,9 @@ def _limited(threads: int):
     with _LOCK:
         if _ACTIVE["depth"] == 0 and shared:
             _take_control()
-            _ACTIVE["limiter"] = _controller().limit(
-                limits={lib.filepath: threads for lib in shared}
-            )
+            _ACTIVE["limiter"] = _limit_here(shared, threads)
         _ACTIVE["depth"] += 1
-    here = (
-        _controller().limit(limits={lib.filepath: threads for lib in local})
-        if local
-        else None
-    )
+    here = _limit_here(local, threads)
     try:
         yield
     finally:
