@@ -31,6 +31,13 @@ timed round-robin for ``--repeat`` rounds (``--stream-repeat`` for the
 streaming); the script prints the best time of each and, for every ratio,
 both the ratio of best times and the median of the per-round ratios.
 
+In the fit, transform and breakdown tables every timed call starts after
+``--settle`` idle seconds (0.3 by default). OpenBLAS's worker threads spin
+for about 0.1 s after each multi-threaded call (the breakdown prints the
+CPU time they use), and a call timed in that window shares the cores with
+them: a fit right after PCA's fit paid for PCA's threads. The fit table
+also reports the fit and the floor timed back to back, with no idle time.
+
 Run: ``python benchmarks/bench_linear.py`` (``--quick`` for a small run).
 """
 
@@ -52,20 +59,47 @@ from sklearn_isotropy import WhiteningTransformer
 from sklearn_isotropy.exceptions import RankDeficiencyWarning
 
 
-def interleaved(candidates, repeat):
+def interleaved(candidates, repeat, settle=0.0, back_to_back=()):
     """Time every candidate ``repeat`` times, round-robin.
 
     Returns ``{name: array of times}``. Interleaving spreads the machine's
     slow moments over all candidates, so ratios of minima and paired ratios
     (same round) are fair even when absolute times drift between rounds.
+    Each timed call starts after ``settle`` idle seconds (untimed), so that
+    it does not share the cores with what the previous candidate left
+    running: OpenBLAS's worker threads spin for about 0.1 s after every
+    multi-threaded call (``idle_blas_spin``). The candidates named in
+    ``back_to_back`` start right after the previous one, with no pause.
     """
     times = {name: [] for name in candidates}
     for _ in range(repeat):
         for name, fn in candidates.items():
+            if settle and name not in back_to_back:
+                time.sleep(settle)
             t0 = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t0)
     return {name: np.array(t) for name, t in times.items()}
+
+
+def idle_blas_spin(wait=0.3, rows=4000, d=768):
+    """CPU seconds the process uses while idle for ``wait`` s after a product.
+
+    Measured right after a float64 ``X.T @ X`` of ``rows x d`` on BLAS's
+    default threads and on one thread: what BLAS's worker threads burn
+    waiting for more work, which a call timed in that window competes with.
+    """
+    from threadpoolctl import threadpool_limits
+
+    Y = np.random.default_rng(0).standard_normal((rows, d))
+    out = {}
+    for label, limit in (("BLAS's default threads", None), ("one BLAS thread", 1)):
+        with threadpool_limits(limit, user_api="blas"):
+            Y.T @ Y
+        c0 = time.process_time()
+        time.sleep(wait)
+        out[label] = time.process_time() - c0
+    return out
 
 
 def ratio(times, name, ref):
@@ -97,6 +131,14 @@ def main():
     parser.add_argument("--chunk", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--stream-repeat", type=int, default=3)
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=0.3,
+        help="idle seconds before each timed call of the interleaved tables "
+        "(BLAS's worker threads spin for about 0.1 s after a multi-threaded "
+        "call; 0 times the candidates back to back)",
+    )
     parser.add_argument("--quick", action="store_true", help="10x smaller sizes")
     parser.add_argument(
         "--embeddings",
@@ -139,24 +181,28 @@ def bench_fit_transform(args):
     X = embeddings(n, d)
     X64 = X.astype(np.float64)
     print(
-        f"\n== fit, {n:,} x {d}, {args.repeat} interleaved rounds "
-        "(best time; ratio of best times, median of per-round ratios) =="
+        f"\n== fit, {n:,} x {d}, {args.repeat} interleaved rounds, "
+        f"{args.settle:g} s idle before each call (best time; ratio of best "
+        "times, median of per-round ratios) =="
     )
 
     def pca():
         return PCA(whiten=True, svd_solver="covariance_eigh")
 
-    t = interleaved(
-        {
-            "ours": lambda: WhiteningTransformer().fit(X),
-            "gram64": lambda: X64.T @ X64,
-            "pca": lambda: pca().fit(X),
-            "numpy": lambda: naive_fit(X),
-            "ours64": lambda: WhiteningTransformer().fit(X64),
-            "pca64": lambda: pca().fit(X64),
-        },
-        args.repeat,
-    )
+    candidates = {
+        "ours": lambda: WhiteningTransformer().fit(X),
+        "gram64": lambda: X64.T @ X64,
+        "pca": lambda: pca().fit(X),
+        "numpy": lambda: naive_fit(X),
+        "ours64": lambda: WhiteningTransformer().fit(X64),
+        "pca64": lambda: pca().fit(X64),
+        # in the same rounds, with no pause: the fit right after PCA's
+        # float64 fit, the floor right after that fit
+        "ours, back to back": lambda: WhiteningTransformer().fit(X),
+        "gram64, back to back": lambda: X64.T @ X64,
+    }
+    pairs = ("ours, back to back", "gram64, back to back")
+    t = interleaved(candidates, args.repeat, args.settle, back_to_back=pairs)
     best, med = ratio(t, "ours", "gram64")
     print(f"fit   WhiteningTransformer   {t['ours'].min():8.3f} s")
     print(
@@ -183,6 +229,12 @@ def bench_fit_transform(args):
         f"fit on float64 input: ours {t['ours64'].min():.3f} s, PCA "
         f"{t['pca64'].min():.3f} s, ours/PCA {best:.2f}x (median {med:.2f}x)"
     )
+    best, med = ratio(t, *pairs)
+    print(
+        f"back to back (no pause; the fit right after PCA's float64 fit): fit "
+        f"{t[pairs[0]].min():.3f} s, X.T @ X {t[pairs[1]].min():.3f} s, "
+        f"ours/X.T@X {best:.2f}x (median {med:.2f}x)"
+    )
 
     ours = WhiteningTransformer().fit(X)
     sk = pca().fit(X)
@@ -200,6 +252,7 @@ def bench_fit_transform(args):
             "numpy": lambda: (X - mu32) @ W_naive,
         },
         args.repeat,
+        args.settle,
     )
     best, med = ratio(t, "ours", "bare")
     print(
@@ -254,7 +307,8 @@ def bench_breakdown(args):
 
     print(
         f"\n== where a fit of {n:,} x {d} float32 goes, {args.repeat} "
-        "interleaved rounds (best, median) =="
+        f"interleaved rounds, {args.settle:g} s idle before each call "
+        "(best, median) =="
     )
     t = interleaved(
         {
@@ -270,9 +324,15 @@ def bench_breakdown(args):
             f"eigh {d} x {d}, 2 threads": lambda: eigh(2),
         },
         args.repeat,
+        args.settle,
     )
     for name, ts in t.items():
         print(f"{name:33s} {ts.min():8.3f} s {np.median(ts):8.3f} s")
+    spins = [idle_blas_spin() for _ in range(3)]
+    print("CPU time used while idle for 0.3 s right after a float64 4,000 x 768")
+    for label in spins[0]:
+        runs = ", ".join(f"{sp[label]:.3f}" for sp in spins)
+        print(f"  X.T @ X on {label:22s} {runs} s (3 runs)")
 
 
 def accuracy(X, label):

@@ -28,8 +28,8 @@ BLAS thread, run at once on as many Python threads as BLAS may use
 (:func:`share_threads`) and added in a fixed order. The conversion, which
 BLAS cannot do, then runs on every core instead of one while the BLAS
 threads wait, and no BLAS thread spins between the blocks. The statistics of
-100,000 x 768 float32 rows took 0.67 s instead of 0.73 s (the float64
-``X.T @ X`` of the rows alone: 0.60 s), and a whole fit on the loaded
+100,000 x 768 float32 rows took 0.72 s instead of 0.87 s (the float64
+``X.T @ X`` of the rows alone: 0.72 s), and a whole fit on the loaded
 machine 1.6 s instead of 2.6 s (best times; ``benchmarks/bench_linear.py``,
 ``benchmarks/bench_threads.py``, figures in ``benchmarks/README.md``).
 """
