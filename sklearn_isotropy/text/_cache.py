@@ -134,7 +134,7 @@ def fingerprint(loaded):
     """sha256 of every weight, the config and the tokenizer of a loaded encoder.
 
     Every byte of every tensor of ``state_dict()`` is hashed (for
-    all-MiniLM-L6-v2, 91 MB in well under a second; see
+    the default encoder, 91 MB in well under a second; see
     ``benchmarks/bench_vectorizer.py``). The digest is kept on ``loaded``
     and computed again only when a tensor has changed since.
     """

