@@ -1,7 +1,7 @@
 """STS-B quality of every post-processing method, pooling and fitting protocol.
 
 Encodes all STS-B sentences (train, dev, test) with the default encoder
-(all-MiniLM-L6-v2) for the poolings ``first_last_avg``, ``mean`` and
+(the embedded MiniLM) for the poolings ``first_last_avg``, ``mean`` and
 ``embeddings_avg``, then scores raw / SN / NATSV / whitening-k / flow / grid
 on the test split with the transform fitted on the test sentences
 ("target", the papers' protocol) and on the train sentences ("train"). The
@@ -33,12 +33,12 @@ from _stsb import REPO, stsb_dir  # noqa: E402  (sibling module)
 
 sys.path.insert(0, str(REPO))
 
+from sklearn_isotropy._defaults import DEFAULT_MODEL_DESCRIPTION  # noqa: E402
 from sklearn_isotropy.datasets import get_data_home, load_sts  # noqa: E402
 from sklearn_isotropy.evaluation import (  # noqa: E402
-    GRID_K,
-    GRID_POWER,
-    MethodSettings,
-    run_method,
+    EvaluationSettings,
+    STSTask,
+    evaluate,
 )
 
 POOLINGS = ("first_last_avg", "mean", "embeddings_avg")
@@ -212,7 +212,7 @@ def main(argv=None):
     index = {s: i for i, s in enumerate(sentences)}
     print(f"{len(sentences)} distinct sentences; cache {cache}", flush=True)
 
-    settings = MethodSettings(progress=True)
+    settings = EvaluationSettings(progress=True)
     res, enc_seconds = {}, {}
     for pooling in poolings:
         E, secs, hit = _encode_cached(
@@ -227,16 +227,20 @@ def main(argv=None):
             for s, b in splits.items()
         }
         for fit_on in PROTOCOLS:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                ev = evaluate(
+                    STSTask(splits, fit_on=fit_on),
+                    methods=methods,
+                    settings=settings,
+                    embeddings={pooling: emb},
+                )
             for method in methods:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    try:
-                        _, r = run_method(
-                            method, emb, splits, fit_on=fit_on, settings=settings
-                        )
-                    except (ValueError, RuntimeError) as exc:
-                        print(f"  {method}/{fit_on}: failed: {exc}")
-                        r = {"spearman_x100": None, "params": {}, "error": str(exc)}
+                r = ev.record(method, pooling)
+                if "error" in r:
+                    print(f"  {method}/{fit_on}: failed: {r['error']}")
+                r.setdefault("spearman_x100", None)
+                r.pop("diagnostics", None)
                 res[f"{method}|{pooling}|{fit_on}"] = r
                 print(
                     f"  {pooling:15s} {fit_on:6s} {method:10s} "
@@ -247,11 +251,11 @@ def main(argv=None):
     targets = _targets(res)
     print("\n".join(targets))
     meta = {
-        "model": args.model or "all-MiniLM-L6-v2 (embedded default)",
+        "model": args.model or DEFAULT_MODEL_DESCRIPTION,
         "n_test": len(splits["test"].scores),
         "n_sentences": len(sentences),
-        "grid_k": list(GRID_K) + ["all"],
-        "grid_power": list(GRID_POWER),
+        "grid_k": list(settings.grid_k) + ["all"],
+        "grid_power": list(settings.grid_power),
         "cv": settings.cv,
         "natsv_k": settings.natsv_components,
         "whitening_k": settings.n_components,

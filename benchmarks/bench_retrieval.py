@@ -6,7 +6,7 @@ relevant sentence (second); the corpus is every distinct sentence of train,
 dev and test; a query's own sentence is never returned to it. Every
 post-processor is fitted on the train split's sentences only. For the
 poolings ``mean`` and ``embeddings_avg`` of the default encoder
-(all-MiniLM-L6-v2), the script scores raw embeddings, PCA-k, whitening-k
+(the embedded MiniLM), the script scores raw embeddings, PCA-k, whitening-k
 (power 1 and 0.5), NATSV and truncation to the first k coordinates, each as
 float32, int8 and binary codes, with exact search; and, for the raw and
 truncated embeddings, binary codes with and without centring.
@@ -37,16 +37,13 @@ from _stsb import REPO, stsb_dir  # noqa: E402  (sibling module)
 sys.path.insert(0, str(REPO))
 
 from sklearn_isotropy.evaluation import (  # noqa: E402
-    DEFAULT_QUANTIZATIONS,
-    DEFAULT_RETRIEVAL_METHODS,
-    RETRIEVAL_METHODS,
-    RetrievalSettings,
-    evaluate_retrieval,
-    format_retrieval_table,
-    load_retrieval_task,
-    register_retrieval_method,
-    score_retrieval,
-    write_retrieval_reports,
+    METHODS,
+    EvaluationSettings,
+    RetrievalTask,
+    evaluate,
+    format_table,
+    register_method,
+    write_reports,
 )
 
 START = "<!-- bench_retrieval:start -->"
@@ -54,18 +51,20 @@ END = "<!-- bench_retrieval:end -->"
 POOLINGS = ("mean", "embeddings_avg")
 HALF = "whitening-half"
 
-if HALF not in RETRIEVAL_METHODS:
+if HALF not in METHODS:
 
-    @register_retrieval_method(
+    @register_method(
         HALF,
-        label="whitening½-{k}",
+        label="whitening½-{n_components}",
         uses_k=True,
         help="whitening at power 0.5 (half way between PCA and full whitening)",
     )
-    def _build_half(k, n_features, settings):
+    def _build_half(k, n_features, settings, dev=None):
         from sklearn_isotropy import WhiteningTransformer
 
-        return WhiteningTransformer(n_components=k, power=0.5)
+        return WhiteningTransformer(n_components=k, power=0.5), {
+            "n_components": k or n_features
+        }
 
 
 def _machine():
@@ -87,8 +86,10 @@ def _load():
         return float("nan")
 
 
-def _centring_rows(task, fit_texts, E_rows, settings):
+def _centring_rows(task, embeddings, settings):
     """Binary codes with and without centring, for raw and truncated vectors."""
+    from dataclasses import replace
+
     from sklearn.preprocessing import FunctionTransformer
 
     def first(X, k):
@@ -98,17 +99,16 @@ def _centring_rows(task, fit_texts, E_rows, settings):
     for label, transformer in (
         ("raw", "passthrough"),
         ("truncate-128", FunctionTransformer(first, kw_args={"k": 128})),
-        ("PCA-128", RETRIEVAL_METHODS["pca"].build(128, None, settings)),
+        ("PCA-128", METHODS["pca"].build(128, None, settings)[0]),
     ):
-        recs = score_retrieval(
-            E_rows(task.queries),
-            E_rows(task.corpus),
-            task,
-            transformer=transformer,
-            fit_emb=E_rows(fit_texts),
-            quantizations=["float32", "binary", "binary-uncentred"],
-            settings=RetrievalSettings(
-                metrics=settings.metrics, backend=settings.backend, latency_queries=0
+        recs, _ = task.score(
+            transformer,
+            embeddings,
+            replace(
+                settings,
+                quantizations=("float32", "binary", "binary-uncentred"),
+                latency_queries=0,
+                per_query=False,
             ),
         )
         rows.append((label, {r["quantization"]: r for r in recs}))
@@ -145,7 +145,7 @@ def _paired_errors(records, metric="mrr@10"):
 
 
 def _readme_section(ev, centring, meta, figures, noise):
-    task = ev.task
+    task = ev.task.summary()
     lines = [
         START,
         "## Retrieval on STS-B (`bench_retrieval.py`)",
@@ -175,7 +175,7 @@ def _readme_section(ev, centring, meta, figures, noise):
     ]
     for pooling in ev.poolings:
         lines += [f"### `{pooling}` pooling", ""]
-        lines += [format_retrieval_table(ev, pooling, markdown=True), ""]
+        lines += [format_table(ev, pooling=pooling, markdown=True), ""]
         e = noise[pooling]
         lines += [
             f"Noise: the standard error of raw float32's MRR@10 over its {e['n']} "
@@ -273,34 +273,29 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     data = args.data or stsb_dir()
-    settings = RetrievalSettings(
+    settings = EvaluationSettings(
+        model=args.model,
+        poolings=POOLINGS,
+        cache=args.cache,
         dimensions=tuple(int(k) for k in args.dims.split(",")),
         backend=args.backend,
         latency_queries=args.latency_queries,
         per_query=True,
-    )
-    loaded = load_retrieval_task(
-        data,
-        fit_on="train",
         query_splits=tuple(args.query_splits.split(",")),
         max_pairs=args.max_pairs,
+        progress=True,
     )
-    task, fit_texts, _ = loaded
-    methods = list(DEFAULT_RETRIEVAL_METHODS)
+    task = RetrievalTask.load(data, settings, fit_on="train")
+    task.data_name = f"STS-B ({args.query_splits} pairs >= 4 as queries)"
+    methods = list(RetrievalTask.default_methods)
     methods.insert(methods.index("whitening") + 1, HALF)
     load_before = _load()
     start = time.perf_counter()
-    ev = evaluate_retrieval(
-        loaded,
-        model=args.model,
-        poolings=POOLINGS,
+    ev = evaluate(
+        task,
         methods=methods,
-        quantizations=DEFAULT_QUANTIZATIONS,
         settings=settings,
-        cache=args.cache,
-        progress=True,
         log=lambda line: print(line, file=sys.stderr, flush=True),
-        data_name=f"STS-B ({args.query_splits} pairs >= 4 as queries)",
     )
     study_seconds = (
         time.perf_counter() - start - sum(e["seconds"] for e in ev.encodings.values())
@@ -309,23 +304,19 @@ def main(argv=None):
     from sklearn_isotropy.evaluation import encode_texts
 
     centring = {}
-    texts = list(dict.fromkeys([*task.queries, *task.corpus, *fit_texts]))
+    texts = task.texts()
     where = {t: i for i, t in enumerate(texts)}
     for pooling in POOLINGS:
-        E, _ = encode_texts(texts, model=args.model, pooling=pooling, cache=args.cache)
-
-        def rows(items, E=E):
-            return E[[where[t] for t in items]]
-
-        centring[pooling] = _centring_rows(task, fit_texts, rows, settings)
+        E, _ = encode_texts(texts, settings, pooling)
+        embeddings = task.embed(lambda items, E=E: E[[where[t] for t in items]])
+        centring[pooling] = _centring_rows(task, embeddings, settings)
     load_after = _load()
-    noise = {p: _paired_errors(ev.records[p]) for p in ev.poolings}
-    for records in ev.records.values():
-        for r in records:
-            r.pop("per_query", None)
+    noise = {p: _paired_errors(ev.results(p)) for p in ev.poolings}
+    for r in ev.records:
+        r.pop("per_query", None)
 
     out = Path(args.out)
-    files, _ = write_retrieval_reports(ev, out)
+    files, _ = write_reports(ev, out)
     figures = {}
     for pooling in POOLINGS:
         src = out / f"retrieval_{pooling}.png"
@@ -335,7 +326,7 @@ def main(argv=None):
             figures[pooling] = dst
     for pooling in ev.poolings:
         print(f"\n{pooling} pooling")
-        print(format_retrieval_table(ev, pooling))
+        print(format_table(ev, pooling=pooling))
     print("\ncentring before binary quantisation (MRR@10 x100):")
     for pooling, rows_ in centring.items():
         for label, recs in rows_:
@@ -351,7 +342,7 @@ def main(argv=None):
             f"difference from raw {100 * e['min']:.2f}-{100 * e['max']:.2f} (x100)"
         )
     print(f"\nreports: {', '.join(files)}")
-    backends = sorted({r.get("backend") for rs in ev.records.values() for r in rs})
+    backends = sorted({r.get("backend") for r in ev.records} - {None})
     meta = {
         "date": time.strftime("%Y-%m-%d"),
         "machine": _machine(),

@@ -283,9 +283,9 @@ else:
 _write_if_changed(GENERATED_DIR / "anisotropy_figures.inc", _figures)
 
 
-# The command line page shows the real ``--help`` of ``sklearn-isotropy
-# evaluate``, taken from the parser at build time.
-def _cli_help() -> str | None:
+# The command line pages show the real ``--help`` of each ``sklearn-isotropy``
+# subcommand, taken from the parser at build time.
+def _cli_help(command: str) -> str | None:
     try:
         from sklearn_isotropy.cli import build_parser
     except ImportError:
@@ -296,7 +296,7 @@ def _cli_help() -> str | None:
     try:
         with contextlib.redirect_stdout(buffer):
             try:
-                build_parser().parse_args(["evaluate", "--help"])
+                build_parser().parse_args([command, "--help"])
             except SystemExit:
                 pass
     finally:
@@ -307,17 +307,18 @@ def _cli_help() -> str | None:
     return buffer.getvalue() or None
 
 
-_help = _cli_help()
-if _help:
-    _cli_inc = ".. code-block:: text\n\n" + "".join(
-        f"   {line}\n" if line.strip() else "\n" for line in _help.splitlines()
-    )
-else:
-    _cli_inc = (
-        ".. note::\n\n   The command line tool is not part of this checkout of "
-        "the package.\n"
-    )
-_write_if_changed(GENERATED_DIR / "cli_help.inc", _cli_inc)
+for _command, _name in (("evaluate", "cli_help"), ("retrieval", "cli_help_retrieval")):
+    _help = _cli_help(_command)
+    if _help:
+        _cli_inc = ".. code-block:: text\n\n" + "".join(
+            f"   {line}\n" if line.strip() else "\n" for line in _help.splitlines()
+        )
+    else:
+        _cli_inc = (
+            ".. note::\n\n   The command line tool is not part of this checkout of "
+            "the package.\n"
+        )
+    _write_if_changed(GENERATED_DIR / f"{_name}.inc", _cli_inc)
 
 # -- HTML ----------------------------------------------------------------------
 html_theme = "pydata_sphinx_theme"

@@ -101,7 +101,7 @@ class CacheWarning(IsotropyWarning):
 class EvaluationWarning(IsotropyWarning):
     """A method warned while an evaluation ran it.
 
-    :func:`~sklearn_isotropy.evaluation.evaluate_sts` records the warnings of
+    :func:`~sklearn_isotropy.evaluation.evaluate` records the warnings of
     each method with its result and raises each distinct one again, once, as
     this class, prefixed with the pooling and the method (``"[mean] grid:
     RankDeficiencyWarning: ..."``), so that they are seen while the run goes

@@ -46,7 +46,7 @@ def temporary_method():
     from sklearn_isotropy.evaluation import METHODS, register_method
 
     @register_method("l2norm", label="L2 rows", help="unit-norm rows, a test method")
-    def build(n_features, settings, dev=None):
+    def build(k, n_features, settings, dev=None):
         return Normalizer(), {}
 
     yield METHODS["l2norm"]
@@ -118,7 +118,7 @@ def test_registries_reject_duplicates():
     with pytest.raises(ValueError, match="already registered"):
         register_pooling("mean", layers=(-1,))
     with pytest.raises(ValueError, match="already registered"):
-        register_method("raw")(lambda d, s, dev=None: ("passthrough", {}))
+        register_method("raw")(lambda k, d, s, dev=None: ("passthrough", {}))
 
 
 # --------------------------------------------------------------- warnings

@@ -11,9 +11,9 @@ from sklearn.utils import Bunch
 
 from sklearn_isotropy.evaluation import (
     METHODS,
-    MethodSettings,
-    STSEvaluation,
-    evaluate_sts,
+    EvaluationSettings,
+    STSTask,
+    evaluate,
     format_table,
     to_json,
 )
@@ -57,37 +57,28 @@ def _splits(rng, n, d, offset=3.0):
 
 
 def test_json_names_the_default_model():
-    ev = STSEvaluation(
-        data="x",
-        model=None,
-        poolings=[],
-        methods=[],
-        fit_on="target",
-        settings=MethodSettings(),
+    rng = np.random.default_rng(0)
+    emb, bunch = _splits(rng, 10, 4)
+    ev = evaluate(
+        STSTask({"test": bunch}), methods=[], embeddings={"mean": {"test": emb}}
     )
     payload = json.loads(to_json(ev))
     assert payload["model"] == "sentence-transformers/all-MiniLM-L6-v2"
     assert "embedded default" in payload["model_description"]
-    ev.model = "/models/mine"
+    ev.settings.model = "/models/mine"
     assert json.loads(to_json(ev))["model"] == "/models/mine"
 
 
-def test_run_warnings_are_raised_once_with_their_origin(monkeypatch):
-    from sklearn_isotropy.evaluation import _sts
-
+def test_run_warnings_are_raised_once_with_their_origin():
     rng = np.random.default_rng(0)
     # 6 test pairs of 20 dimensions: 12 rows, whitening is rank deficient
     emb, bunch = _splits(rng, 6, 20)
-    splits = {"test": bunch}
-
-    def fake_encode(splits, **kwargs):
-        return {"test": emb}, 12, 0.0
-
-    monkeypatch.setattr(_sts, "encode_pairs", fake_encode)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        ev = evaluate_sts(
-            splits, poolings=["mean", "cls"], methods=["raw", "whitening"]
+        ev = evaluate(
+            STSTask({"test": bunch}),
+            methods=["raw", "whitening"],
+            embeddings={"mean": {"test": emb}, "cls": {"test": emb}},
         )
     ours = [w for w in caught if issubclass(w.category, EvaluationWarning)]
     # once per pooling, and each names where it came from
@@ -97,20 +88,19 @@ def test_run_warnings_are_raised_once_with_their_origin(monkeypatch):
     )
     assert str(ours[1].message).startswith("[cls] whitening: RankDeficiencyWarning")
     assert ours[0].filename == __file__  # the caller's line
-    record = ev.results[("whitening", "mean")]
+    record = ev.record("whitening", "mean")
     assert len(record["warnings"]) == 1 and "numerical rank" in record["warnings"][0]
-    assert ev.results[("raw", "mean")]["warnings"] == []
+    assert ev.record("raw", "mean")["warnings"] == []
 
 
-def test_table_blocks_per_pooling_fit_100_columns(monkeypatch):
-    from sklearn_isotropy.evaluation import _sts
-
+def test_table_blocks_per_pooling_fit_100_columns():
     rng = np.random.default_rng(1)
     emb, bunch = _splits(rng, 60, 10)
-    monkeypatch.setattr(_sts, "encode_pairs", lambda s, **k: ({"test": emb}, 120, 0.0))
     poolings = ["first_last_avg", "embeddings_avg", "last2_avg", "mean"]
-    ev = evaluate_sts(
-        {"test": bunch}, poolings=poolings, methods=["raw", "sn", "natsv"]
+    ev = evaluate(
+        STSTask({"test": bunch}),
+        methods=["raw", "sn", "natsv"],
+        embeddings={p: {"test": emb} for p in poolings},
     )
     text = format_table(ev)
     assert max(len(line) for line in text.splitlines()) <= 100
@@ -118,39 +108,29 @@ def test_table_blocks_per_pooling_fit_100_columns(monkeypatch):
         assert f"{p} pooling:" in text
     md = format_table(ev, markdown=True)
     assert md.count("### ") == len(poolings)
-    assert f"{ev.results[('sn', 'mean')]['spearman_x100']:.2f}" in md
+    assert f"{ev.record('sn', 'mean')['spearman_x100']:.2f}" in md
 
 
 def test_grid_search_shows_a_progress_bar(capfd):
-    from sklearn_isotropy.evaluation import run_method
-
     rng = np.random.default_rng(2)
     emb, bunch = _splits(rng, 40, 12)
     dev, dev_bunch = _splits(rng, 30, 12)
-    settings = MethodSettings(cv=3, progress=True)
-    _, record = run_method(
-        "grid",
-        {"test": emb, "dev": dev},
-        {"test": bunch, "dev": dev_bunch},
-        settings=settings,
-    )
+    task = STSTask({"test": bunch, "dev": dev_bunch})
+    settings = EvaluationSettings(cv=3, progress=True)
+    embeddings = {"mean": {"test": emb, "dev": dev}}
+    ev = evaluate(task, methods=["grid"], settings=settings, embeddings=embeddings)
     err = capfd.readouterr().err
-    n_fits = record["params"]["n_candidates"] * 3
+    n_fits = ev.record("grid", "mean")["params"]["n_candidates"] * 3
     assert "grid search" in err and f"{n_fits}/{n_fits}" in err
     settings.progress = False
-    run_method(
-        "grid",
-        {"test": emb, "dev": dev},
-        {"test": bunch, "dev": dev_bunch},
-        settings=settings,
-    )
+    evaluate(task, methods=["grid"], settings=settings, embeddings=embeddings)
     assert "grid search" not in capfd.readouterr().err
 
 
 def test_recorded_warnings_leave_out_those_python_hides():
     # e.g. the ImportWarning of a lazily imported module says nothing about
     # the run: it must not reach a method's record or the console
-    from sklearn_isotropy.evaluation._sts import record_warnings
+    from sklearn_isotropy._utils import record_warnings
 
     with record_warnings() as caught:
         warnings.warn("lazy import", ImportWarning, stacklevel=1)
@@ -162,7 +142,7 @@ def test_recorded_warnings_leave_out_those_python_hides():
 
 def test_a_warning_repeated_with_other_figures_is_shown_once():
     # the folds of a grid search raise one warning with their own figures
-    from sklearn_isotropy.evaluation._sts import _raise_once, record_warnings
+    from sklearn_isotropy._utils import record_warnings, reraise_once
 
     with record_warnings() as caught:
         for rank, ratio in [(381, "7.7e+62"), (381, "8.5e+62"), (380, "1.0e-3")]:
@@ -173,7 +153,7 @@ def test_a_warning_repeated_with_other_figures_is_shown_once():
             warnings.warn(f"{dtype} overflow", RankDeficiencyWarning, stacklevel=1)
     with warnings.catch_warnings(record=True) as shown:
         warnings.simplefilter("always")
-        kept = _raise_once(caught, "[mean] grid")
+        kept = reraise_once(caught, "[mean] grid", EvaluationWarning)
     assert len(kept) == 6  # the record keeps every distinct message
     assert [str(w.message) for w in shown] == [
         "[mean] grid: RankDeficiencyWarning: The covariance has numerical rank "

@@ -13,6 +13,7 @@ import itertools
 import json
 import math
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -25,16 +26,18 @@ from sklearn.model_selection import GridSearchCV, KFold
 
 from sklearn_isotropy.cli import main
 from sklearn_isotropy.evaluation import (
+    METHODS,
     QUANTIZATIONS,
-    RETRIEVAL_METHODS,
-    RetrievalSettings,
+    EvaluationSettings,
     RetrievalTask,
-    load_retrieval_task,
+    evaluate,
     register_quantization,
-    run_compression_study,
-    score_retrieval,
 )
-from sklearn_isotropy.exceptions import EvaluationError, NoRelevantDocumentWarning
+from sklearn_isotropy.exceptions import (
+    EvaluationError,
+    EvaluationWarning,
+    NoRelevantDocumentWarning,
+)
 from sklearn_isotropy.metrics import (
     PairedCosineSimilarity,
     make_retrieval_scorer,
@@ -46,6 +49,24 @@ from sklearn_isotropy.metrics import (
 )
 
 ALL = ("mrr@10", "recall@1", "recall@10", "ndcg@10")
+
+
+def score_retrieval(
+    queries, docs, task, *, fit_emb=None, quantizations=("float32",), settings=None
+):
+    """The records of ``task.score`` for the raw embeddings."""
+    settings = replace(settings or EvaluationSettings(), quantizations=quantizations)
+    embeddings = {"queries": queries, "corpus": docs}
+    if fit_emb is not None:
+        embeddings["fit"] = fit_emb
+    return task.score("passthrough", embeddings, settings)[0]
+
+
+def run_study(queries, docs, task, *, fit_emb, settings, **kwargs):
+    """The records of a retrieval evaluation of precomputed embeddings."""
+    embeddings = {"queries": queries, "corpus": docs, "fit": fit_emb}
+    ev = evaluate(task, settings=settings, embeddings={"mean": embeddings}, **kwargs)
+    return ev.records
 
 
 def _has_faiss():
@@ -315,10 +336,10 @@ def test_beir_folder(tmp_path):
         [False] * 4,
         [False, False, True, False],
     ]
-    loaded, fit_texts, fit_on = load_retrieval_task(other)
-    assert fit_on == "corpus" and fit_texts == loaded.corpus
+    loaded = RetrievalTask.load(other)
+    assert loaded.fit_on == "corpus" and loaded.fit_texts == loaded.corpus
     with pytest.raises(EvaluationError, match="no train sentences"):
-        load_retrieval_task(other, fit_on="train")
+        RetrievalTask.load(other, fit_on="train")
 
 
 @pytest.mark.parametrize(
@@ -334,12 +355,55 @@ def test_beir_folder(tmp_path):
             r"corpus.jsonl:2: duplicate _id 'd1'",
         ),
         ({"queries": [{"id": "q1", "text": "x"}]}, r"queries.jsonl:1: expected"),
+        # text that is not a string is not made into one
+        (
+            {"corpus": [{"_id": "d1", "text": None}]},
+            r"corpus.jsonl:1: 'text' must be a string; got null \(NoneType\)",
+        ),
+        (
+            {"queries": [{"_id": "q1", "text": "x"}, {"_id": "q2", "text": 0}]},
+            r"queries.jsonl:2: 'text' must be a string; got 0 \(int\)",
+        ),
+        (
+            {"corpus": [{"_id": "d1", "text": ["a", "b"]}]},
+            r"corpus.jsonl:1: 'text' must be a string; got \[\"a\", \"b\"\]",
+        ),
+        (
+            {"corpus": [{"_id": "d1", "title": 3, "text": "x"}]},
+            r"corpus.jsonl:1: 'title' must be a string; got 3 .* or leave the field",
+        ),
     ],
 )
 def test_bad_beir_folder(tmp_path, kwargs, match):
     folder = _write_beir(tmp_path / "beir", **kwargs)
     with pytest.raises(EvaluationError, match=match):
         RetrievalTask.from_beir(folder)
+
+
+def test_beir_folder_in_another_encoding_says_where_and_what_to_do(tmp_path):
+    folder = _write_beir(tmp_path / "beir")
+    lines = (folder / "corpus.jsonl").read_text(encoding="utf-8").splitlines()
+    lines[1] = json.dumps({"_id": "d2", "text": "un café crème"}, ensure_ascii=False)
+    (folder / "corpus.jsonl").write_bytes("\n".join(lines).encode("cp1252"))
+    with pytest.raises(EvaluationError) as exc:
+        RetrievalTask.from_beir(folder)
+    message = str(exc.value)
+    assert "corpus.jsonl:2: byte 0xe9 at column" in message
+    assert "load_beir reads UTF-8 text" in message
+    assert "iconv -f cp1252 -t utf-8 corpus.jsonl" in message
+    assert not isinstance(exc.value.__cause__, UnicodeDecodeError)
+
+
+def test_beir_files_with_a_byte_order_mark_are_read(tmp_path):
+    plain = RetrievalTask.from_beir(_write_beir(tmp_path / "plain"))
+    folder = _write_beir(tmp_path / "bom")
+    for name in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv"):
+        path = folder / name
+        path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    task = RetrievalTask.from_beir(folder)
+    assert task.corpus == plain.corpus and task.queries == plain.queries
+    assert task.corpus_ids == plain.corpus_ids
+    assert (task.relevance != plain.relevance).nnz == 0
 
 
 def test_beir_folder_missing_file(tmp_path):
@@ -350,7 +414,8 @@ def test_beir_folder_missing_file(tmp_path):
 
 
 def test_sts_task_and_fitting_sentences(tiny_sts_dir):
-    task, fit_texts, fit_on = load_retrieval_task(tiny_sts_dir, min_score=3.0)
+    task = RetrievalTask.load(tiny_sts_dir, EvaluationSettings(min_score=3.0))
+    fit_texts, fit_on = task.fit_texts, task.fit_on
     assert fit_on == "train"
     import csv
 
@@ -366,8 +431,8 @@ def test_sts_task_and_fitting_sentences(tiny_sts_dir):
         r[0] for r in rows["test"] if float(r[2]) >= 3.0 and r[0] != r[1]
     }
     assert set(task.queries) == expected_queries
-    _, fit_texts, fit_on = load_retrieval_task(tiny_sts_dir, fit_on="corpus")
-    assert fit_on == "corpus" and len(fit_texts) == len(every)
+    task = RetrievalTask.load(tiny_sts_dir, fit_on="corpus")
+    assert task.fit_on == "corpus" and len(task.fit_texts) == len(every)
 
 
 # -------------------------------------------------------- exact search
@@ -415,7 +480,7 @@ def test_search_equals_a_full_score_matrix(cone_task, backend, quantization):
     from sklearn_isotropy._utils import normalize_rows
 
     task, queries, docs, fit = cone_task
-    settings = RetrievalSettings(backend=backend, latency_queries=3)
+    settings = EvaluationSettings(backend=backend, latency_queries=3)
     [record] = score_retrieval(
         queries,
         docs,
@@ -473,7 +538,7 @@ def test_binary_ties_are_complete():
 
     results = []
     for backend in ["numpy"] + (["faiss"] if _has_faiss() else []):
-        settings = RetrievalSettings(backend=backend, latency_queries=0)
+        settings = EvaluationSettings(backend=backend, latency_queries=0)
         [record] = score_retrieval(
             queries,
             docs,
@@ -502,12 +567,10 @@ def test_numpy_and_faiss_give_the_same_study(cone_task):
     task, queries, docs, fit = cone_task
     runs = []
     for backend in ("numpy", "faiss"):
-        settings = RetrievalSettings(
+        settings = EvaluationSettings(
             dimensions=(4, 8), backend=backend, latency_queries=2
         )
-        runs.append(
-            run_compression_study(queries, docs, task, fit_emb=fit, settings=settings)
-        )
+        runs.append(run_study(queries, docs, task, fit_emb=fit, settings=settings))
     assert len(runs[0]) == len(runs[1])
     for a, b in zip(*runs):
         assert (a["label"], a["quantization"]) == (b["label"], b["quantization"])
@@ -533,16 +596,12 @@ def test_study_methods_and_fit_on_fitting_rows_only(cone_task):
     from sklearn_isotropy._utils import normalize_rows
 
     task, queries, docs, fit = cone_task
-    settings = RetrievalSettings(dimensions=(4, 8, 24, 99), latency_queries=0)
+    settings = EvaluationSettings(
+        dimensions=(4, 8, 24, 99), latency_queries=0, quantizations=("float32",)
+    )
     spy = _Spy()
-    records = run_compression_study(
-        queries,
-        docs,
-        task,
-        fit_emb=fit,
-        quantizations=["float32"],
-        transformers={"spy": spy},
-        settings=settings,
+    records = run_study(
+        queries, docs, task, fit_emb=fit, transformers={"spy": spy}, settings=settings
     )
     labels = [r["label"] for r in records]
     assert labels == [
@@ -581,7 +640,7 @@ def test_study_methods_and_fit_on_fitting_rows_only(cone_task):
 
 def test_per_query_scores_average_to_the_record(cone_task):
     task, queries, docs, fit = cone_task
-    settings = RetrievalSettings(latency_queries=0, per_query=True)
+    settings = EvaluationSettings(latency_queries=0, per_query=True)
     [record] = score_retrieval(queries, docs, task, fit_emb=fit, settings=settings)
     for m in ALL:
         assert len(record["per_query"][m]) == task.n_queries
@@ -600,36 +659,35 @@ def test_study_records_failures_and_registered_precisions(cone_task):
         )
 
     try:
-        records = run_compression_study(
-            queries,
-            docs,
-            task,
-            fit_emb=fit[:5],  # too few rows: NATSV and whitening may warn
-            methods=["raw", "natsv"],
-            quantizations=["half"],
-            settings=RetrievalSettings(latency_queries=0),
-        )
+        # too few rows: NATSV warns, and the warning names the run
+        with pytest.warns(EvaluationWarning, match=r"^\[mean\] natsv: RankDef"):
+            records = run_study(
+                queries,
+                docs,
+                task,
+                fit_emb=fit[:5],
+                methods=["raw", "natsv"],
+                settings=EvaluationSettings(latency_queries=0, quantizations=("half",)),
+            )
     finally:
         del QUANTIZATIONS["half"]
     assert [r["quantization"] for r in records] == ["half", "half"]
     assert records[0]["bytes_per_vector"] == 2 * queries.shape[1]
     assert any("rank" in w.lower() for w in records[1]["warnings"])
-    with pytest.raises(ValueError, match="unknown retrieval method"):
-        run_compression_study(queries, docs, task, methods=["bogus"])
+    with pytest.raises(ValueError, match="unknown method"):
+        run_study(queries, docs, task, fit_emb=fit, settings=None, methods=["bogus"])
     with pytest.raises(ValueError, match="unknown quantization"):
         score_retrieval(queries, docs, task, quantizations=["int4"])
 
 
 def test_registries_list_the_documented_methods():
-    assert {"raw", "pca", "whitening", "natsv", "truncate"} <= set(RETRIEVAL_METHODS)
+    assert {"raw", "pca", "whitening", "natsv", "truncate"} <= set(METHODS)
     assert {"float32", "int8", "binary"} <= set(QUANTIZATIONS)
 
 
 # ------------------------------------------------------ the command line
 def _retrieval_argv(data, model, out, *extra):
     return [
-        "evaluate",
-        "--task",
         "retrieval",
         "--data",
         str(data),
@@ -662,7 +720,7 @@ def test_cli_retrieval_end_to_end(tiny_sts_dir, tiny_bert, tmp_path, capsys):
     assert (out / "retrieval.md").is_file() and (out / "retrieval_mean.png").is_file()
     payload = json.loads((out / "retrieval.json").read_text())
     assert payload["task"] == "retrieval" and payload["fit_on"] == "train"
-    records = payload["results"]["mean"]
+    records = [r for r in payload["results"] if r["pooling"] == "mean"]
     labels = {r["label"] for r in records}
     assert {"raw", "PCA-8", "whitening-16", "NATSV-5", "truncate-16"} <= labels
     # the full-width whitening is labelled with the width it kept (<= 32)
@@ -673,7 +731,7 @@ def test_cli_retrieval_end_to_end(tiny_sts_dir, tiny_bert, tmp_path, capsys):
     }
     assert full[0] == f"whitening-{full[1]}" and full[1] <= 32
     # recompute raw float32 from the encoder's own output
-    task, _, _ = load_retrieval_task(tiny_sts_dir, min_score=3.0)
+    task = RetrievalTask.load(tiny_sts_dir, EvaluationSettings(min_score=3.0))
     vec = BertPoolingVectorizer(str(tiny_bert), pooling="mean").fit(["a"])
     S = (
         normalize_rows(vec.transform(task.queries))[0]
@@ -700,7 +758,7 @@ def test_cli_retrieval_on_a_beir_folder(tmp_path, tiny_bert, capsys):
             folder,
             tiny_bert,
             out,
-            "--retrieval-methods",
+            "--methods",
             "raw,truncate",
             "--quantize",
             "float32",
@@ -710,7 +768,7 @@ def test_cli_retrieval_on_a_beir_folder(tmp_path, tiny_bert, capsys):
     assert status == 0, capsys.readouterr().err
     payload = json.loads((out / "retrieval.json").read_text())
     assert payload["fit_on"] == "corpus"
-    assert [r["label"] for r in payload["results"]["mean"]] == [
+    assert [r["label"] for r in payload["results"] if r["pooling"] == "mean"] == [
         "raw",
         "truncate-8",
         "truncate-16",
@@ -721,28 +779,91 @@ def test_cli_retrieval_on_a_beir_folder(tmp_path, tiny_bert, capsys):
 @pytest.mark.parametrize(
     "extra",
     [
-        ["--task", "retrieval", "--fit-on", "target"],
-        ["--task", "sts", "--fit-on", "corpus"],
-        ["--task", "search"],
-        ["--task", "retrieval", "--dims", "0"],
-        ["--task", "retrieval", "--dims", "a,b"],
-        ["--task", "retrieval", "--retrieval-methods", "raw,bogus"],
-        ["--task", "retrieval", "--quantize", "int4"],
+        ["retrieval", "--fit-on", "target"],
+        ["evaluate", "--fit-on", "corpus"],
+        ["evaluate", "--task", "search"],
+        ["retrieval", "--dims", "0"],
+        ["retrieval", "--dims", "a,b"],
+        ["retrieval", "--methods", "raw,bogus"],
+        ["retrieval", "--methods", "grid"],  # needs dev pairs: not offered
+        ["retrieval", "--quantize", "int4"],
+        ["retrieval", "--power", "-1"],
+        ["retrieval", "--power", "nan"],
+        ["evaluate", "--power", "-0.5"],
+        ["retrieval", "--min-score", "inf"],
+        ["retrieval", "--latency-queries", "-1"],
+        ["evaluate", "--dims", "8"],  # a retrieval flag: not the STS command's
+        ["retrieval", "--cv", "3"],  # an STS flag: not the retrieval command's
     ],
 )
 def test_cli_retrieval_bad_arguments_exit_2(extra, capsys):
     with pytest.raises(SystemExit) as exc:
-        main(["evaluate", *extra])
+        main(extra)
     assert exc.value.code == 2
     assert "error" in capsys.readouterr().err
+
+
+def test_cli_old_task_flag_is_an_alias_that_says_what_to_type(
+    tiny_sts_dir, tiny_bert, tmp_path, capsys
+):
+    argv = _retrieval_argv(tiny_sts_dir, tiny_bert, tmp_path, "--no-figures")
+    old = ["evaluate", "--task", "retrieval", *argv[1:]]
+    old += ["--retrieval-methods", "raw", "--quantize", "float32"]
+    assert main(old) == 0
+    err = capsys.readouterr().err
+    assert "'evaluate --task retrieval' is deprecated" in err
+    assert "type: sklearn-isotropy retrieval --data" in err
+    assert "--methods raw" in err and "--retrieval-methods" not in err
+    payload = json.loads((tmp_path / "retrieval.json").read_text())
+    assert payload["task"] == "retrieval" and payload["methods"] == ["raw"]
+
+
+def test_cli_retrieval_exits_1_when_a_method_fails(
+    tiny_sts_dir, tiny_bert, tmp_path, capsys, monkeypatch
+):
+    # a registered method that cannot be fitted: the others still run
+    from sklearn_isotropy.evaluation import register_method
+
+    @register_method("broken", help="a method that fails (a test)")
+    def _broken(k, n_features, settings, dev=None):
+        from sklearn.preprocessing import FunctionTransformer
+
+        def fail(X):
+            raise ValueError("cannot transform these rows")
+
+        return FunctionTransformer(fail), {}
+
+    try:
+        status = main(
+            _retrieval_argv(
+                tiny_sts_dir,
+                tiny_bert,
+                tmp_path,
+                "--methods",
+                "raw,broken",
+                "--quantize",
+                "float32",
+                "--no-figures",
+            )
+        )
+    finally:
+        del METHODS["broken"]
+    err = capsys.readouterr().err
+    errors = [ln for ln in err.splitlines() if ": error: " in ln]
+    assert status == 1
+    assert errors == [
+        "sklearn-isotropy: error: method 'broken' failed for mean pooling: cannot "
+        "transform these rows"
+    ]
+    records = json.loads((tmp_path / "retrieval.json").read_text())["results"]
+    assert [r["label"] for r in records] == ["raw", "broken"]
+    assert records[0]["mrr@10"] > 0 and records[1]["error"]
 
 
 def test_cli_retrieval_missing_train_split_exit_1(tmp_path, capsys):
     (tmp_path / "test.csv").write_text("a b,c d,4.5\ne f,g h,1.0\n")
     status = main(
         [
-            "evaluate",
-            "--task",
             "retrieval",
             "--data",
             str(tmp_path),
@@ -779,7 +900,7 @@ def test_cli_without_sentence_transformers_exit_1(
             tmp_path / "out",
             "--quantize",
             "float32",
-            "--retrieval-methods",
+            "--methods",
             "raw",
             "--no-figures",
         )
@@ -788,12 +909,17 @@ def test_cli_without_sentence_transformers_exit_1(
 
 
 def test_cli_help_lists_the_registries(capsys):
-    with pytest.raises(SystemExit):
-        main(["evaluate", "--help"])
+    with pytest.raises(SystemExit) as exc:
+        main(["retrieval", "--help"])
+    assert exc.value.code == 0
     text = capsys.readouterr().out
-    assert "--task" in text and "retrieval" in text
-    for name in (*RETRIEVAL_METHODS, *QUANTIZATIONS):
+    assert "--quantize" in text and "--dims" in text and "--task" not in text
+    assert "--n-components" not in text and "--cv" not in text  # STS only
+    for name in QUANTIZATIONS:
         assert name in text
+    methods = text[text.index("\nmethods:") : text.index("\npoolings:")]
+    for name, method in METHODS.items():  # grid selects on dev pairs: not offered
+        assert (f"\n  {name} " in methods) == (not method.needs_dev), name
 
 
 # ------------------------------------------------------------- the scorer

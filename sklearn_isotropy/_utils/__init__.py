@@ -5,8 +5,9 @@ dependency with the extra that installs it (:func:`import_optional`),
 resolving a torch device (:func:`resolve_device`), scaling rows to unit norm
 without overflow (:func:`normalize_rows`), telling dask collections apart
 without importing dask (:func:`is_dask_collection`), progress bars that
-cost nothing when off (:func:`progress_bar`), and warning at the user's line
-(:func:`warn`).
+cost nothing when off (:func:`progress_bar`), warning at the user's line
+(:func:`warn`), and keeping a step's warnings with its result
+(:func:`record_warnings`, :func:`reraise_once`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from ._device import resolve_device
 from ._optional import import_optional, is_dask_collection
 from ._progress import interactive_stderr, progress_bar
 from ._rows import normalize_rows
-from ._warnings import warn
+from ._warnings import record_warnings, reraise_once, warn
 
 __all__ = [
     "import_optional",
@@ -23,6 +24,8 @@ __all__ = [
     "is_dask_collection",
     "normalize_rows",
     "progress_bar",
+    "record_warnings",
+    "reraise_once",
     "resolve_device",
     "warn",
 ]

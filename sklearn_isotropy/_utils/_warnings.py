@@ -1,7 +1,14 @@
-"""One way to warn: a package warning class, pointing at the caller's line."""
+"""One way to warn: a package warning class, pointing at the caller's line.
+
+:func:`warn` raises the package's warnings; :func:`record_warnings` and
+:func:`reraise_once` keep the warnings of a step with its result and show
+each distinct one once, saying where it came from.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import re
 import sys
 import warnings
 
@@ -58,3 +65,60 @@ def warn(message: str, category: type[Warning]) -> None:
         )
     # +1: warnings.warn is called from here, one frame below our caller
     warnings.warn(message, category, stacklevel=_caller_stacklevel() + 1)
+
+
+# a figure in a message (not digits inside a name such as float32)
+_NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+
+#: warnings Python hides by default (they concern the code, not the run):
+#: not recorded with a method's result
+_HIDDEN_BY_DEFAULT = (
+    ImportWarning,
+    ResourceWarning,
+    PendingDeprecationWarning,
+    DeprecationWarning,
+)
+
+
+@contextlib.contextmanager
+def record_warnings():
+    """Record every warning raised in the block, repeats included.
+
+    Yields the list of caught warnings. Warnings that Python does not show
+    by default (e.g. an ``ImportWarning`` from a lazily imported module) are
+    left out: they say nothing about the run.
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for category in _HIDDEN_BY_DEFAULT:
+            warnings.simplefilter("ignore", category)
+        yield caught
+
+
+def reraise_once(caught, where, category):
+    """Raise each distinct warning of ``caught`` again, once, as ``category``.
+
+    The code ran under :func:`record_warnings` so that its warnings could be
+    kept with its result; each distinct (class, message) is raised again as
+    a ``category`` warning that says ``where`` it came from, so that it is
+    seen while the run goes on. A grid search repeats a warning for every
+    fold, sometimes with the fold's own figures: messages equal up to their
+    numbers are shown once, the first one raised, with how many others
+    there were.
+
+    Returns
+    -------
+    messages : list of str
+        The distinct messages, sorted.
+    """
+    messages = sorted({(w.category.__name__, str(w.message)) for w in caught})
+    families = {}  # in the order they were first raised
+    for w in caught:
+        name, text = w.category.__name__, " ".join(str(w.message).split())
+        texts = families.setdefault((name, _NUMBER.sub("#", text)), [])
+        if text not in texts:
+            texts.append(text)
+    for (name, _), texts in families.items():
+        more = f" (and {len(texts) - 1} similar)" if len(texts) > 1 else ""
+        warn(f"{where}: {name}: {texts[0]}{more}", category)
+    return [message for _, message in messages]

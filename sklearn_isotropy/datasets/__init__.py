@@ -3,12 +3,14 @@
 :func:`load_sts` reads the common STS file formats (STS-B CSV, SentEval TSV,
 sentence-transformers' ``stsbenchmark.tsv.gz``, SemEval STS 2012-2016, SICK)
 and can download the STS Benchmark into a local cache. :data:`STS_FORMATS`
-lists the names its ``format=`` accepts.
+lists the names its ``format=`` accepts. :func:`load_beir` reads a retrieval
+data set in the BEIR layout (corpus, queries, relevance judgements).
 """
 
 from __future__ import annotations
 
 from . import _sts
+from ._beir import load_beir
 from ._sts import get_data_home, load_sts
 
 #: The names :func:`load_sts` accepts as ``format=``, as a tuple of str in the
@@ -16,4 +18,4 @@ from ._sts import get_data_home, load_sts
 #: "sick")``. A command line can offer them as ``choices=``.
 STS_FORMATS = _sts.STS_FORMATS
 
-__all__ = ["STS_FORMATS", "get_data_home", "load_sts"]
+__all__ = ["STS_FORMATS", "get_data_home", "load_beir", "load_sts"]

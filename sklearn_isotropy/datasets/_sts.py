@@ -7,11 +7,9 @@ columns, the gold scores and the ``(n, 2)`` object array of pairs that
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import gzip
+import functools
 import http.client
-import io
 import logging
 import math
 import os
@@ -25,6 +23,7 @@ from sklearn.utils import Bunch
 
 from ..exceptions import NoSplitColumnError
 from ._download import fetch
+from ._files import reading
 
 __all__ = ["STS_FORMATS", "get_data_home", "load_sts"]
 
@@ -103,60 +102,6 @@ def get_data_home(data_home=None) -> Path:
 # --------------------------------------------------------------------------
 # Low-level readers: each returns (sentences1, sentences2, scores, extra)
 # --------------------------------------------------------------------------
-
-
-def _open_binary(path: Path):
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
-
-
-def _open_text(path: Path):
-    # utf-8-sig: a byte-order mark (as Excel and Notepad write) is not text;
-    # left in, it would stick to the first sentence or hide a header name
-    return io.TextIOWrapper(_open_binary(path), encoding="utf-8-sig", newline="")
-
-
-def _not_utf8(path: Path) -> ValueError:
-    """Say where a file stops being UTF-8 and what it probably is instead."""
-    with _open_binary(path) as fh:
-        head = fh.read(4)
-    source = "cp1252"  # the usual culprit: Excel and Notepad on Windows
-    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
-        what = "it is UTF-16 text (it starts with a UTF-16 byte-order mark)"
-        source = "utf-16"
-    elif head.startswith(b"\x1f\x8b"):
-        what = "it is gzip-compressed; give it a .gz suffix"
-    else:
-        what = (
-            "it was probably saved in another encoding such as Latin-1 or Windows-1252"
-        )
-    where = str(path)
-    with _open_binary(path) as fh:
-        for lineno, line in enumerate(fh, start=1):
-            try:
-                line.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                where = (
-                    f"{path}:{lineno}: byte 0x{line[exc.start]:02x} at column "
-                    f"{exc.start + 1} is not UTF-8"
-                )
-                break
-    return ValueError(
-        f"{where}; load_sts reads UTF-8 text and {what}. Re-save the file as "
-        f"UTF-8 (for example: iconv -f {source} -t utf-8 {path.name} > "
-        "utf8.csv) and load that copy"
-    )
-
-
-@contextlib.contextmanager
-def _reading(path: Path):
-    """Open ``path`` as text; a file that is not UTF-8 is one clear ValueError."""
-    fh = _open_text(path)
-    try:
-        yield fh
-    except UnicodeDecodeError:
-        raise _not_utf8(path) from None
-    finally:
-        fh.close()
 
 
 def _csv_rows(fh, path: Path, **fmtparams):
@@ -266,7 +211,7 @@ def _read_stsb_csv(path: Path):
     columns = {"s1": 0, "s2": 1, "score": 2}
     width = 3
     first = True
-    with _reading(path) as fh:
+    with reading(path) as fh:
         for lineno, row in _csv_rows(fh, path, dialect="excel"):
             if not row or (len(row) == 1 and not row[0].strip()):
                 continue  # a blank line, or one of only spaces
@@ -297,7 +242,7 @@ def _read_stsb_csv(path: Path):
 
 def _read_senteval(path: Path):
     s1, s2, y = [], [], []
-    with _reading(path) as fh:
+    with reading(path) as fh:
         reader = _csv_rows(fh, path, delimiter="\t", quoting=csv.QUOTE_NONE)
         for lineno, row in reader:
             if not row or row == [""]:
@@ -310,10 +255,21 @@ def _read_senteval(path: Path):
     return s1, s2, y, {}
 
 
-def _read_header_tsv(path: Path, fmt: str, columns: dict, split_column=None):
+# the header TSV formats: their column names, and the split column
+_HEADER_COLUMNS = {
+    "sbert": ({"s1": "sentence1", "s2": "sentence2", "score": "score"}, "split"),
+    "sick": (
+        {"s1": "sentence_A", "s2": "sentence_B", "score": "relatedness_score"},
+        "SemEval_set",
+    ),
+}
+
+
+def _read_header_tsv(path: Path, fmt: str):
     """Read a tab-separated file with a header, picking columns by name."""
+    columns, split_column = _HEADER_COLUMNS[fmt]
     s1, s2, y, split_values = [], [], [], []
-    with _reading(path) as fh:
+    with reading(path) as fh:
         reader = _csv_rows(fh, path, delimiter="\t", quoting=csv.QUOTE_NONE)
         _, header = next(reader, (None, None))
         if header is None:
@@ -341,24 +297,6 @@ def _read_header_tsv(path: Path, fmt: str, columns: dict, split_column=None):
     return s1, s2, y, extra
 
 
-def _read_sbert(path: Path):
-    return _read_header_tsv(
-        path,
-        "sbert",
-        {"s1": "sentence1", "s2": "sentence2", "score": "score"},
-        split_column="split",
-    )
-
-
-def _read_sick(path: Path):
-    return _read_header_tsv(
-        path,
-        "sick",
-        {"s1": "sentence_A", "s2": "sentence_B", "score": "relatedness_score"},
-        split_column="SemEval_set",
-    )
-
-
 def _semeval_partner(path: Path) -> tuple[Path, Path]:
     name = path.name
     if name.startswith("STS.input."):
@@ -379,9 +317,9 @@ def _read_semeval(path: Path):
                 f"{p}: not found; a SemEval STS input file needs its gold-score "
                 "file beside it (STS.input.<name>.txt and STS.gs.<name>.txt)"
             )
-    with _reading(input_path) as fh:
+    with reading(input_path) as fh:
         input_lines = fh.read().splitlines()
-    with _reading(gs_path) as fh:
+    with reading(gs_path) as fh:
         gs_lines = fh.read().splitlines()
     # a trailing newline at the end of the file is not a record
     while input_lines and input_lines[-1] == "" and len(input_lines) > len(gs_lines):
@@ -411,9 +349,9 @@ def _read_semeval(path: Path):
 _READERS = {
     "stsb-csv": _read_stsb_csv,
     "senteval": _read_senteval,
-    "sbert": _read_sbert,
+    "sbert": functools.partial(_read_header_tsv, fmt="sbert"),
     "semeval": _read_semeval,
-    "sick": _read_sick,
+    "sick": functools.partial(_read_header_tsv, fmt="sick"),
 }
 
 #: The names :func:`load_sts` accepts as ``format=``, in the order they are
@@ -425,7 +363,7 @@ def _detect_format(path: Path) -> str:
     name = path.name
     if name.startswith(("STS.input.", "STS.gs.")):
         return "semeval"
-    with _reading(path) as fh:
+    with reading(path) as fh:
         # the first non-blank line (the readers skip blank lines too)
         first = next((ln.rstrip("\r\n") for ln in fh if ln.strip()), "")
     if not first:

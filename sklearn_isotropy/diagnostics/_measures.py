@@ -9,15 +9,6 @@ from sklearn.utils.validation import check_array
 
 from .._utils import normalize_rows
 
-__all__ = [
-    "anisotropy_report",
-    "effective_rank",
-    "isotropy_score",
-    "mean_pair_cosine",
-    "pair_cosines",
-    "top_component_variance_ratio",
-]
-
 
 def _check_X(X, min_samples=2):
     X = check_array(X, dtype=np.float64, ensure_min_samples=min_samples, input_name="X")

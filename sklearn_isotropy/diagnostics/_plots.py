@@ -1,4 +1,5 @@
-"""Plots of anisotropy: covariance spectrum and pair-cosine histogram.
+"""Plots of anisotropy (covariance spectrum, pair-cosine histogram) and of a
+retrieval study (quality against bytes per vector).
 
 matplotlib is an optional dependency (``pip install "sklearn-isotropy[plot]"``)
 imported only when a plot is drawn.
@@ -11,7 +12,12 @@ import numpy as np
 from .._utils import import_optional
 from ._measures import _check_X, _covariance_eigenvalues, pair_cosines
 
-__all__ = ["plot_cosine_histogram", "plot_eigenvalue_spectrum"]
+__all__ = [
+    "plot_cosine_histogram",
+    "plot_cosine_panels",
+    "plot_eigenvalue_spectrum",
+    "plot_quality_vs_bytes",
+]
 
 
 def _new_axes(ax):
@@ -199,4 +205,198 @@ def plot_cosine_histogram(
     ax.set_ylabel("density")
     ax.set_title("Pair cosine similarity")
     _legend_outside(ax, len(named))
+    return ax
+
+
+def plot_cosine_panels(
+    embeddings, *, reference=None, n_pairs=10_000, bins=50, random_state=0, figure=None
+):
+    """Small multiples of pair-cosine histograms: one panel per matrix.
+
+    Each panel draws the cosine similarity of random pairs of rows of one
+    matrix, titled with its mean; the `reference` matrix's histogram (the
+    raw embeddings, say) is drawn in grey behind every other panel.
+
+    Parameters
+    ----------
+    embeddings : dict of str to array-like of shape (n_samples, n_features)
+        A mapping from a label to a matrix.
+    reference : str, default=None
+        The label drawn behind the other panels; none when None.
+    n_pairs : int, default=10_000
+        Random pairs of distinct rows per matrix.
+    bins : int, default=50
+        Histogram bins over [-1, 1].
+    random_state : int, RandomState instance or None, default=0
+        Seed of the pair sampling.
+    figure : matplotlib Figure, default=None
+        Where to draw (sized to the panels); a new figure when None.
+
+    Returns
+    -------
+    figure : matplotlib Figure
+
+    Examples
+    --------
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> import numpy as np
+    >>> from sklearn_isotropy.diagnostics import plot_cosine_panels
+    >>> X = np.random.RandomState(0).normal(size=(100, 5))
+    >>> fig = plot_cosine_panels({"raw": X + 3, "centred": X}, reference="raw")
+    >>> len([ax for ax in fig.axes if ax.get_visible()])
+    2
+    """
+    named = _as_named(embeddings)
+    if figure is None:
+        plt = import_optional("matplotlib.pyplot", purpose="plotting", extra="plot")
+        figure = plt.figure(layout="constrained")
+    labels = list(named)
+    ncols = min(3, len(labels))
+    nrows = -(-len(labels) // ncols)
+    figure.set_size_inches(3.4 * ncols, 2.6 * nrows + 0.6)
+    axes = figure.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False)
+    edges = np.linspace(-1.0, 1.0, bins + 1)
+
+    def cosines(label):
+        return pair_cosines(named[label], n_pairs=n_pairs, random_state=random_state)
+
+    ref = cosines(reference) if reference in named else None
+    for ax, label in zip(axes.flat, labels):
+        cos = cosines(label)
+        if ref is not None and label != reference:
+            ax.hist(ref, bins=edges, density=True, color="0.8", label=reference)
+        ax.hist(cos, bins=edges, density=True, histtype="step", linewidth=1.5)
+        mean = float(cos.mean())
+        mean = 0.0 if abs(mean) < 0.005 else mean  # "0.00", not "-0.00"
+        ax.set_title(f"{label}\nmean cosine {mean:.2f}", fontsize="small")
+        ax.set_xlim(-1.0, 1.0)
+    for ax in axes.flat[len(labels) :]:
+        ax.set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel("cosine of random pairs")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("density")
+    return figure
+
+
+_PRECISION_MARKERS = {
+    "float32": "o",
+    "int8": "s",
+    "binary": "^",
+    "binary-uncentred": "v",
+}
+_PRECISION_LINES = {
+    "float32": "-",
+    "int8": "--",
+    "binary": ":",
+    "binary-uncentred": "-.",
+}
+
+
+def plot_quality_vs_bytes(
+    records, *, metric="mrr@10", ax=None, title=None, legend=True, zoom=None
+):
+    """Plot a quality score against bytes per vector (log scale).
+
+    One colour per method; within it one line per precision through the
+    method's dimensions (solid float32, dashed int8, dotted binary), so a
+    method's compression curve reads left to right. Methods without a
+    dimension (raw, NATSV) are single hollow markers per precision. The
+    legend sits outside the axes, on the right; save with
+    ``bbox_inches="tight"`` to keep it.
+
+    Parameters
+    ----------
+    records : list of dict
+        Records of a retrieval :func:`~sklearn_isotropy.evaluation.evaluate`
+        run (``Evaluation.records``; failed ones are skipped): each with
+        ``method``, ``label``, ``k``, ``quantization``, ``bytes_per_vector``
+        and the score.
+    metric : str, default="mrr@10"
+        Which score to plot (x100).
+    ax : matplotlib.axes.Axes, default=None
+        Where to draw; a new figure's axes when None.
+    title : str, default=None
+        Axes title.
+    legend : bool, default=True
+        Draw the method and precision legend (right of the axes).
+    zoom : float, default=None
+        Show only the top `zoom` points (x100) below the best score.
+
+    Returns
+    -------
+    ax : matplotlib.axes.Axes
+    """
+    ax = _new_axes(ax)
+    ok = [r for r in records if "error" not in r]
+    # a curve per registered method; a custom transformer is its own
+    curve = {id(r): r["label"] if r["method"] == "custom" else r["method"] for r in ok}
+    methods = list(dict.fromkeys(curve.values()))
+    colours = {m: f"C{i % 10}" for i, m in enumerate(methods)}
+    groups = {}
+    for r in ok:
+        groups.setdefault((curve[id(r)], r["quantization"]), []).append(r)
+    for (method, quant), rs in groups.items():
+        rs = sorted(rs, key=lambda r: r["bytes_per_vector"])
+        single = len(rs) == 1  # raw, NATSV: hollow and larger, so overlaps show
+        ax.plot(
+            [r["bytes_per_vector"] for r in rs],
+            [100 * r[metric] for r in rs],
+            linestyle="none" if single else _PRECISION_LINES.get(quant, "-"),
+            marker=_PRECISION_MARKERS.get(quant, "D"),
+            color=colours[method],
+            markerfacecolor="none" if single else colours[method],
+            markeredgewidth=1.8 if single else 1.0,
+            markersize=10 if single else 6,
+            linewidth=1.4,
+            alpha=0.9,
+        )
+    ax.set_xscale("log")
+    if zoom is not None and ok:
+        best = max(100 * r[metric] for r in ok)
+        ax.set_ylim(best - zoom, best + 0.1 * zoom)
+    ax.set_xlabel("bytes per vector (log scale)")
+    ax.set_ylabel(f"{metric} x100")
+    ax.grid(True, which="both", alpha=0.3)
+    if title:
+        ax.set_title(title)
+    if not legend:
+        return ax
+    from matplotlib.lines import Line2D
+
+    def method_label(m):  # "PCA-k" for a curve through several k
+        rs = [r for r in ok if curve[id(r)] == m]
+        r = next((r for r in rs if r.get("k")), rs[0])
+        return r["label"].replace(str(r["k"]), "k") if r.get("k") else r["label"]
+
+    heading = {"color": "none", "marker": None, "linestyle": "none"}
+    quants = list(dict.fromkeys(r["quantization"] for r in ok))
+    # one legend (an extra legend added with add_artist is left out of
+    # bbox_inches="tight"), with a heading row before each group
+    ax.legend(
+        handles=[
+            Line2D([], [], label="method", **heading),
+            *[
+                Line2D([], [], color=colours[m], linewidth=3, label=method_label(m))
+                for m in methods
+            ],
+            Line2D([], [], label=" ", **heading),
+            Line2D([], [], label="precision", **heading),
+            *[
+                Line2D(
+                    [],
+                    [],
+                    color="0.3",
+                    linestyle=_PRECISION_LINES.get(q, "-"),
+                    marker=_PRECISION_MARKERS.get(q, "D"),
+                    label=q,
+                )
+                for q in quants
+            ],
+        ],
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        frameon=False,
+    )
     return ax

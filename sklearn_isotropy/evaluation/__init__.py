@@ -1,123 +1,65 @@
 """Running the post-processors on labelled data and reporting the results.
 
-:func:`evaluate_sts` encodes an STS data set, fits every method of the
-registry :data:`METHODS` under a fitting protocol and scores it on the test
-pairs, returning an :class:`STSEvaluation`; the writers turn that into a
-table (:func:`format_table`), Markdown (:func:`to_markdown`), JSON
-(:func:`to_json`) and figures (:func:`save_figures`), or all of them at once
-(:func:`write_reports`). The ``sklearn-isotropy evaluate`` command is these
-functions behind argparse; the steps are public too
-(:func:`load_sts_splits`, :func:`encode_pairs`, :func:`run_method`), so a
-benchmark or a notebook can run one method on its own data.
+One protocol, two tasks: a :class:`Task` names the texts to encode and
+scores a transformer; :class:`STSTask` scores Spearman's rho of pair
+cosines on an STS test split, :class:`RetrievalTask` scores exact cosine
+search (quality, index memory, latency) per dimension and precision. One
+registry of post-processing methods (:data:`METHODS`) serves both, one
+settings object holds every default (:class:`EvaluationSettings`), and one
+loop runs any task (:func:`evaluate`, returning an :class:`Evaluation`).
+The writers turn a run into a table (:func:`format_table`), Markdown
+(:func:`to_markdown`), JSON (:func:`to_json`) and the task's figures
+(:func:`save_figures`), or all of them at once (:func:`write_reports`).
+The ``sklearn-isotropy evaluate`` and ``sklearn-isotropy retrieval``
+commands are these functions behind argparse.
+
+Examples
+--------
+>>> import numpy as np
+>>> from sklearn.utils import Bunch
+>>> from sklearn_isotropy.evaluation import STSTask, evaluate, format_table
+>>> rng = np.random.default_rng(0)
+>>> task = STSTask({"test": Bunch(scores=rng.uniform(0, 5, 30))})
+>>> ev = evaluate(task, methods=["raw", "whitening"],
+...               embeddings={"mean": {"test": rng.normal(size=(30, 2, 6))}})
+>>> [r["label"] for r in ev.records]
+['raw', 'whitening-6']
 """
 
 from __future__ import annotations
 
-from ._methods import (
-    GRID_K,
-    GRID_POWER,
-    METHODS,
-    Method,
-    MethodSettings,
-    register_method,
-)
-from ._report import (
-    TITLE,
-    format_table,
-    save_figures,
-    to_json,
-    to_markdown,
-    write_reports,
-)
-from ._retrieval import (
-    RetrievalEvaluation,
-    encode_texts,
-    evaluate_retrieval,
-    run_compression_study,
-    score_retrieval,
-)
-from ._retrieval_methods import (
-    DEFAULT_DIMENSIONS,
-    DEFAULT_QUANTIZATIONS,
-    DEFAULT_RETRIEVAL_METHODS,
-    QUANTIZATIONS,
-    RETRIEVAL_METHODS,
-    RETRIEVAL_PROTOCOLS,
-    TASKS,
-    Quantization,
-    RetrievalMethod,
-    RetrievalSettings,
-    register_quantization,
-    register_retrieval_method,
-)
-from ._retrieval_report import (
-    RETRIEVAL_TITLE,
-    format_retrieval_table,
-    plot_quality_vs_bytes,
-    retrieval_to_json,
-    retrieval_to_markdown,
-    save_retrieval_figures,
-    write_retrieval_reports,
-)
-from ._retrieval_task import RetrievalTask, load_retrieval_task
-from ._sts import (
-    DEFAULT_METHODS,
-    DEFAULT_POOLINGS,
-    PROTOCOLS,
-    STSEvaluation,
-    encode_pairs,
-    evaluate_sts,
-    load_sts_splits,
-    required_splits,
-    run_method,
-)
+from ._methods import METHODS, Method, register_method
+from ._quantization import QUANTIZATIONS, Quantization, register_quantization
+from ._report import format_table, save_figures, to_json, to_markdown, write_reports
+from ._retrieval import RetrievalTask
+from ._settings import EvaluationSettings
+from ._sts import STSTask, load_sts_splits, required_splits
+from ._task import Column, Evaluation, Task, encode_texts, evaluate
+
+#: The evaluation tasks, by name.
+TASKS = {task.name: task for task in (STSTask, RetrievalTask)}
 
 __all__ = [
-    "DEFAULT_DIMENSIONS",
-    "DEFAULT_METHODS",
-    "DEFAULT_POOLINGS",
-    "DEFAULT_QUANTIZATIONS",
-    "DEFAULT_RETRIEVAL_METHODS",
-    "GRID_K",
-    "GRID_POWER",
     "METHODS",
-    "PROTOCOLS",
     "QUANTIZATIONS",
-    "RETRIEVAL_METHODS",
-    "RETRIEVAL_PROTOCOLS",
-    "RETRIEVAL_TITLE",
     "TASKS",
-    "TITLE",
+    "Column",
+    "Evaluation",
+    "EvaluationSettings",
     "Method",
-    "MethodSettings",
     "Quantization",
-    "RetrievalEvaluation",
-    "RetrievalMethod",
-    "RetrievalSettings",
     "RetrievalTask",
-    "STSEvaluation",
-    "encode_pairs",
+    "STSTask",
+    "Task",
     "encode_texts",
-    "evaluate_retrieval",
-    "evaluate_sts",
-    "format_retrieval_table",
+    "evaluate",
     "format_table",
-    "load_retrieval_task",
     "load_sts_splits",
-    "plot_quality_vs_bytes",
     "register_method",
     "register_quantization",
-    "register_retrieval_method",
     "required_splits",
-    "retrieval_to_json",
-    "retrieval_to_markdown",
-    "run_compression_study",
-    "run_method",
     "save_figures",
-    "save_retrieval_figures",
-    "score_retrieval",
     "to_json",
     "to_markdown",
     "write_reports",
-    "write_retrieval_reports",
 ]

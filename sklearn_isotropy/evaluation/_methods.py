@@ -1,10 +1,12 @@
-"""The registry of evaluation methods: what ``--methods`` and the reports know.
+"""The registry of post-processing methods, shared by every evaluation task.
 
-A method turns the width of the embeddings and the :class:`MethodSettings`
-into a transformer (or ``"passthrough"``) and the parameters to report. The
-command line's ``--methods`` choices, its help text, the table labels and
-:func:`~sklearn_isotropy.evaluation.run_method` all read :data:`METHODS`, so
-:func:`register_method` adds a method everywhere at once.
+A method turns a dimension ``k`` (None: the full width), the width of the
+embeddings and the :class:`~sklearn_isotropy.evaluation.EvaluationSettings`
+into an unfitted transformer (or ``"passthrough"``) and the parameters to
+report. Each task says at which ``k`` it runs a method and how it scores
+it; the command line's ``--methods`` choices, its help and the report
+labels all read :data:`METHODS`, so :func:`register_method` adds a method
+to every task at once.
 """
 
 from __future__ import annotations
@@ -12,67 +14,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = [
-    "GRID_K",
-    "GRID_POWER",
-    "METHODS",
-    "Method",
-    "MethodSettings",
-    "register_method",
-]
+import numpy as np
 
-#: Whitening dimensions and powers the ``grid`` method searches (plus "no
-#: transform" and every dimension).
-GRID_K = (64, 128, 256)
-GRID_POWER = (0.0, 0.5, 1.0)
-
-
-@dataclass
-class MethodSettings:
-    """Options of the evaluation methods (the command line's flags).
-
-    Parameters
-    ----------
-    n_components : int, default=256
-        Kept dimensions of ``whitening`` (every dimension when the
-        embeddings are not wider).
-    natsv_components : int, default=5
-        Top directions removed by ``natsv`` (at most ``d - 1``).
-    flow_epochs : int, default=1
-        Training epochs of ``flow``, which otherwise follows the preset
-        ``"bert-flow"`` of :class:`~sklearn_isotropy.GlowFlowTransformer`
-        (1 epoch is BERT-flow's protocol).
-    cv : int, default=5
-        Folds of the ``grid`` search on the dev pairs.
-    seed : int, default=0
-        Seeds the flow and the grid's folds.
-    device : str, default="cpu"
-        Torch device of the flow.
-    progress : bool or None, default=False
-        Progress bars of long steps (the flow's epoch, the grid search's
-        fits): True shows them, False hides them, None shows them only on an
-        interactive stderr (a terminal or a notebook, not a log file).
-    """
-
-    n_components: int = 256
-    natsv_components: int = 5
-    flow_epochs: int = 1
-    cv: int = 5
-    seed: int = 0
-    device: str = "cpu"
-    progress: bool | None = False
-
-    @property
-    def show_bars(self) -> bool:
-        """Whether progress bars are drawn (``progress`` with None resolved)."""
-        from .._utils import interactive_stderr
-
-        return interactive_stderr() if self.progress is None else bool(self.progress)
+__all__ = ["METHODS", "Method", "register_method"]
 
 
 @dataclass(frozen=True)
 class Method:
-    """One evaluation method.
+    """One post-processing method.
 
     Parameters
     ----------
@@ -85,18 +34,27 @@ class Method:
     help : str
         One line for ``--help``.
     build : callable
-        ``build(n_features, settings, dev)`` returns ``(transformer, params)``:
-        the unfitted transformer (or ``"passthrough"``) applied to the
-        embeddings, and a dict of what to report about it. ``dev`` is None,
-        or ``(dev_pairs, dev_scores)`` for a method with ``needs_dev``.
+        ``build(k, n_features, settings, dev)`` returns ``(transformer,
+        params)``: the unfitted transformer (or ``"passthrough"``) and a
+        dict of what to report about it. ``k`` is the output dimension
+        asked for (None: the full width); ``dev`` is None, or
+        ``(dev_pairs, dev_scores)`` for a method with ``needs_dev``.
+    uses_k : bool, default=False
+        Whether the method takes an output dimension ``k``.
+    full_width : bool, default=True
+        Whether a method that takes ``k`` also runs at the full width when a
+        task runs several dimensions.
     needs_dev : bool, default=False
-        Whether ``build`` selects the transformer on the dev split.
+        Whether ``build`` selects the transformer on labelled dev pairs
+        (only tasks that have them offer the method).
     """
 
     name: str
     label: str | Callable
     help: str
     build: Callable
+    uses_k: bool = False
+    full_width: bool = True
     needs_dev: bool = False
 
     def format_label(self, params: dict) -> str:
@@ -109,7 +67,7 @@ class Method:
             return self.name
 
 
-#: Every evaluation method, by name, in the order they are run and reported.
+#: Every post-processing method, by name, in the order they are run and reported.
 METHODS: dict[str, Method] = {}
 
 
@@ -117,66 +75,82 @@ def check_new_name(name, registry, kind):
     """Raise unless ``name`` can name a new entry of ``registry`` (a CLI choice)."""
     if not isinstance(name, str) or not name or "," in name:
         raise ValueError(
-            f"A method name must be a non-empty str without commas; got {name!r}."
+            f"A {kind} name must be a non-empty str without commas; got {name!r}."
         )
     if name in registry:
         raise ValueError(f"The {kind} {name!r} is already registered.")
 
 
-def register_method(name, *, label=None, help="", needs_dev=False):
+def register_method(
+    name, *, label=None, help="", uses_k=False, full_width=True, needs_dev=False
+):
     """Decorator that adds ``build`` to :data:`METHODS` under ``name``.
 
-    Parameters
-    ----------
-    name : str
-        The ``--methods`` name; must not be taken.
-    label : str or callable, default=None
-        Table label: a template with ``str.format`` fields from the reported
-        params, or a function of the params; the name when None.
-    help : str, default=""
-        One line for ``--help``.
-    needs_dev : bool, default=False
-        Whether the method selects its transformer on the dev split.
-
-    Returns
-    -------
-    decorator : callable
-        Registers and returns the build function (see :class:`Method`).
+    The arguments are the fields of :class:`Method` (``label`` defaults to
+    the name); ``name`` must not be taken. Returns the decorator, which
+    registers ``build(k, n_features, settings, dev)`` and returns it.
 
     Examples
     --------
     >>> from sklearn.preprocessing import Normalizer
     >>> from sklearn_isotropy.evaluation import METHODS, register_method
     >>> @register_method("l2", help="unit-norm rows")
-    ... def build_l2(n_features, settings, dev=None):
+    ... def build_l2(k, n_features, settings, dev=None):
     ...     return Normalizer(), {}
     >>> "l2" in METHODS
     True
     >>> del METHODS["l2"]  # keep the registry as it was
     """
-    check_new_name(name, METHODS, "evaluation method")
+    check_new_name(name, METHODS, "method")
 
     def decorator(build):
-        METHODS[name] = Method(name, label or name, help, build, needs_dev)
+        METHODS[name] = Method(
+            name, label or name, help, build, uses_k, full_width, needs_dev
+        )
         return build
 
     return decorator
 
 
-@register_method(
-    "raw", label="raw (no post-processing)", help="the embeddings as they are"
-)
-def _build_raw(n_features, settings, dev=None):
+@register_method("raw", help="the embeddings as they are")
+def _build_raw(k, n_features, settings, dev=None):
     return "passthrough", {}
 
 
 @register_method(
     "sn", label="SN (standard normalisation)", help="per-dimension standardisation"
 )
-def _build_sn(n_features, settings, dev=None):
+def _build_sn(k, n_features, settings, dev=None):
     from ..linear import StandardNormalizer
 
     return StandardNormalizer(), {}
+
+
+def _whitening(power=None):
+    """The build of whitening at ``power`` (None: the settings' power)."""
+
+    def build(k, n_features, settings, dev=None):
+        from ..linear import WhiteningTransformer
+
+        p = settings.power if power is None else power
+        params = {"n_components": k or n_features, "power": p}
+        return WhiteningTransformer(n_components=k, power=p), params
+
+    return build
+
+
+register_method(
+    "pca",
+    label="PCA-{n_components}",
+    uses_k=True,
+    help="centre and keep the top k principal directions (whitening, power 0)",
+)(_whitening(0.0))
+register_method(
+    "whitening",
+    label="whitening-{n_components}",
+    uses_k=True,
+    help="BERT-whitening keeping k dimensions, at --power",
+)(_whitening())
 
 
 @register_method(
@@ -184,27 +158,33 @@ def _build_sn(n_features, settings, dev=None):
     label="NATSV-{n_components}",
     help="null the top --natsv-components principal directions",
 )
-def _build_natsv(n_features, settings, dev=None):
+def _build_natsv(k, n_features, settings, dev=None):
     from ..linear import NATSVTransformer
 
     k = min(settings.natsv_components, n_features - 1)
     return NATSVTransformer(n_components=k), {"n_components": k}
 
 
-@register_method(
-    "whitening",
-    label="whitening-{n_components}",
-    help="BERT-whitening keeping --n-components dimensions",
-)
-def _build_whitening(n_features, settings, dev=None):
-    from ..linear import WhiteningTransformer
+def _first_columns(X, k):
+    return np.asarray(X)[:, :k]
 
-    k = settings.n_components if settings.n_components < n_features else None
-    return WhiteningTransformer(n_components=k), {"n_components": k or n_features}
+
+@register_method(
+    "truncate",
+    label="truncate-{n_components}",
+    uses_k=True,
+    full_width=False,
+    help="keep the first k coordinates of the raw embeddings",
+)
+def _build_truncate(k, n_features, settings, dev=None):
+    from sklearn.preprocessing import FunctionTransformer
+
+    k = k or n_features
+    return FunctionTransformer(_first_columns, kw_args={"k": k}), {"n_components": k}
 
 
 @register_method("flow", label="flow (Glow)", help="the BERT-flow normalizing flow")
-def _build_flow(n_features, settings, dev=None):
+def _build_flow(k, n_features, settings, dev=None):
     from ..flow import GlowFlowTransformer
 
     # the paper's protocol (its initialisation, one epoch over every row),
@@ -219,17 +199,17 @@ def _build_flow(n_features, settings, dev=None):
     return flow, {"preset": "bert-flow", "max_iter": settings.flow_epochs}
 
 
-def _grid_candidates(n_features):
+def _grid_candidates(n_features, settings):
     from ..linear import WhiteningTransformer
 
-    ks = [k for k in GRID_K if k < n_features] or [max(1, n_features // 2)]
+    ks = [k for k in settings.grid_k if k < n_features] or [max(1, n_features // 2)]
     ks.append(None)
     return [
         {"transformer": ["passthrough"]},
         {
             "transformer": [WhiteningTransformer()],
             "transformer__n_components": ks,
-            "transformer__power": list(GRID_POWER),
+            "transformer__power": list(settings.grid_power),
         },
     ]
 
@@ -278,10 +258,11 @@ class _FitCounter:
     help="GridSearchCV over whitening k and power (and none) on the dev split",
     needs_dev=True,
 )
-def _build_grid(n_features, settings, dev=None):
+def _build_grid(k, n_features, settings, dev=None):
     from sklearn.base import clone
-    from sklearn.model_selection import GridSearchCV, KFold
+    from sklearn.model_selection import GridSearchCV, KFold, ParameterGrid
 
+    from .._utils import progress_bar
     from ..exceptions import EvaluationError
     from ..metrics import PairedCosineSimilarity
 
@@ -291,11 +272,7 @@ def _build_grid(n_features, settings, dev=None):
             f"the dev split has {len(dev_scores)} pairs, too few for "
             f"{settings.cv}-fold cross-validation (cv={settings.cv})"
         )
-    from sklearn.model_selection import ParameterGrid
-
-    from .._utils import progress_bar
-
-    candidates = _grid_candidates(n_features)
+    candidates = _grid_candidates(n_features, settings)
     n_fits = len(ParameterGrid(candidates)) * settings.cv
     with progress_bar(
         total=n_fits, desc="grid search", unit="fit", enabled=settings.show_bars

@@ -1,139 +1,667 @@
-"""Retrieval evaluation: search quality, index memory and latency per method and k.
+"""The retrieval task: exact cosine search, its quality, memory and latency.
 
-:func:`score_retrieval` fits one transformer on the fitting sentences,
-embeds the queries and the corpus of a
-:class:`~sklearn_isotropy.evaluation.RetrievalTask`, ranks the corpus by
-exact cosine (inner product) search and scores the ranking with
-:func:`~sklearn_isotropy.metrics.retrieval_scores`, for each output
-precision (float32, int8, binary). :func:`run_compression_study` does that
-for every method of :data:`~sklearn_isotropy.evaluation.RETRIEVAL_METHODS`
-and every dimension ``k``; :func:`evaluate_retrieval` loads, encodes and
-runs it all. Nothing here prints or writes files: the writers of
-``_retrieval_report.py`` do.
+:class:`RetrievalTask` holds queries, a corpus and relevance judgements,
+made from rated STS pairs (:meth:`RetrievalTask.from_pairs`) or read from a
+BEIR folder (:meth:`RetrievalTask.from_beir`), and the sentences the
+post-processors are fitted on. A method is fitted on those sentences,
+applied to the queries and the corpus, and the corpus is searched exactly
+for every query at each precision of
+:data:`~sklearn_isotropy.evaluation.QUANTIZATIONS`; the ranking is scored
+by :func:`~sklearn_isotropy.metrics.retrieval_scores` (ties averaged).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
+from scipy import sparse
 
 from .._utils import normalize_rows
 from ..exceptions import EvaluationError
-from ..metrics import retrieval_scores
-from ._retrieval_methods import (
-    DEFAULT_QUANTIZATIONS,
-    DEFAULT_RETRIEVAL_METHODS,
-    QUANTIZATIONS,
-    RETRIEVAL_METHODS,
-    RETRIEVAL_PROTOCOLS,
-    RetrievalSettings,
-)
-from ._retrieval_task import load_retrieval_task
-from ._search import make_index, resolve_backend, search_candidates
-from ._sts import DEFAULT_MODEL_NAME, record_warnings
+from ..metrics import exact_index, pairs_to_qrels, retrieval_scores, search_candidates
+from ._quantization import QUANTIZATIONS
+from ._settings import EvaluationSettings
+from ._sts import load_sts_splits
+from ._task import Column, Task
 
-__all__ = [
-    "RetrievalEvaluation",
-    "encode_texts",
-    "evaluate_retrieval",
-    "run_compression_study",
-    "score_retrieval",
-]
+__all__ = ["RetrievalTask"]
+
+_PROTOCOLS = {
+    "train": (
+        "post-processors fitted on the sentences of the train split only; the "
+        "queries and their relevant sentences come from held-out splits"
+    ),
+    "corpus": (
+        "post-processors fitted on every corpus document (the collection being "
+        "indexed, queries' own sentences included when they are in it)"
+    ),
+}
 
 
-# --------------------------------------------------------------- encoding
-def encode_texts(
-    texts,
-    *,
-    model=None,
-    pooling="mean",
-    batch_size=64,
-    device="cpu",
-    cache=None,
-    progress=False,
-):
-    """Encode texts with :class:`~sklearn_isotropy.BertPoolingVectorizer`.
+@dataclass
+class RetrievalTask(Task):
+    """Queries, a corpus, relevance judgements, and the sentences to fit on.
 
     Parameters
     ----------
-    texts : list of str
-        Texts to encode (encode each distinct text once).
-    model : None, str or path-like, default=None
-        The encoder; None is the embedded all-MiniLM-L6-v2.
-    pooling : str, default="mean"
-        A pooling preset.
-    batch_size : int, default=64
-        Encoding batch size.
-    device : str, default="cpu"
-        Torch device.
-    cache : None, str or path-like, default=None
-        The vectorizer's ``memory=``: encodings cached across runs.
-    progress : bool, default=False
-        Show the encoder's progress bar.
-
-    Returns
-    -------
-    embeddings : ndarray of shape (n_texts, d)
-    seconds : float
-        Encoding time.
+    queries : list of str
+        Query texts.
+    corpus : list of str
+        Document texts; equal texts are separate documents (they tie).
+    relevance : sparse matrix of shape (n_queries, n_documents)
+        Relevance grades, > 0 relevant; every query needs at least one
+        relevant document.
+    exclude : sparse matrix of shape (n_queries, n_documents), default=None
+        Nonzero where a document is never returned to a query (the query's
+        own sentence).
+    query_ids, corpus_ids : list of str, default=None
+        Identifiers (BEIR ids; indices when None).
+    data_name : str, default="retrieval task"
+        How reports name the task.
+    notes : dict, default={}
+        How it was made (counts of pairs, queries dropped, ...).
+    fit_texts : list of str, default=None
+        The sentences the post-processors are fitted on; the corpus when None.
+    fit_on : {"train", "corpus"}, default="corpus"
+        What `fit_texts` are, for reports.
 
     Raises
     ------
-    EvaluationError
-        If the model cannot be loaded.
-    """
-    from ..text import BertPoolingVectorizer
+    ValueError
+        If the shapes disagree, a grade is negative or not finite, a query
+        has no relevant document, or a relevant document is excluded.
 
-    vec = BertPoolingVectorizer(
-        model,
-        pooling=pooling,
-        batch_size=batch_size,
-        device=device,
-        memory=cache,
-        show_progress_bar=progress,
+    Examples
+    --------
+    >>> from sklearn_isotropy.evaluation import RetrievalTask
+    >>> pairs = [["a cat sat", "a cat was sitting"], ["a dog ran", "a car"]]
+    >>> task = RetrievalTask.from_pairs(pairs, [4.6, 0.4], extra_corpus=["a cat"])
+    >>> task.queries, task.corpus
+    (['a cat sat'], ['a cat sat', 'a cat was sitting', 'a dog ran', 'a car', 'a cat'])
+    """
+
+    queries: list
+    corpus: list
+    relevance: sparse.csr_matrix
+    exclude: sparse.csr_matrix | None = None
+    query_ids: list | None = None
+    corpus_ids: list | None = None
+    data_name: str = "retrieval task"
+    notes: dict = field(default_factory=dict)
+    fit_texts: list | None = None
+    fit_on: str = "corpus"
+
+    name = "retrieval"
+    command = "retrieval"
+    description = (
+        "compare post-processing methods for search: encode queries and a "
+        "corpus (from STS pairs or a BEIR folder), post-process with each "
+        "method at each dimension k and precision, and report exact-search "
+        "quality, index memory and latency."
     )
-    try:
-        vec.fit(texts[:1])
-    except (OSError, ValueError, ImportError, RuntimeError) as exc:
-        name = model or "the default all-MiniLM-L6-v2"
-        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-        raise EvaluationError(
-            f"cannot load model {name}: {'; '.join(lines) or repr(exc)}"
-        ) from exc
-    start = time.perf_counter()
-    E = vec.transform(texts)
-    return E, time.perf_counter() - start
+    title = (
+        "Exact cosine search: quality x100, index memory and query latency per "
+        "method, dimension and precision"
+    )
+    report_name = "retrieval"
+    protocols = _PROTOCOLS
+    default_methods = ("raw", "pca", "whitening", "natsv", "truncate")
 
+    def __post_init__(self):
+        self.queries = [str(q) for q in self.queries]
+        self.corpus = [str(d) for d in self.corpus]
+        shape = (len(self.queries), len(self.corpus))
+        if not shape[0] or not shape[1]:
+            raise ValueError(
+                f"a retrieval task needs at least one query and one document; got "
+                f"{shape[0]} queries and {shape[1]} documents"
+            )
+        rel = sparse.csr_matrix(self.relevance, dtype=np.float64)
+        if rel.shape != shape:
+            raise ValueError(
+                f"relevance has shape {rel.shape}; expected (n_queries, "
+                f"n_documents) = {shape}"
+            )
+        if not np.isfinite(rel.data).all() or (rel.data < 0).any():
+            raise ValueError("relevance grades must be finite and >= 0")
+        rel.eliminate_zeros()
+        missing = np.flatnonzero(np.diff(rel.indptr) == 0)
+        if missing.size:
+            raise ValueError(
+                f"{missing.size} queries have no relevant document (first: query "
+                f"{int(missing[0])}); drop them before building the task"
+            )
+        self.relevance = rel
+        if self.exclude is not None:
+            exc = sparse.csr_matrix(self.exclude, dtype=bool)
+            if exc.shape != shape:
+                raise ValueError(f"exclude has shape {exc.shape}; expected {shape}")
+            if rel.multiply(exc).nnz:
+                raise ValueError(
+                    "a relevant document is also excluded from its query's "
+                    "results; a document cannot be both"
+                )
+            self.exclude = exc
+        for attr, n in (("query_ids", shape[0]), ("corpus_ids", shape[1])):
+            ids = getattr(self, attr)
+            if ids is not None and len(ids) != n:
+                raise ValueError(f"{attr} has {len(ids)} entries; expected {n}")
+        if self.fit_on not in self.protocols:
+            raise ValueError(
+                f"fit_on must be one of {tuple(self.protocols)}; got {self.fit_on!r}"
+            )
+        self.fit_texts = list(self.corpus if self.fit_texts is None else self.fit_texts)
 
-# ---------------------------------------------------------------- scoring
-def _candidate_judgements(task, documents, scores):
-    """Relevance and scores restricted to each query's candidates (see below).
+    @property
+    def n_queries(self) -> int:
+        return len(self.queries)
 
-    Column ``j`` of row ``q`` is the ``j``-th candidate of query ``q``; the
-    relevant documents that are not candidates follow with score ``-inf``
-    and the row is padded with irrelevant ``-inf`` columns. Every candidate
-    list holds at least ``k`` documents and every document tied with the
-    ``k``-th, so ranks up to ``k`` — all that the metrics read — are those
-    of the full ranking.
-    """
-    rel = task.relevance
-    rows_rel, rows_score = [], []
-    for q in range(task.n_queries):
-        lo, hi = rel.indptr[q], rel.indptr[q + 1]
-        grade_of = dict(zip(rel.indices[lo:hi].tolist(), rel.data[lo:hi].tolist()))
-        docs = documents[q].tolist()
-        grades = [grade_of.pop(d, 0.0) for d in docs]
-        rows_rel.append(grades + list(grade_of.values()))
-        rows_score.append(list(scores[q]) + [-np.inf] * len(grade_of))
-    width = max(len(r) for r in rows_rel)
-    y_true = np.zeros((task.n_queries, width))
-    y_score = np.full((task.n_queries, width), -np.inf)
-    for q, (g, s) in enumerate(zip(rows_rel, rows_score)):
-        y_true[q, : len(g)] = g
-        y_score[q, : len(s)] = s
-    return y_true, y_score
+    @property
+    def n_documents(self) -> int:
+        return len(self.corpus)
+
+    def summary(self) -> dict:
+        """Sizes and how the task was made, for reports."""
+        return {
+            "name": self.data_name,
+            "queries": self.n_queries,
+            "documents": self.n_documents,
+            "relevant_judgements": int(self.relevance.nnz),
+            "fit_sentences": len(self.fit_texts),
+            **self.notes,
+        }
+
+    # ------------------------------------------------------------ making
+    @classmethod
+    def from_pairs(
+        cls,
+        pairs,
+        scores,
+        *,
+        min_score=4.0,
+        symmetric=False,
+        extra_corpus=(),
+        data_name="STS pairs",
+        fit_texts=None,
+        fit_on="corpus",
+    ):
+        """A task from rated sentence pairs.
+
+        Each pair rated at least `min_score` makes its first sentence a
+        query and its second sentence relevant to it (both ways with
+        `symmetric`). The corpus is every distinct sentence of the pairs,
+        then every new sentence of `extra_corpus` (distractors); a query's
+        own sentence is excluded from its results. Pairs of one sentence
+        twice are left out (counted in ``notes``). The judgements are those
+        of :func:`~sklearn_isotropy.metrics.pairs_to_qrels`.
+
+        Parameters
+        ----------
+        pairs : array-like of shape (n_pairs, 2)
+            Sentence pairs.
+        scores : array-like of shape (n_pairs,)
+            Gold similarity scores.
+        min_score : float, default=4.0
+            Relevance threshold (4.0 is 80% of STS-B's 0-5 scale).
+        symmetric : bool, default=False
+            Also query with the second sentence.
+        extra_corpus : iterable of str, default=()
+            More documents, none relevant.
+        data_name, fit_texts, fit_on
+            As for the class.
+
+        Returns
+        -------
+        task : RetrievalTask
+
+        Raises
+        ------
+        ValueError
+            If no pair reaches `min_score`.
+        """
+        qrels = pairs_to_qrels(pairs, scores, min_score=min_score, symmetric=symmetric)
+        n_queries = qrels.queries.size
+        if n_queries == 0:
+            raise ValueError(
+                f"no sentence pair is rated >= min_score={min_score} (and made of "
+                "two different sentences), so there is no query; lower min_score"
+            )
+        corpus = [str(s) for s in qrels.corpus]
+        corpus += [
+            t for t in dict.fromkeys(map(str, extra_corpus)) if t not in set(corpus)
+        ]
+        shape = (n_queries, len(corpus))
+        relevance = sparse.csr_matrix(
+            (qrels.relevance.data, qrels.relevance.indices, qrels.relevance.indptr),
+            shape=shape,
+        )
+        exclude = sparse.csr_matrix(
+            (np.ones(n_queries, dtype=bool), (np.arange(n_queries), qrels.queries)),
+            shape=shape,
+        )
+        return cls(
+            queries=[corpus[i] for i in qrels.queries],
+            corpus=corpus,
+            relevance=relevance,
+            exclude=exclude,
+            data_name=data_name,
+            fit_texts=fit_texts,
+            fit_on=fit_on,
+            notes={
+                "min_score": float(min_score),
+                "symmetric": bool(symmetric),
+                "pairs": int(len(np.asarray(scores).ravel())),
+                "pairs_relevant": qrels.n_pairs_relevant,
+                "pairs_identical_left_out": qrels.n_pairs_identical,
+                "distractors": len(corpus) - len(qrels.corpus),
+            },
+        )
+
+    @classmethod
+    def from_beir(cls, folder, *, split="test", data_name=None):
+        """A task from a BEIR folder (see :func:`~sklearn_isotropy.datasets.load_beir`).
+
+        The queries are those of the ``split`` qrels file, in order of first
+        appearance; a query whose judgements are all 0 is left out (counted
+        in ``notes``). A document whose id is the query's id is excluded
+        from its results, as BEIR does. The post-processors are fitted on
+        the corpus; ``data_name`` is the folder's name when None. Raises
+        ``EvaluationError`` if a file is missing, not UTF-8 or
+        malformed, naming the file and line.
+        """
+        from ..datasets import load_beir
+
+        try:
+            data = load_beir(folder, split=split)
+        except (OSError, ValueError) as exc:
+            raise EvaluationError(str(exc)) from None
+        doc_index = {d: i for i, d in enumerate(data.corpus_ids)}
+        text_of = dict(zip(data.query_ids, data.queries))
+        order = list(dict.fromkeys(q for q, _, _ in data.judgements))
+        graded = {q for q, _, g in data.judgements if g > 0}
+        kept = [q for q in order if q in graded]
+        if not kept:
+            raise EvaluationError(
+                f"{Path(folder) / 'qrels' / f'{split}.tsv'} has no judgement with a "
+                "score > 0, so no query has a relevant document"
+            )
+        row_of = {q: r for r, q in enumerate(kept)}
+        judged = [
+            (row_of[q], doc_index[d], g)
+            for q, d, g in data.judgements
+            if q in row_of and g > 0
+        ]
+        rows, cols, grades = zip(*judged)
+        shape = (len(kept), len(data.corpus))
+        # a document with the query's own id is not an answer, unless judged one
+        own = {(r, doc_index[q]) for r, q in enumerate(kept) if q in doc_index}
+        own = np.array(sorted(own - set(zip(rows, cols))), dtype=np.intp).reshape(-1, 2)
+        exclude = sparse.csr_matrix(
+            (np.ones(len(own), dtype=bool), (own[:, 0], own[:, 1])), shape=shape
+        )
+        return cls(
+            queries=[text_of[q] for q in kept],
+            corpus=data.corpus,
+            relevance=sparse.csr_matrix((grades, (rows, cols)), shape=shape),
+            exclude=exclude,
+            query_ids=kept,
+            corpus_ids=data.corpus_ids,
+            data_name=data_name or Path(folder).expanduser().name,
+            notes={
+                "split": split,
+                "queries_without_relevant_left_out": len(order) - len(kept),
+                "queries_in_file": len(data.query_ids),
+            },
+        )
+
+    @classmethod
+    def load(cls, data, settings=None, *, fit_on=None, methods=()):
+        """A task from a BEIR folder or from STS data.
+
+        ``data`` is a BEIR folder (it holds ``corpus.jsonl``), an STS
+        directory, one STS file (its pairs are the test split) or
+        ``"stsb"``, read by :func:`load_sts_splits` with the settings'
+        ``max_pairs``, ``seed`` and ``format``. From STS data, the pairs of
+        the settings' ``query_splits`` rated at least ``min_score`` give the
+        queries (:meth:`from_pairs`); the corpus is every distinct sentence
+        of every split read. ``fit_on`` None is ``"train"`` when STS data
+        has a train split, else ``"corpus"``; ``methods`` is unused. Raises
+        ``EvaluationError`` if the data cannot be read, or the
+        protocol needs a split it lacks.
+        """
+        s = settings or EvaluationSettings()
+        if fit_on is not None and fit_on not in cls.protocols:
+            raise EvaluationError(
+                f"fit_on must be one of {tuple(cls.protocols)} for retrieval; "
+                f"got {fit_on!r}"
+            )
+        path = Path(data).expanduser()
+        if path.is_dir() and (path / "corpus.jsonl").is_file():
+            if fit_on == "train":
+                raise EvaluationError(
+                    f"{data} is a BEIR folder, which has no train sentences; fit on "
+                    "the corpus (fit_on='corpus')"
+                )
+            return cls.from_beir(path, data_name=str(data))
+        splits = {}
+        for split in dict.fromkeys([*s.query_splits, "train", "dev", "test"]):
+            try:
+                splits.update(
+                    load_sts_splits(
+                        data,
+                        [split],
+                        max_pairs=s.max_pairs,
+                        random_state=s.seed,
+                        format=s.format,
+                    )
+                )
+            except EvaluationError:
+                if split in s.query_splits or (split == "train" and fit_on == "train"):
+                    raise
+        fit_on = fit_on or ("train" if "train" in splits else "corpus")
+        queries_from = list(s.query_splits)
+        extra = [
+            t
+            for n, b in splits.items()
+            if n not in queries_from
+            for t in b.pairs.ravel()
+        ]
+        fit_texts = None
+        if fit_on == "train":
+            fit_texts = list(dict.fromkeys(splits["train"].pairs.ravel().tolist()))
+        try:
+            task = cls.from_pairs(
+                np.concatenate([splits[n].pairs for n in queries_from]),
+                np.concatenate([splits[n].scores for n in queries_from]),
+                min_score=s.min_score,
+                symmetric=s.symmetric,
+                extra_corpus=extra,
+                data_name=str(data),
+                fit_texts=fit_texts,
+                fit_on=fit_on,
+            )
+        except ValueError as exc:
+            raise EvaluationError(
+                f"cannot make a retrieval task of {data}: {exc}"
+            ) from exc
+        task.notes["query_splits"] = queries_from
+        task.notes["corpus_splits"] = list(splits)
+        return task
+
+    # ---------------------------------------------------- the Task protocol
+    def texts(self):
+        return list(dict.fromkeys([*self.queries, *self.corpus, *self.fit_texts]))
+
+    def embed(self, lookup):
+        return {
+            "queries": lookup(self.queries),
+            "corpus": lookup(self.corpus),
+            "fit": lookup(self.fit_texts),
+        }
+
+    def n_features(self, embeddings):
+        return np.asarray(embeddings["corpus"]).shape[1]
+
+    def dimensions(self, method, n_features, settings):
+        if not method.uses_k:
+            return [None]
+        ks = sorted({int(k) for k in settings.dimensions if 0 < k < n_features})
+        return ks + ([None] if method.full_width else [])
+
+    def check(self, settings):
+        unknown = [q for q in settings.quantizations if q not in QUANTIZATIONS]
+        if unknown:
+            raise ValueError(
+                f"unknown quantization(s) {unknown}; choose from "
+                f"{', '.join(QUANTIZATIONS)}"
+            )
+        _max_cutoff(settings.metrics)
+        missing = {q: QUANTIZATIONS[q].missing() for q in settings.quantizations}
+        missing = {q: modules for q, modules in missing.items() if modules}
+        if missing:
+            needs = sorted({m for modules in missing.values() for m in modules})
+            raise EvaluationError(
+                f"the precision(s) {', '.join(missing)} need {', '.join(needs)}, "
+                'which is not installed: pip install "sklearn-isotropy[retrieval]", '
+                "or keep to float32 (--quantize "
+                "float32)"
+            )
+
+    def score(self, transformer, embeddings, settings=None):
+        """Fit a clone of ``transformer``, search the corpus, score the ranking.
+
+        The clone is fitted on the ``"fit"`` embeddings only (the corpus
+        when absent), applied to the queries and the corpus, and the rows
+        are scaled to unit norm so that the inner product is the cosine. For
+        each of the settings' ``quantizations`` the corpus is indexed, every
+        query searches it exactly and the ranking is scored; the index
+        memory is ``n_documents * bytes_per_vector`` and the latency is
+        timed on the same index.
+
+        ``embeddings`` holds ``"queries"`` (n_queries, d) and ``"corpus"``
+        (n_documents, d) in the task's order, and optionally ``"fit"``
+        (n_fit, d), the fitting sentences (also the int8 calibration and
+        the binary centre). Returns one record per precision, with
+        ``quantization``, ``dimensions`` (output width),
+        ``bytes_per_vector``, ``index_bytes``, each metric, ``latency_ms``
+        (median of one-query searches on one thread),
+        ``batch_ms_per_query`` (the best of three searches of every query,
+        per query), ``search_seconds``, ``fit_seconds``,
+        ``transform_seconds`` and ``backend``; and no artifact.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sklearn_isotropy.evaluation import EvaluationSettings, RetrievalTask
+        >>> rng = np.random.default_rng(0)
+        >>> docs = rng.normal(size=(40, 6))
+        >>> task = RetrievalTask([f"q{i}" for i in range(10)],
+        ...                      [f"d{i}" for i in range(40)], np.eye(10, 40))
+        >>> queries = docs[:10] + 0.01 * rng.normal(size=(10, 6))
+        >>> settings = EvaluationSettings(quantizations=("float32",))
+        >>> [record], _ = task.score("passthrough",
+        ...                          {"queries": queries, "corpus": docs}, settings)
+        >>> record["mrr@10"], record["bytes_per_vector"]
+        (1.0, 24)
+        """
+        from sklearn.base import clone
+
+        settings = settings or EvaluationSettings()
+        self.check(settings)
+        Q, C = np.asarray(embeddings["queries"]), np.asarray(embeddings["corpus"])
+        if Q.shape[0] != self.n_queries or C.shape[0] != self.n_documents:
+            raise ValueError(
+                f"embeddings of {Q.shape[0]} queries and {C.shape[0]} documents do "
+                f"not match the task's {self.n_queries} and {self.n_documents}"
+            )
+        F = np.asarray(embeddings.get("fit", C))
+        k = _max_cutoff(settings.metrics)
+        start = time.perf_counter()
+        fitted = None
+        if not (isinstance(transformer, str) and transformer == "passthrough"):
+            fitted = clone(transformer).fit(F)
+        fit_seconds = time.perf_counter() - start
+
+        def apply(X):
+            Z = X if fitted is None else np.asarray(fitted.transform(X))
+            if not np.isfinite(Z).all():
+                raise ValueError(
+                    f"{type(fitted).__name__}.transform returned NaN or inf; "
+                    "regularise it (e.g. shrinkage) or keep fewer components"
+                )
+            return normalize_rows(Z)[0]
+
+        start = time.perf_counter()
+        Q, C = apply(Q), apply(C)
+        transform_seconds = time.perf_counter() - start
+        calibration = apply(F)
+        records = []
+        for name in settings.quantizations:
+            quant = QUANTIZATIONS[name]
+            q_codes, c_codes = quant.encode(Q, C, calibration)
+            start = time.perf_counter()
+            documents, scores = search_candidates(
+                q_codes,
+                c_codes,
+                k=k,
+                metric=quant.metric,
+                backend=settings.backend,
+                exclude=self.exclude,
+            )
+            search_seconds = time.perf_counter() - start
+            y_true, y_score = self._candidate_judgements(documents, scores)
+            per_query = retrieval_scores(
+                y_true, y_score, metrics=settings.metrics, average=False
+            )
+            index = exact_index(c_codes, quant.metric, settings.backend)
+            latency, batch = _latency(
+                index, q_codes, settings.latency_queries, settings.seed, k
+            )
+            per_vector = int(quant.bytes_per_vector(Q.shape[1]))
+            records.append(
+                {
+                    "quantization": name,
+                    "dimensions": int(Q.shape[1]),
+                    "bytes_per_vector": per_vector,
+                    "index_bytes": per_vector * self.n_documents,
+                    **{m: float(v.mean()) for m, v in per_query.items()},
+                    "latency_ms": latency,
+                    "batch_ms_per_query": batch,
+                    "search_seconds": search_seconds,
+                    "fit_seconds": fit_seconds,
+                    "transform_seconds": transform_seconds,
+                    "backend": index.backend,
+                }
+            )
+            if settings.per_query:
+                records[-1]["per_query"] = {m: v.tolist() for m, v in per_query.items()}
+        return records, None
+
+    def _candidate_judgements(self, documents, scores):
+        """Relevance and scores restricted to each query's candidates.
+
+        Column ``j`` of row ``q`` is the ``j``-th candidate of query ``q``;
+        the relevant documents that are not candidates follow with score
+        ``-inf`` and the row is padded with irrelevant ``-inf`` columns.
+        Every candidate list holds at least ``k`` documents and every
+        document tied with the ``k``-th, so ranks up to ``k`` — all that the
+        metrics read — are those of the full ranking.
+        """
+        rel = self.relevance
+        rows_rel, rows_score = [], []
+        for q in range(self.n_queries):
+            lo, hi = rel.indptr[q], rel.indptr[q + 1]
+            grade_of = dict(zip(rel.indices[lo:hi].tolist(), rel.data[lo:hi].tolist()))
+            grades = [grade_of.pop(d, 0.0) for d in documents[q].tolist()]
+            rows_rel.append(grades + list(grade_of.values()))
+            rows_score.append(list(scores[q]) + [-np.inf] * len(grade_of))
+        width = max(len(r) for r in rows_rel)
+        y_true = np.zeros((self.n_queries, width))
+        y_score = np.full((self.n_queries, width), -np.inf)
+        for q, (g, s) in enumerate(zip(rows_rel, rows_score)):
+            y_true[q, : len(g)] = g
+            y_score[q, : len(s)] = s
+        return y_true, y_score
+
+    # ---------------------------------------------------------- reporting
+    def columns(self, settings):
+        def percent(m):
+            return lambda r: f"{100 * r[m]:.2f}"
+
+        def ms(key):
+            return lambda r: "-" if r[key] is None else f"{r[key]:.3f}"
+
+        return [
+            Column("dims", lambda r: str(r["dimensions"]), left=True),
+            Column("precision", lambda r: r["quantization"], left=True),
+            Column("bytes/vector", lambda r: str(r["bytes_per_vector"])),
+            Column("index", lambda r: _size(r["index_bytes"])),
+            *[
+                Column(_metric_header(m), percent(m), score=True)
+                for m in settings.metrics
+            ],
+            Column("latency ms", ms("latency_ms")),
+            Column("batch ms/query", ms("batch_ms_per_query")),
+        ]
+
+    def describe(self):
+        parts = [f"{self.n_queries} queries", f"{self.n_documents} documents"]
+        parts.append(f"{int(self.relevance.nnz)} relevant judgements")
+        if "min_score" in self.notes:
+            parts.append(
+                f"relevant = pairs rated >= {self.notes['min_score']:g}"
+                + (" (both directions)" if self.notes.get("symmetric") else "")
+            )
+        return ", ".join(parts) + f"; fitted on {len(self.fit_texts)} sentences"
+
+    def log_line(self, records):
+        head = next(m for m in records[0] if "@" in m)
+        return ", ".join(f"{r['quantization']} {head} {r[head]:.4f}" for r in records)
+
+    def report_lines(self, evaluation):
+        s = evaluation.settings
+        backends = sorted({r["backend"] for r in evaluation.records if "backend" in r})
+        return [
+            f"- Whitening power: {s.power:g}; NATSV removes {s.natsv_components} "
+            "directions; PCA is whitening with power 0.",
+            f"- Search: exact, backend `{', '.join(backends) or s.backend}`; a "
+            "query's own sentence is never returned to it; ties are averaged (the "
+            "expected score over random orders of tied documents).",
+            "- Precisions: "
+            + "; ".join(f"`{q}`: {QUANTIZATIONS[q].help}" for q in s.quantizations),
+            "- Index = documents x bytes per vector. Latency: median of one-query "
+            "top-k searches on one thread; batch: the best of three searches of "
+            "every query, per query. int8 codes are searched as float32 numbers "
+            "(exact), so their latency is float32's at the same width: the int8 "
+            "index saves memory here, not time.",
+        ]
+
+    def json_fields(self, evaluation):
+        return {
+            "retrieval_task": self.summary(),
+            "quantizations": {
+                q: QUANTIZATIONS[q].help for q in evaluation.settings.quantizations
+            },
+        }
+
+    def console_lines(self, evaluation):
+        return [f"Task: {self.describe()}"]
+
+    def figures(self, evaluation, out_dir):
+        """``retrieval_<pooling>.png``: quality against bytes per vector.
+
+        Two panels: every point, and the 10 points (x100) below the best
+        score, where the methods differ.
+        """
+        from matplotlib.figure import Figure
+
+        from ..diagnostics import plot_quality_vs_bytes
+
+        metric = evaluation.settings.metrics[0]
+        files = []
+        for pooling in evaluation.poolings:
+            records = evaluation.results(pooling)
+            if all("error" in r for r in records):
+                continue
+            fig = Figure(figsize=(13, 5.2), layout="constrained")
+            whole, top = fig.subplots(1, 2)
+            fig.suptitle(
+                f"{evaluation.model_name}, {pooling} pooling: {self.n_queries} "
+                f"queries, {self.n_documents} documents"
+            )
+            plot_quality_vs_bytes(
+                records, metric=metric, ax=whole, title="every point", legend=False
+            )
+            plot_quality_vs_bytes(
+                records, metric=metric, ax=top, title="the top 10 points", zoom=10
+            )
+            path = Path(out_dir) / f"retrieval_{pooling}.png"
+            fig.savefig(path, dpi=110, bbox_inches="tight")  # the legends are outside
+            files.append(str(path))
+        return files
 
 
 def _max_cutoff(metrics):
@@ -165,432 +693,16 @@ def _latency(index, queries, n_timed, seed, k):
     return 1e3 * float(np.median(times)), 1e3 * batch / queries.shape[0]
 
 
-def score_retrieval(
-    query_emb,
-    corpus_emb,
-    task,
-    *,
-    transformer="passthrough",
-    fit_emb=None,
-    quantizations=("float32",),
-    settings=None,
-):
-    """Fit one transformer, search the corpus and score the ranking.
-
-    The transformer (a clone) is fitted on `fit_emb` only, applied to the
-    queries and the corpus, and the rows are scaled to unit norm so that
-    the inner product is the cosine. For each precision of
-    `quantizations` the corpus is indexed, every query searches it exactly
-    and the ranking is scored (ties averaged, see
-    :func:`~sklearn_isotropy.metrics.retrieval_scores`); the index memory is
-    ``n_documents * bytes_per_vector`` and the latency is timed on the same
-    index.
-
-    Parameters
-    ----------
-    query_emb : ndarray of shape (n_queries, d)
-        Query embeddings, in the order of ``task.queries``.
-    corpus_emb : ndarray of shape (n_documents, d)
-        Document embeddings, in the order of ``task.corpus``.
-    task : RetrievalTask
-        The judgements.
-    transformer : estimator or "passthrough", default="passthrough"
-        Any transformer or pipeline on embeddings.
-    fit_emb : ndarray of shape (n_fit, d), default=None
-        The fitting sentences' embeddings (also the int8 calibration and
-        the binary centre); the corpus when None.
-    quantizations : sequence of str, default=("float32",)
-        Names in :data:`QUANTIZATIONS`.
-    settings : RetrievalSettings, default=None
-        Metrics, backend and latency options.
-
-    Returns
-    -------
-    records : list of dict
-        One per precision: ``quantization``, ``dimensions`` (output width),
-        ``bytes_per_vector``, ``index_bytes``, each metric, ``latency_ms``
-        (median of one-query searches on one thread), ``batch_ms_per_query``
-        (the best of three searches of every query, divided by their number),
-        ``fit_seconds``, ``transform_seconds`` and ``backend``.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from sklearn_isotropy.evaluation import RetrievalTask, score_retrieval
-    >>> rng = np.random.default_rng(0)
-    >>> docs = rng.normal(size=(40, 6))
-    >>> task = RetrievalTask([f"q{i}" for i in range(10)],
-    ...                      [f"d{i}" for i in range(40)], np.eye(10, 40))
-    >>> queries = docs[:10] + 0.01 * rng.normal(size=(10, 6))
-    >>> [record] = score_retrieval(queries, docs, task)
-    >>> record["mrr@10"], record["bytes_per_vector"]
-    (1.0, 24)
-    """
-    from sklearn.base import clone
-
-    settings = settings or RetrievalSettings()
-    query_emb, corpus_emb = np.asarray(query_emb), np.asarray(corpus_emb)
-    if query_emb.shape[0] != task.n_queries or corpus_emb.shape[0] != task.n_documents:
-        raise ValueError(
-            f"embeddings of {query_emb.shape[0]} queries and {corpus_emb.shape[0]} "
-            f"documents do not match the task's {task.n_queries} and "
-            f"{task.n_documents}"
-        )
-    unknown = [q for q in quantizations if q not in QUANTIZATIONS]
-    if unknown:
-        raise ValueError(
-            f"unknown quantization(s) {unknown}; choose from {', '.join(QUANTIZATIONS)}"
-        )
-    k = _max_cutoff(settings.metrics)
-    backend = resolve_backend(settings.backend)
-    fit_emb = corpus_emb if fit_emb is None else np.asarray(fit_emb)
-    start = time.perf_counter()
-    if isinstance(transformer, str) and transformer == "passthrough":
-        fitted = None
-    else:
-        fitted = clone(transformer).fit(fit_emb)
-    fit_seconds = time.perf_counter() - start
-
-    def apply(X):
-        Z = X if fitted is None else np.asarray(fitted.transform(X))
-        if not np.isfinite(Z).all():
-            raise ValueError(
-                f"{type(fitted).__name__}.transform returned NaN or inf; "
-                "regularise it (e.g. shrinkage) or keep fewer components"
-            )
-        return normalize_rows(Z)[0]
-
-    start = time.perf_counter()
-    Q, C = apply(query_emb), apply(corpus_emb)
-    transform_seconds = time.perf_counter() - start
-    calibration = apply(fit_emb)
-    records = []
-    for name in quantizations:
-        quant = QUANTIZATIONS[name]
-        q_codes, c_codes = quant.encode(Q, C, calibration)
-        start = time.perf_counter()
-        documents, scores = search_candidates(
-            q_codes,
-            c_codes,
-            k=k,
-            metric=quant.metric,
-            backend=backend,
-            exclude=task.exclude,
-        )
-        search_seconds = time.perf_counter() - start
-        y_true, y_score = _candidate_judgements(task, documents, scores)
-        per_query = retrieval_scores(
-            y_true, y_score, metrics=settings.metrics, average=False
-        )
-        values = {m: float(v.mean()) for m, v in per_query.items()}
-        index = make_index(c_codes, quant.metric, backend)
-        latency, batch = _latency(
-            index, q_codes, settings.latency_queries, settings.seed, k
-        )
-        per_vector = int(quant.bytes_per_vector(Q.shape[1]))
-        records.append(
-            {
-                "quantization": name,
-                "dimensions": int(Q.shape[1]),
-                "bytes_per_vector": per_vector,
-                "index_bytes": per_vector * task.n_documents,
-                **values,
-                "latency_ms": latency,
-                "batch_ms_per_query": batch,
-                "search_seconds": search_seconds,
-                "fit_seconds": fit_seconds,
-                "transform_seconds": transform_seconds,
-                "backend": backend,
-            }
-        )
-        if settings.per_query:
-            records[-1]["per_query"] = {m: v.tolist() for m, v in per_query.items()}
-    return records
+_NAMES = {"mrr": "MRR", "recall": "R", "ndcg": "nDCG"}
 
 
-def run_compression_study(
-    query_emb,
-    corpus_emb,
-    task,
-    *,
-    fit_emb=None,
-    methods=DEFAULT_RETRIEVAL_METHODS,
-    quantizations=DEFAULT_QUANTIZATIONS,
-    transformers=None,
-    settings=None,
-    log=None,
-):
-    """Score every method at every dimension and precision.
-
-    Parameters
-    ----------
-    query_emb, corpus_emb : ndarray
-        Embeddings of ``task.queries`` and ``task.corpus``.
-    task : RetrievalTask
-        The judgements.
-    fit_emb : ndarray of shape (n_fit, d), default=None
-        The fitting sentences' embeddings; the corpus when None.
-    methods : sequence of str, default=DEFAULT_RETRIEVAL_METHODS
-        Names in :data:`RETRIEVAL_METHODS`.
-    quantizations : sequence of str, default=("float32", "int8", "binary")
-        Names in :data:`QUANTIZATIONS`.
-    transformers : dict of str to estimator, default=None
-        More transformers to score, by label (each at its own width).
-    settings : RetrievalSettings, default=None
-        Dimensions, power, metrics, backend, latency options.
-    log : callable, default=None
-        Called with one line after each method and dimension.
-
-    Returns
-    -------
-    records : list of dict
-        One per (method, k, precision): ``method``, ``label``, ``k`` (None:
-        full width) and the fields of :func:`score_retrieval`; a failed
-        method has an ``error`` instead of scores. The warnings each fit
-        raised are in ``warnings``.
-    """
-    settings = settings or RetrievalSettings()
-    log = log or (lambda line: None)
-    unknown = [m for m in methods if m not in RETRIEVAL_METHODS]
-    if unknown:
-        raise ValueError(
-            f"unknown retrieval method(s) {unknown}; choose from "
-            f"{', '.join(RETRIEVAL_METHODS)}"
-        )
-    d = np.asarray(corpus_emb).shape[1]
-    runs = []
-    for name in dict.fromkeys(methods):
-        method = RETRIEVAL_METHODS[name]
-        for k in method.dimensions(d, settings):
-            runs.append((name, method.label, k, method.build(k, d, settings)))
-    for label, estimator in (transformers or {}).items():
-        template = str(label).replace("{", "{{").replace("}", "}}")
-        runs.append(("custom", template, None, estimator))
-    records = []
-    for name, template, k, transformer in runs:
-        label = template.format(k=k if k is not None else d, settings=settings)
-        with record_warnings() as caught:
-            try:
-                found = score_retrieval(
-                    query_emb,
-                    corpus_emb,
-                    task,
-                    transformer=transformer,
-                    fit_emb=fit_emb,
-                    quantizations=quantizations,
-                    settings=settings,
-                )
-            except (ValueError, RuntimeError, np.linalg.LinAlgError) as exc:
-                msg = " ".join(str(exc).split())
-                log(f"{label} failed: {msg}")
-                records.append({"method": name, "label": label, "k": k, "error": msg})
-                continue
-        messages = sorted({str(w.message) for w in caught})
-        if k is None:  # the full width may be capped (e.g. at the covariance rank)
-            label = template.format(k=found[0]["dimensions"], settings=settings)
-        for record in found:
-            records.append(
-                {"method": name, "label": label, "k": k, **record, "warnings": messages}
-            )
-        head = settings.metrics[0]
-        log(
-            f"{label}: "
-            + ", ".join(f"{r['quantization']} {head} {r[head]:.4f}" for r in found)
-        )
-    return records
+def _metric_header(name):
+    kind, _, k = name.partition("@")
+    return f"{_NAMES.get(kind, kind)}@{k}"
 
 
-# ---------------------------------------------------------------- running
-@dataclass
-class RetrievalEvaluation:
-    """Everything one :func:`evaluate_retrieval` run measured.
-
-    Attributes
-    ----------
-    data : str
-        The data source.
-    model : str or None
-        The encoder asked for (None: the embedded default).
-    model_name : str
-        The encoder, for reports.
-    poolings : list of str
-        Poolings run, in order.
-    fit_on : str
-        The fitting protocol; ``protocol`` says what it means.
-    task : dict
-        :meth:`RetrievalTask.summary` of the task.
-    settings : RetrievalSettings
-        The options.
-    methods, quantizations : list of str
-        What was run.
-    encodings : dict
-        Per pooling: texts encoded and seconds.
-    records : dict of str to list of dict
-        Per pooling, the records of :func:`run_compression_study`.
-    """
-
-    data: str
-    model: str | None
-    poolings: list
-    fit_on: str
-    task: dict
-    settings: RetrievalSettings
-    methods: list
-    quantizations: list
-    encodings: dict = field(default_factory=dict)
-    records: dict = field(default_factory=dict)
-
-    @property
-    def model_name(self) -> str:
-        return self.model or DEFAULT_MODEL_NAME
-
-    @property
-    def protocol(self) -> str:
-        return RETRIEVAL_PROTOCOLS[self.fit_on]
-
-
-def evaluate_retrieval(
-    data="stsb",
-    *,
-    model=None,
-    poolings=("mean",),
-    methods=DEFAULT_RETRIEVAL_METHODS,
-    quantizations=DEFAULT_QUANTIZATIONS,
-    settings=None,
-    fit_on=None,
-    min_score=4.0,
-    symmetric=False,
-    query_splits=("test",),
-    max_pairs=None,
-    transformers=None,
-    batch_size=64,
-    device="cpu",
-    cache=None,
-    progress=False,
-    log=None,
-    data_name=None,
-):
-    """Load a retrieval task, encode it and run the compression study.
-
-    Parameters
-    ----------
-    data : str, path-like or tuple, default="stsb"
-        What :func:`load_retrieval_task` reads, or ``(task, fit_texts,
-        fit_on)`` already loaded.
-    model : None, str or path-like, default=None
-        The encoder; None is the embedded all-MiniLM-L6-v2.
-    poolings : sequence of str, default=("mean",)
-        Pooling presets to evaluate.
-    methods : sequence of str, default=DEFAULT_RETRIEVAL_METHODS
-        Names in :data:`RETRIEVAL_METHODS`.
-    quantizations : sequence of str, default=("float32", "int8", "binary")
-        Names in :data:`QUANTIZATIONS`.
-    settings : RetrievalSettings, default=None
-        Dimensions, power, metrics, backend, latency options.
-    fit_on : {"train", "corpus"}, default=None
-        The fitting protocol (see :func:`load_retrieval_task`).
-    min_score : float, default=4.0
-        Relevance threshold of STS pairs.
-    symmetric : bool, default=False
-        Query with both sentences of a relevant pair.
-    query_splits : sequence of str, default=("test",)
-        STS splits whose pairs give the queries.
-    max_pairs : int, default=None
-        Random subset of at most this many pairs per STS split.
-    transformers : dict of str to estimator, default=None
-        More transformers to score, by label.
-    batch_size : int, default=64
-        Encoding batch size.
-    device : str, default="cpu"
-        Torch device of the encoder.
-    cache : None, str or path-like, default=None
-        Directory caching encodings across runs.
-    progress : bool, default=False
-        The encoder's progress bar.
-    log : callable, default=None
-        Called with one line of progress text after each step.
-    data_name : str, default=None
-        How the reports name the data; ``str(data)`` when None.
-
-    Returns
-    -------
-    evaluation : RetrievalEvaluation
-    """
-    settings = settings or RetrievalSettings()
-    log = log or (lambda line: None)
-    unknown = [m for m in methods if m not in RETRIEVAL_METHODS]
-    unknown += [q for q in quantizations if q not in QUANTIZATIONS]
-    if unknown:
-        raise ValueError(
-            f"unknown method or quantization {unknown}; methods: "
-            f"{', '.join(RETRIEVAL_METHODS)}; quantizations: {', '.join(QUANTIZATIONS)}"
-        )
-    missing = {
-        q: QUANTIZATIONS[q].missing()
-        for q in quantizations
-        if QUANTIZATIONS[q].missing()
-    }
-    if missing:
-        needs = sorted({m for ms in missing.values() for m in ms})
-        raise EvaluationError(
-            f"the precision(s) {', '.join(missing)} need {', '.join(needs)}, "
-            'which is not installed: pip install "sklearn-isotropy[retrieval]", '
-            "or keep to float32 (--quantize float32)"
-        )
-    if isinstance(data, tuple):
-        task, fit_texts, fit_on = data
-        data_name = data_name or task.name
-    else:
-        task, fit_texts, fit_on = load_retrieval_task(
-            data,
-            fit_on=fit_on,
-            min_score=min_score,
-            symmetric=symmetric,
-            query_splits=query_splits,
-            max_pairs=max_pairs,
-            random_state=settings.seed,
-        )
-    ev = RetrievalEvaluation(
-        data=data_name or str(data),
-        model=None if model is None else str(model),
-        poolings=list(dict.fromkeys(poolings)),
-        fit_on=fit_on,
-        task=task.summary(),
-        settings=settings,
-        methods=list(dict.fromkeys(methods)),
-        quantizations=list(dict.fromkeys(quantizations)),
-    )
-    log(
-        f"retrieval task: {task.n_queries} queries, {task.n_documents} documents; "
-        f"fitting on {len(fit_texts)} sentences ({fit_on})"
-    )
-    texts = list(dict.fromkeys([*task.queries, *task.corpus, *fit_texts]))
-    where = {t: i for i, t in enumerate(texts)}
-    for pooling in ev.poolings:
-        E, seconds = encode_texts(
-            texts,
-            model=model,
-            pooling=pooling,
-            batch_size=batch_size,
-            device=device,
-            cache=cache,
-            progress=progress,
-        )
-        ev.encodings[pooling] = {"texts": len(texts), "seconds": seconds}
-        log(f"[{pooling}] encoded {len(texts)} distinct texts in {seconds:.1f} s")
-
-        def rows(items, E=E):
-            return E[[where[t] for t in items]]
-
-        ev.records[pooling] = run_compression_study(
-            rows(task.queries),
-            rows(task.corpus),
-            task,
-            fit_emb=rows(fit_texts),
-            methods=ev.methods,
-            quantizations=ev.quantizations,
-            transformers=transformers,
-            settings=settings,
-            log=lambda line, p=pooling: log(f"[{p}] {line}"),
-        )
-    return ev
+def _size(n_bytes):
+    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10)):
+        if n_bytes >= scale:
+            return f"{n_bytes / scale:.1f} {unit}"
+    return f"{n_bytes} B"

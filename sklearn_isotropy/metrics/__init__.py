@@ -11,6 +11,9 @@ relevance judgements with ties averaged; :func:`pairs_to_qrels` makes
 queries, a corpus and judgements from rated pairs, and
 :func:`make_retrieval_scorer` scores a fitted transformer that way, so
 :class:`~sklearn.model_selection.GridSearchCV` can choose ``k`` for search.
+:func:`search_candidates` finds, exactly (numpy or faiss), every document a
+tie-averaged score at a cut-off needs, without scoring the whole corpus
+against every query at once; :func:`exact_index` is the index it searches.
 """
 
 from __future__ import annotations
@@ -30,12 +33,15 @@ from ._scores import (
     paired_cosine_similarity,
     spearman_score,
 )
+from ._search import SEARCH_BACKENDS, exact_index, search_candidates
 
 __all__ = [
     "DEFAULT_RETRIEVAL_METRICS",
+    "SEARCH_BACKENDS",
     "PairedCosineSimilarity",
     "cosine_spearman_score",
     "cosine_spearman_scorer",
+    "exact_index",
     "make_retrieval_scorer",
     "mrr_score",
     "ndcg_at_k_score",
@@ -43,5 +49,6 @@ __all__ = [
     "pairs_to_qrels",
     "recall_at_k_score",
     "retrieval_scores",
+    "search_candidates",
     "spearman_score",
 ]

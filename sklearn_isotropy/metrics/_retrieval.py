@@ -22,6 +22,7 @@ from sklearn.utils.validation import check_array, check_is_fitted
 from .._utils import normalize_rows, warn
 from ..exceptions import NoRelevantDocumentWarning
 from ._paired import PairedCosineSimilarity, _as_dense, _check_pairs, _check_y
+from ._scores import check_same_shape
 
 __all__ = [
     "DEFAULT_RETRIEVAL_METRICS",
@@ -81,11 +82,9 @@ def _check_scores(y_true, y_score):
             "y_score holds NaN or +inf; scores must be finite, or -inf for a "
             "document ranked last (e.g. excluded from a query's results)"
         )
-    if y_true.shape != y_score.shape:
-        raise ValueError(
-            f"y_true has shape {y_true.shape} but y_score has shape "
-            f"{y_score.shape}; both must be (n_queries, n_documents)"
-        )
+    check_same_shape(
+        y_true, y_score, ("y_true", "y_score"), "both must be (n_queries, n_documents)"
+    )
     return y_true, y_score
 
 
@@ -321,22 +320,34 @@ def _one(kind):
     return score
 
 
-def mrr_score(y_true, y_score, *, k=10, no_relevant="skip"):
-    """Mean reciprocal rank of the first relevant document, cut at ``k``.
-
-    Ties are averaged (see :func:`retrieval_scores`).
-
-    Parameters
-    ----------
+_SHARED_PARAMETERS = """\
     y_true : array-like or sparse matrix of shape (n_queries, n_documents)
         Relevance grades, >= 0 (0 = not relevant).
     y_score : array-like of shape (n_queries, n_documents)
         Scores, higher first; ``-inf`` ranks a document last.
     k : int, default=10
-        Cut-off: a first relevant document below rank ``k`` counts 0.
+        Cut-off.
     no_relevant : {"skip", "zero", "raise"}, default="skip"
         What a query without relevant documents counts for (see
-        :func:`retrieval_scores`).
+        :func:`retrieval_scores`)."""
+
+
+def _shared_parameters(func):
+    """Fill in the parameters that every single-metric score shares."""
+    func.__doc__ = func.__doc__.replace("    <shared parameters>", _SHARED_PARAMETERS)
+    return func
+
+
+@_shared_parameters
+def mrr_score(y_true, y_score, *, k=10, no_relevant="skip"):
+    """Mean reciprocal rank of the first relevant document, cut at ``k``.
+
+    A first relevant document below rank ``k`` counts 0. Ties are averaged
+    (see :func:`retrieval_scores`).
+
+    Parameters
+    ----------
+    <shared parameters>
 
     Returns
     -------
@@ -352,6 +363,7 @@ def mrr_score(y_true, y_score, *, k=10, no_relevant="skip"):
     return _one("mrr")(y_true, y_score, k=k, no_relevant=no_relevant)
 
 
+@_shared_parameters
 def recall_at_k_score(y_true, y_score, *, k=10, no_relevant="skip"):
     """Share of each query's relevant documents in its first ``k``, averaged.
 
@@ -359,15 +371,7 @@ def recall_at_k_score(y_true, y_score, *, k=10, no_relevant="skip"):
 
     Parameters
     ----------
-    y_true : array-like or sparse matrix of shape (n_queries, n_documents)
-        Relevance grades, >= 0 (0 = not relevant).
-    y_score : array-like of shape (n_queries, n_documents)
-        Scores, higher first; ``-inf`` ranks a document last.
-    k : int, default=10
-        Cut-off.
-    no_relevant : {"skip", "zero", "raise"}, default="skip"
-        What a query without relevant documents counts for (see
-        :func:`retrieval_scores`).
+    <shared parameters>
 
     Returns
     -------
@@ -383,6 +387,7 @@ def recall_at_k_score(y_true, y_score, *, k=10, no_relevant="skip"):
     return _one("recall")(y_true, y_score, k=k, no_relevant=no_relevant)
 
 
+@_shared_parameters
 def ndcg_at_k_score(y_true, y_score, *, k=10, no_relevant="skip"):
     """Normalised discounted cumulative gain of the first ``k``, averaged.
 
@@ -392,15 +397,7 @@ def ndcg_at_k_score(y_true, y_score, *, k=10, no_relevant="skip"):
 
     Parameters
     ----------
-    y_true : array-like or sparse matrix of shape (n_queries, n_documents)
-        Relevance grades, >= 0 (0 = not relevant).
-    y_score : array-like of shape (n_queries, n_documents)
-        Scores, higher first; ``-inf`` ranks a document last.
-    k : int, default=10
-        Cut-off.
-    no_relevant : {"skip", "zero", "raise"}, default="skip"
-        What a query without relevant documents counts for (see
-        :func:`retrieval_scores`).
+    <shared parameters>
 
     Returns
     -------

@@ -83,14 +83,25 @@ def spearman_score(y_true, y_pred):
     return float(np.clip(rho, -1.0, 1.0))
 
 
+def check_same_shape(a, b, names, meaning):
+    """Raise a ValueError naming both shapes unless ``a`` and ``b`` agree."""
+    if a.shape != b.shape:
+        raise ValueError(
+            f"{names[0]} has shape {a.shape} but {names[1]} has shape {b.shape}; "
+            f"{meaning}"
+        )
+
+
 def _check_embedding_pair(emb_a, emb_b):
     emb_a = check_array(emb_a, dtype=[np.float64, np.float32], input_name="emb_a")
     emb_b = check_array(emb_b, dtype=[np.float64, np.float32], input_name="emb_b")
-    if emb_a.shape != emb_b.shape:
-        raise ValueError(
-            f"emb_a and emb_b must have the same shape, got {emb_a.shape} and "
-            f"{emb_b.shape}; row i of each must embed the two sides of pair i"
-        )
+    check_same_shape(
+        emb_a,
+        emb_b,
+        ("emb_a", "emb_b"),
+        "row i of each must embed the two sides of "
+        "pair i, so both must have the same shape",
+    )
     return emb_a, emb_b
 
 

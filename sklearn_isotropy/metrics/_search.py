@@ -1,9 +1,10 @@
-"""Exact search for the retrieval evaluation: numpy or faiss, same results.
+"""Exact search for retrieval metrics: numpy or faiss, same results.
 
-An index holds the corpus codes (float vectors scored by inner product, or
-packed bits scored by ``n_bits - 2 * hamming``, the inner product of the
-``±1`` vectors) and answers ``search(queries, K) -> (scores, indices)``, the
-``K`` best documents of each query, best first, as faiss does.
+An index (:func:`exact_index`) holds the corpus codes (float vectors scored
+by inner product, or packed bits scored by ``n_bits - 2 * hamming``, the
+inner product of the ``±1`` vectors) and answers ``search(queries, K) ->
+(scores, indices)``, the ``K`` best documents of each query, best first, as
+faiss does.
 :func:`search_candidates` builds on it what exact metrics with averaged ties
 need: for each query every document scored at least as high as its
 ``k``-th, however many tie there, with identical corpus vectors scored
@@ -18,7 +19,7 @@ import numpy as np
 
 from .._utils import import_optional
 
-__all__ = ["BACKENDS", "make_index", "resolve_backend", "search_candidates"]
+__all__ = ["SEARCH_BACKENDS", "exact_index", "search_candidates"]
 
 # elements of one (queries x documents) score block: bounds the memory of a
 # numpy search (16 MB of float32) whatever the corpus size
@@ -134,8 +135,10 @@ class FaissIndex:
         return sims.astype(np.float64), ids
 
 
-#: Search backends by name (``"auto"`` picks faiss when it is installed).
-BACKENDS = {"numpy": NumpyIndex, "faiss": FaissIndex}
+_BACKENDS = {"numpy": NumpyIndex, "faiss": FaissIndex}
+
+#: The exact search engines (``"auto"`` picks faiss when it is installed).
+SEARCH_BACKENDS = tuple(_BACKENDS)
 
 
 def resolve_backend(backend="auto"):
@@ -146,25 +149,54 @@ def resolve_backend(backend="auto"):
         except ImportError:
             return "numpy"
         return "faiss"
-    if backend not in BACKENDS:
+    if backend not in _BACKENDS:
         raise ValueError(
             f"unknown search backend {backend!r}; choose from "
-            f"{', '.join(['auto', *BACKENDS])}"
+            f"{', '.join(['auto', *_BACKENDS])}"
         )
     return backend
 
 
-def make_index(codes, metric, backend="auto"):
-    """An exact index over ``codes`` (``metric`` ``"ip"`` or ``"hamming"``).
+def exact_index(codes, metric="ip", backend="auto"):
+    """An exact index over ``codes``.
 
     faiss scores in float32; integer codes too wide for exact float32 sums
     are searched with numpy (in float64) instead, so results stay exact.
+
+    Parameters
+    ----------
+    codes : ndarray of shape (n_documents, width)
+        Float or integer vectors (``metric="ip"``) or packed bits
+        (``metric="hamming"``, uint8).
+    metric : {"ip", "hamming"}, default="ip"
+        Inner product, or ``n_bits - 2 * hamming`` (the inner product of the
+        ``±1`` vectors).
+    backend : {"auto", "numpy", "faiss"}, default="auto"
+        The search engine; ``"auto"`` is faiss when it can be imported.
+
+    Returns
+    -------
+    index : object
+        ``index.search(queries, K) -> (scores, indices)``, the ``K`` best
+        documents of each query, best first; ``index.one_thread()``, a
+        context that runs searches on one thread; ``index.backend``, the
+        engine's name.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_isotropy.metrics import exact_index
+    >>> index = exact_index(np.eye(3, dtype=np.float32), backend="numpy")
+    >>> index.search(np.array([[0.1, 0.9, 0.0]]), 2)[1].tolist()
+    [[1, 0]]
     """
     backend = resolve_backend(backend)
     if codes.dtype.kind in "iu" and metric == "ip":
         if not _exact_in_float32(codes.shape[1]):
             backend = "numpy"
-    return BACKENDS[backend](codes, metric)
+    index = _BACKENDS[backend](codes, metric)
+    index.backend = backend
+    return index
 
 
 def search_candidates(queries, corpus, *, k, metric="ip", backend="auto", exclude=None):
@@ -207,7 +239,7 @@ def search_candidates(queries, corpus, *, k, metric="ip", backend="auto", exclud
     inverse = inverse.ravel()
     members_order = np.argsort(inverse, kind="stable")
     bounds = np.searchsorted(inverse[members_order], np.arange(first.size + 1))
-    index = make_index(corpus[first], metric, backend)
+    index = exact_index(corpus[first], metric, backend)
     n_unique = first.size
 
     excluded = [()] * queries.shape[0]

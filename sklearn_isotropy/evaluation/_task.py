@@ -1,0 +1,390 @@
+"""The task protocol and the one loop that runs any task.
+
+A :class:`Task` is labelled data and a way to score a fitted transformer
+on it: :class:`~sklearn_isotropy.evaluation.STSTask` scores Spearman's rho
+of pair cosines, :class:`~sklearn_isotropy.evaluation.RetrievalTask` scores
+exact search. :func:`evaluate` encodes a task's texts once per pooling
+(:func:`encode_texts`), runs every method of
+:data:`~sklearn_isotropy.evaluation.METHODS` at the dimensions the task asks
+for, records what each raised, and returns an :class:`Evaluation`; the
+writers of ``_report.py`` turn it into tables, Markdown, JSON and figures.
+Nothing here prints or writes files.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+
+from .._defaults import DEFAULT_MODEL, DEFAULT_MODEL_DESCRIPTION, DEFAULT_MODEL_NAME
+from .._utils import record_warnings, reraise_once
+from ..exceptions import EvaluationError, EvaluationWarning
+from ._methods import METHODS, Method
+from ._settings import EvaluationSettings
+
+__all__ = ["Column", "Evaluation", "Task", "encode_texts", "evaluate"]
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a task's result table: its ``header``, ``value(record)
+    -> str`` for a record that ran, whether it is a ``score`` (a failed run
+    shows "failed" there, "-" elsewhere) and ``left``-aligned (text)."""
+
+    header: str
+    value: object
+    score: bool = False
+    left: bool = False
+
+
+class Task(ABC):
+    """One kind of evaluation: labelled data and how a transformer is scored.
+
+    A task names the texts to encode (:meth:`texts`), gathers their
+    embeddings into what it scores (:meth:`embed`), chooses the dimensions
+    at which a method runs (:meth:`dimensions`) and scores one unfitted
+    transformer (:meth:`score`); the class attributes tell the command line
+    and the reports what it is. Adding a task is one module implementing
+    this class.
+    """
+
+    #: The task's name, as the settings' fields list it ("sts", "retrieval").
+    name: ClassVar[str]
+    #: The ``sklearn-isotropy`` subcommand that runs it.
+    command: ClassVar[str]
+    #: What the task measures, in a sentence or two (the command's help).
+    description: ClassVar[str]
+    #: The heading of the results.
+    title: ClassVar[str]
+    #: The stem of the report files (``<stem>.md``, ``<stem>.json``).
+    report_name: ClassVar[str]
+    #: What each fitting protocol (``fit_on``) means, as written in reports.
+    protocols: ClassVar[dict]
+    #: The methods run when none are named.
+    default_methods: ClassVar[tuple]
+    #: Whether the task holds labelled dev pairs (for methods that need them).
+    has_dev: ClassVar[bool] = False
+
+    #: The fitting protocol of this instance (a key of :attr:`protocols`).
+    fit_on: str
+    #: How reports name the data.
+    data_name: str
+
+    @classmethod
+    def offers(cls, method) -> bool:
+        """Whether this task can run ``method`` (a :class:`Method`)."""
+        return cls.has_dev or not method.needs_dev
+
+    @classmethod
+    @abstractmethod
+    def load(cls, data, settings=None, *, fit_on=None, methods=()):
+        """Read the task from ``data`` (a path, or a name the task knows)."""
+
+    @abstractmethod
+    def texts(self) -> list:
+        """Every distinct text the task needs encoded."""
+
+    @abstractmethod
+    def embed(self, lookup):
+        """What :meth:`score` reads, from ``lookup(texts) -> embeddings``."""
+
+    @abstractmethod
+    def n_features(self, embeddings) -> int:
+        """The width of the embeddings that :meth:`embed` returned."""
+
+    @abstractmethod
+    def dimensions(self, method, n_features, settings) -> list:
+        """The output dimensions ``k`` to run ``method`` at (None: full width)."""
+
+    @abstractmethod
+    def score(self, transformer, embeddings, settings):
+        """Fit a clone of ``transformer`` and score it.
+
+        Returns ``(records, artifact)``: a list of dicts, each with the
+        output ``dimensions``, ``fit_seconds`` and the task's scores, and
+        anything the task's figures need (or None).
+        """
+
+    @abstractmethod
+    def columns(self, settings) -> list:
+        """The :class:`Column` s of the result table, after the method's label."""
+
+    @abstractmethod
+    def describe(self) -> str:
+        """The data's sizes in a few words, for reports."""
+
+    def json_fields(self, evaluation) -> dict:
+        """Task-specific entries of the JSON report."""
+        return {}
+
+    def dev(self, embeddings):
+        """``(dev_pairs, dev_scores)`` for methods that select on dev pairs."""
+        raise EvaluationError(f"the {self.name} task has no labelled dev pairs")
+
+    def check(self, settings):  # noqa: B027 - most tasks can run any settings
+        """Raise ``EvaluationError`` before any work if ``settings`` cannot run."""
+
+    def log_line(self, records) -> str:
+        """One line of progress text about a method's records."""
+        return ""
+
+    def report_lines(self, evaluation) -> list:
+        """Task-specific lines of the Markdown report's header."""
+        return []
+
+    def report_sections(self, evaluation) -> list:
+        """Task-specific Markdown sections after the result tables."""
+        return []
+
+    def console_lines(self, evaluation) -> list:
+        """Task-specific lines printed under the console tables."""
+        return []
+
+    def figures(self, evaluation, out_dir) -> list:
+        """Write the task's PNG figures (matplotlib is importable); their paths."""
+        return []
+
+
+@dataclass
+class Evaluation:
+    """Everything one :func:`evaluate` run measured.
+
+    Attributes
+    ----------
+    task : Task
+        The task that was run.
+    settings : EvaluationSettings
+        The options.
+    methods : list of str
+        Methods run, in order.
+    poolings : list of str
+        Poolings run, in order.
+    records : list of dict
+        One per (pooling, method, dimension) and whatever the task scores
+        per run (a precision of the retrieval index), in run order: the
+        ``method``, its table ``label``, ``k``, ``pooling``, ``params``, the
+        task's scores, ``fit_seconds`` and the ``warnings`` the fit raised;
+        a failed run has an ``error`` instead of scores.
+    encodings : dict
+        Per pooling: distinct texts encoded and seconds.
+    artifacts : dict
+        ``(pooling, label) ->`` what the task keeps for its figures.
+    """
+
+    task: Task
+    settings: EvaluationSettings
+    methods: list
+    poolings: list
+    records: list = field(default_factory=list)
+    encodings: dict = field(default_factory=dict)
+    artifacts: dict = field(default_factory=dict)
+
+    @property
+    def data(self) -> str:
+        return self.task.data_name
+
+    @property
+    def fit_on(self) -> str:
+        return self.task.fit_on
+
+    @property
+    def protocol(self) -> str:
+        return self.task.protocols[self.task.fit_on]
+
+    @property
+    def model_name(self) -> str:
+        """The encoder, for reports."""
+        return self.settings.model or DEFAULT_MODEL_DESCRIPTION
+
+    @property
+    def model_id(self) -> str:
+        """The encoder by name: what was asked for, or the default's hub name."""
+        return self.settings.model or DEFAULT_MODEL
+
+    @property
+    def failures(self) -> list:
+        """``(label, pooling, error)`` of every run that failed."""
+        return [
+            (r["label"], r["pooling"], r["error"]) for r in self.records if "error" in r
+        ]
+
+    def results(self, pooling=None, method=None) -> list:
+        """The records of one pooling and/or one method, in run order."""
+        return [
+            r
+            for r in self.records
+            if (pooling is None or r["pooling"] == pooling)
+            and (method is None or r["method"] == method)
+        ]
+
+    def record(self, method, pooling):
+        """The first record of ``method`` for ``pooling`` (KeyError if none)."""
+        found = self.results(pooling, method)
+        if not found:
+            raise KeyError((method, pooling))
+        return found[0]
+
+
+def encode_texts(texts, settings=None, pooling="mean"):
+    """Encode texts with :class:`~sklearn_isotropy.BertPoolingVectorizer`.
+
+    The settings name the encoder (``model``), ``batch_size``, ``device``,
+    ``cache`` and ``progress``. Returns the embeddings, of shape (n_texts,
+    d), and the seconds spent encoding (the model is loaded first, not
+    counted). Raises ``EvaluationError`` if the model cannot be loaded.
+    """
+    from ..text import BertPoolingVectorizer
+
+    settings = settings or EvaluationSettings()
+    vec = BertPoolingVectorizer(
+        settings.model,
+        pooling=pooling,
+        batch_size=settings.batch_size,
+        device=settings.device,
+        memory=settings.cache,
+        show_progress_bar=settings.progress,
+    )
+    try:
+        vec.fit(texts[:1])
+    except (OSError, ValueError, ImportError, RuntimeError) as exc:
+        name = settings.model or f"the default {DEFAULT_MODEL_NAME}"
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        raise EvaluationError(
+            f"cannot load model {name}: {'; '.join(lines) or repr(exc)}"
+        ) from exc
+    start = time.perf_counter()
+    E = vec.transform(texts)
+    return E, time.perf_counter() - start
+
+
+def _check_methods(task, methods):
+    methods = list(dict.fromkeys(methods))
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise ValueError(
+            f"unknown method(s) {unknown}; choose from {', '.join(METHODS)}"
+        )
+    refused = [m for m in methods if not task.offers(METHODS[m])]
+    if refused:
+        raise EvaluationError(
+            f"the {task.name} task cannot run {', '.join(refused)}: it has no "
+            "labelled dev pairs to select on"
+        )
+    return methods
+
+
+def _runs(task, methods, transformers, n_features, settings):
+    """``(name, method, k, n_ks)`` of every run, then the custom transformers."""
+    runs = []
+    for name in methods:
+        method = METHODS[name]
+        ks = task.dimensions(method, n_features, settings)
+        runs += [(name, method, k, len(ks)) for k in ks]
+    for label, estimator in (transformers or {}).items():
+        runs.append((str(label), estimator, None, 1))
+    return runs
+
+
+def _run(task, name, method, k, bundle, n_features, settings):
+    """Build, fit and score one method at one ``k``: ``(records, artifact)``."""
+    start = time.perf_counter()
+    if not isinstance(method, Method):  # a transformer passed in, by label
+        transformer, params, label, name = method, {}, name, "custom"
+    else:
+        dev = task.dev(bundle) if method.needs_dev else None
+        transformer, params = method.build(k, n_features, settings, dev)
+        label = None
+    build_seconds = time.perf_counter() - start
+    found, artifact = task.score(transformer, bundle, settings)
+    if label is None:
+        if method.uses_k and k is None:  # the full width may be capped (rank)
+            params["n_components"] = found[0]["dimensions"]
+        label = method.format_label(params)
+    records = []
+    for record in found:
+        record["fit_seconds"] += build_seconds
+        base = {"method": name, "label": label, "k": k, "params": params}
+        records.append({**base, **record})
+    return records, artifact
+
+
+def evaluate(
+    task, *, methods=None, settings=None, embeddings=None, transformers=None, log=None
+):
+    """Run methods on a task and score them, for every pooling.
+
+    Each distinct text of the task is encoded once per pooling (unless
+    ``embeddings`` are given). Each method's failure (e.g. a numerical
+    error) is recorded and the run goes on. The warnings each method raised
+    are recorded with its result, and each distinct one is raised again
+    once, as an :class:`~sklearn_isotropy.exceptions.EvaluationWarning`
+    naming the pooling and the method.
+
+    Parameters
+    ----------
+    task : Task
+        An :class:`STSTask` or a :class:`RetrievalTask` (or any task).
+    methods : sequence of str, default=None
+        Names in :data:`METHODS`; the task's ``default_methods`` when None.
+    settings : EvaluationSettings, default=None
+        The options; the defaults when None.
+    embeddings : dict, default=None
+        Precomputed embeddings instead of encoding: ``{pooling: what
+        task.embed returns}`` (for STS, a dict of split to array of shape
+        (n_pairs, 2, d); for retrieval, ``{"queries", "corpus", "fit"}``
+        arrays in the task's order). Its keys are the poolings run.
+    transformers : dict of str to estimator, default=None
+        More transformers to score, by label (each at its own width).
+    log : callable, default=None
+        Called with one line of progress text after each step.
+
+    Returns
+    -------
+    evaluation : Evaluation
+    """
+    settings = settings or EvaluationSettings()
+    log = log or (lambda line: None)
+    methods = _check_methods(task, task.default_methods if methods is None else methods)
+    task.check(settings)
+    poolings = list(
+        dict.fromkeys(settings.poolings if embeddings is None else embeddings)
+    )
+    ev = Evaluation(task, settings, methods, poolings)
+    for pooling in poolings:
+        if embeddings is None:
+            texts = task.texts()
+            E, seconds = encode_texts(texts, settings, pooling)
+            row = {t: i for i, t in enumerate(texts)}
+            bundle = task.embed(lambda items, E=E, row=row: E[[row[t] for t in items]])
+            ev.encodings[pooling] = {"texts": len(texts), "seconds": seconds}
+            log(f"[{pooling}] encoded {len(texts)} distinct texts in {seconds:.1f} s")
+        else:
+            bundle = embeddings[pooling]
+        d = task.n_features(bundle)
+        for name, method, k, n_ks in _runs(task, methods, transformers, d, settings):
+            # what messages call the run: its name, or its label at this k
+            where = name
+            if n_ks > 1:
+                where = method.format_label({"n_components": k or d})
+            with record_warnings() as caught:
+                try:
+                    records, artifact = _run(task, name, method, k, bundle, d, settings)
+                except (ValueError, RuntimeError, np.linalg.LinAlgError) as exc:
+                    # a numerical failure of one method is a result, not a crash
+                    msg = " ".join(str(exc).split())
+                    log(f"[{pooling}] {where} failed: {msg}")
+                    failed = {"method": name, "label": where, "k": k, "params": {}}
+                    records, artifact = [{**failed, "error": msg}], None
+            messages = reraise_once(caught, f"[{pooling}] {where}", EvaluationWarning)
+            for record in records:
+                record.update(pooling=pooling, warnings=messages)
+            ev.records += records
+            if artifact is not None:
+                ev.artifacts[(pooling, records[0]["label"])] = artifact
+            if "error" not in records[0]:
+                log(f"[{pooling}] {records[0]['label']}: {task.log_line(records)}")
+    return ev
