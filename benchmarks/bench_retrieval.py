@@ -11,7 +11,7 @@ poolings ``mean`` and ``embeddings_avg`` of the default encoder
 float32, int8 and binary codes, with exact search; and, for the raw and
 truncated embeddings, binary codes with and without centring.
 
-It writes the tables between markers in ``benchmarks/README.md`` (reruns
+It writes the tables between markers in ``benchmarks/retrieval.md`` (reruns
 replace them), the figures ``benchmarks/retrieval_<pooling>.png`` and the
 full JSON report to ``--out``.
 
@@ -238,7 +238,7 @@ def _readme_section(ev, centring, meta, figures, noise):
 
 
 def _write_readme(section):
-    path = REPO / "benchmarks" / "README.md"
+    path = REPO / "benchmarks" / "retrieval.md"
     text = path.read_text(encoding="utf-8")
     if START in text and END in text:
         before, rest = text.split(START, 1)
@@ -363,7 +363,7 @@ def main(argv=None):
     }
     if not args.no_readme:
         _write_readme(_readme_section(ev, centring, meta, figures, noise))
-        print("README section written")
+        print("tables written to benchmarks/retrieval.md")
     return 0
 
 
