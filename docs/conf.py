@@ -238,11 +238,16 @@ def _write_if_changed(path: Path, text: str) -> None:
         path.write_text(text, encoding="utf-8")
 
 
-# The results page includes benchmarks/README.md as it is at build time (a
-# checkout without it says so rather than failing).
+# The results page includes benchmarks/README.md and the full retrieval
+# tables (benchmarks/retrieval.md) as they are at build time (a checkout
+# without them says so rather than failing).
 _BENCHMARKS = REPO_ROOT / "benchmarks" / "README.md"
 if _BENCHMARKS.exists():
-    _benchmarks_md = "```{include} /../benchmarks/README.md\n:heading-offset: 1\n```\n"
+    _benchmarks_md = "".join(
+        f"```{{include}} /../benchmarks/{name}\n:heading-offset: 1\n```\n\n"
+        for name in ("README.md", "retrieval.md")
+        if (REPO_ROOT / "benchmarks" / name).exists()
+    )
 else:
     _benchmarks_md = (
         "```{note}\nThis checkout has no `benchmarks/README.md` yet, so there "
@@ -438,14 +443,14 @@ _RELATIVE_IMAGE = re.compile(r"(!\[[^\]]*\]\()(?![a-z]+://|/)([^)\s]+\))")
 
 
 def _benchmark_images(app, relative_path, parent_docname, content):
-    """Point the figures of the included benchmarks/README.md at benchmarks/.
+    """Point the figures of the included benchmarks/*.md files at benchmarks/.
 
     The README links its figures relative to itself (``retrieval_mean.png``),
     which GitHub shows; the results page includes it from ``docs/``, where
     Sphinx would look for them. A path starting with ``/`` is relative to
     ``docs/``, so ``/../benchmarks/...`` names the same file.
     """
-    if Path(relative_path).as_posix().endswith("benchmarks/README.md"):
+    if Path(relative_path).parent.name == "benchmarks":
         content[0] = _RELATIVE_IMAGE.sub(r"\1/../benchmarks/\2", content[0])
 
 
