@@ -263,6 +263,36 @@ def test_float32_and_float64_paths_agree(make_cone):
     )
 
 
+@pytest.mark.parametrize("init", ["whitening", "bert-flow", "rank-deficient"])
+@pytest.mark.parametrize("coupling", ["additive", "affine"])
+def test_transform_module_computes_transform(init, coupling, make_cone):
+    """The torch module of the fitted map (what to_onnx traces) computes
+    transform in either dtype, bypassed coordinates included, and is a copy:
+    changing it leaves the estimator as it was."""
+    X = make_cone(200, 5, **CORRELATED)
+    if init == "rank-deficient":
+        X, init = np.hstack([X, X[:, :1] - X[:, 1:2]]), "whitening"
+    est = _fitted(X, init=init, coupling=coupling, max_iter=2, learning_rate=1e-2)
+    assert est.rank_ == 5
+    for dtype, tol in [(np.float32, 1e-5), (np.float64, 1e-12)]:
+        module = est.transform_module(dtype)
+        assert not module.training
+        assert not any(p.requires_grad for p in module.parameters())
+        rows = X.astype(dtype)
+        expected = est.transform(rows)
+        with torch.no_grad():
+            Z = module(torch.from_numpy(rows)).numpy()
+            assert Z.dtype == dtype
+            assert_allclose(Z, expected, rtol=tol, atol=tol)
+            module.mean.add_(1.0)
+            next(module.parameters()).add_(1.0)
+        assert_array_equal(est.transform(rows), expected)
+    with pytest.raises(ValueError, match="float32 or numpy.float64; got float16"):
+        est.transform_module(np.float16)
+    with pytest.raises(NotFittedError):
+        GlowFlowTransformer().transform_module()
+
+
 def test_sample_is_inverse_of_gaussian_draws(make_cone):
     X = make_cone(200, 4, **AXES)
     est = _fitted(X, max_iter=3)
