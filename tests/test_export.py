@@ -596,6 +596,40 @@ def test_onnx_models_of_one_opset_compose(cone, flow, flow_onnx):
     _assert_flow_parity(merged, X, flow.transform(pipe.transform(X)))
 
 
+def test_onnx_target_opset_is_checked_before_any_export(cone, flow, monkeypatch):
+    onnx = pytest.importorskip("onnx")
+    torch = pytest.importorskip("torch")
+    newest = onnx.defs.onnx_opset_version()
+    whiten = WhiteningTransformer().fit(cone)
+
+    def no_export(*args, **kwargs):
+        raise AssertionError("export work started")
+
+    monkeypatch.setattr(torch.onnx, "export", no_export)
+    for est, opset, lowest in [
+        (whiten, 3, 9),
+        (whiten, newest + 1, 9),
+        (flow, 3, 18),
+        (flow, 17, 18),
+        (flow, newest + 1, 18),
+        ([whiten, flow], 17, 18),
+    ]:
+        match = (
+            rf"target_opset={opset} is out of range: .* needs opset {lowest} or "
+            rf"later, .* knows opsets up to {newest}\. Pass target_opset between "
+            rf"{lowest} and {newest}"
+        )
+        with pytest.raises(ValueError, match=match):
+            to_onnx(est, target_opset=opset)
+    for opset in ["18", 18.0, True]:
+        with pytest.raises(TypeError, match="target_opset must be an integer"):
+            to_onnx(whiten, target_opset=opset)
+    # both ends of the range are written as asked, and run
+    for opset in (9, newest):
+        model = to_onnx(whiten, target_opset=opset, X_check=cone[:10])
+        assert model.opset_import[0].version == opset
+
+
 def test_onnx_errors(tiny_bert, cone):
     pytest.importorskip("onnx")
     with pytest.raises(NotFittedError, match="not fitted"):

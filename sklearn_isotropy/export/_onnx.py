@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import numbers
 import re
 import warnings
 
@@ -29,8 +30,14 @@ from ._affine import (
 __all__ = ["register_skl2onnx_converters", "to_onnx"]
 
 _WHAT = "to_onnx"
-# torch's exporter writes opset 18 and converts below it unreliably
 _DEFAULT_OPSET = 18
+# the lowest opset each kind of graph can be written in: the affine graph's
+# Sub and Add broadcast from opset 7, and its weights are initializers apart
+# from the graph inputs, which needs IR version 4 (opset 9); torch's exporter
+# writes opset 18 and converts below it unreliably (an invalid Split at 16
+# and 17, silently opset 18 below those)
+_MIN_OPSET_AFFINE = 9
+_MIN_OPSET_TORCH = 18
 _DTYPES = {np.dtype(np.float32): "FLOAT", np.dtype(np.float64): "DOUBLE"}
 
 
@@ -50,6 +57,26 @@ def _check_dtype(dtype):
             "dtype your embeddings have."
         )
     return dtype
+
+
+def _check_opset(onnx, target_opset, *, minimum, graph):
+    """``target_opset`` as an int in ``[minimum, newest opset of onnx]``."""
+    if target_opset is None:
+        return _DEFAULT_OPSET
+    if not isinstance(target_opset, numbers.Integral) or isinstance(target_opset, bool):
+        raise TypeError(
+            f"target_opset must be an integer or None; got {target_opset!r} of "
+            f"type {type(target_opset).__name__}."
+        )
+    newest = int(onnx.defs.onnx_opset_version())
+    if not minimum <= target_opset <= newest:
+        raise ValueError(
+            f"target_opset={target_opset} is out of range: {graph} needs opset "
+            f"{minimum} or later, and the installed onnx {onnx.__version__} "
+            f"knows opsets up to {newest}. Pass target_opset between {minimum} "
+            f"and {newest}, or None for {_DEFAULT_OPSET}."
+        )
+    return int(target_opset)
 
 
 def _finish(onnx, model, doc):
@@ -273,8 +300,10 @@ def to_onnx(
     dtype : {numpy.float32, numpy.float64}, default=numpy.float32
         Element type of the input, output and weights.
     target_opset : int, default=None
-        ONNX opset of the graph (of its default domain); 18 by default, and
-        18 or later for a chain with a flow.
+        ONNX opset of the graph (of its default domain); 18 by default. A
+        linear chain can be written in opsets 9 and later, a chain with a
+        flow in 18 and later; the newest is the one the installed onnx
+        knows (``onnx.defs.onnx_opset_version()``).
     X_check : array-like of shape (n_samples, n_features), default=None
         Rows on which the exported graph is run with onnxruntime and
         compared with the estimators' ``transform`` (a RuntimeError if they
@@ -297,6 +326,9 @@ def to_onnx(
     TypeError
         For a step that cannot be exported (the text vectorizer: use
         :func:`to_sentence_transformers`), naming it.
+    ValueError
+        For a ``target_opset`` the graph cannot be written in, before any
+        export work.
     RuntimeError
         If the exported graph differs from ``transform`` on ``X_check``, or
         torch cannot export a flow.
@@ -342,7 +374,6 @@ def to_onnx(
     """
     onnx = import_optional("onnx", purpose=_WHAT, extra="export")
     dtype = _check_dtype(dtype)
-    opset = _DEFAULT_OPSET if target_opset is None else int(target_opset)
     steps = split_steps(estimator_or_pipeline, what=_WHAT)
     for name, est in steps:
         if isinstance(est, BertPoolingVectorizer):
@@ -368,8 +399,17 @@ def to_onnx(
             f"on {n_in} features; pass n_features={n_in} or None."
         )
     if all(is_affine(est) for _, est in steps):
+        opset = _check_opset(
+            onnx, target_opset, minimum=_MIN_OPSET_AFFINE, graph="a linear chain"
+        )
         model = _affine_graph(onnx, fold_affine(steps, what=_WHAT), dtype, opset, n_in)
     else:
+        opset = _check_opset(
+            onnx,
+            target_opset,
+            minimum=_MIN_OPSET_TORCH,
+            graph="a chain with a flow (exported by torch)",
+        )
         torch = import_optional("torch", purpose=_WHAT, extra="flow")
         module = _torch_modules(torch, steps, dtype)
         model = _export_torch(onnx, torch, module, dtype, opset, n_in, steps)

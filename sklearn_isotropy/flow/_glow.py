@@ -25,7 +25,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._utils import import_optional, resolve_device, warn
-from ..exceptions import DeviceWarning, FlowTrainingWarning
+from ..exceptions import DensityUnderflowWarning, DeviceWarning, FlowTrainingWarning
 from ._input import (
     bypass_log_density,
     check_raw_magnitude,
@@ -668,7 +668,8 @@ class GlowFlowTransformer(
         U = standardize(X.astype(np.float64, copy=False), self.mean_, self.scale_)
         if self.whitener_ is not None:
             U = self.whitener_.transform(U)
-        return U.astype(dtype, copy=False)
+        with np.errstate(over="ignore"):  # rows too far for float32 become inf
+            return U.astype(dtype, copy=False)
 
     def _validated_flow_input(self, X):
         """Validate ``X`` and map it to the Glow's input space: ``(U, dtype)``."""
@@ -786,12 +787,40 @@ class GlowFlowTransformer(
         Returns
         -------
         log_likelihood : ndarray of shape (n_samples,)
-            ``log p(x)`` of each row, float64, in nats.
+            ``log p(x)`` of each row, float64, in nats. A row so far from the
+            fitted density that its log-likelihood overflows the dtype of the
+            computation (that of ``X``) scores ``-inf``, as a density that
+            underflows, with a
+            :class:`~sklearn_isotropy.exceptions.DensityUnderflowWarning`
+            saying how many rows did; the other rows score as they would
+            alone.
         """
         U, dtype = self._validated_flow_input(X)
-        U = self._check_finite_output(U, "score_samples")
-        log_prob = self._run(U, dtype, "log_prob") + self._input_log_det()
-        return self._check_finite_output(log_prob, "score_samples")
+        log_prob = np.full(U.shape[0], -np.inf)
+        # rows are scored independently: one too far to compute must not
+        # take the others with it
+        finite = np.isfinite(U).all(axis=1)
+        if finite.any():
+            rows = U if finite.all() else U[finite]
+            log_prob[finite] = self._run(rows, dtype, "log_prob")
+            log_prob += self._input_log_det()
+        far = ~np.isfinite(log_prob)
+        if far.any():
+            log_prob[far] = -np.inf
+            retry = (
+                "Score them in float64 (X.astype(numpy.float64)) for finite "
+                "values, and check"
+                if dtype == np.float32
+                else "Check"
+            )
+            warn(
+                f"{int(far.sum())} of {len(log_prob)} rows lie so far from the "
+                "fitted density that their log-likelihood overflows "
+                f"{np.dtype(dtype).name}; they score -inf. {retry} the input's "
+                "scale (it should look like the training rows).",
+                DensityUnderflowWarning,
+            )
+        return log_prob
 
     def score(self, X, y=None):
         """Mean log-likelihood of the rows of ``X`` (nats per row).
