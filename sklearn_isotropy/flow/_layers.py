@@ -77,6 +77,16 @@ def _zeros_log_det(x: torch.Tensor) -> torch.Tensor:
     return x.new_zeros(x.shape[0])
 
 
+def _is_traced() -> bool:
+    """Whether ``torch.export`` (or ``torch.compile``) is tracing this call.
+
+    ``torch.compiler.is_compiling`` exists from torch 2.3; nothing traces the
+    layers on older releases.
+    """
+    is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    return bool(is_compiling is not None and is_compiling())
+
+
 class ActNorm(nn.Module):
     """Per-feature affine map ``z = x * exp(log_scale) + bias``.
 
@@ -205,7 +215,7 @@ class InvertibleLinear(nn.Module):
         params = (self.lower, self.upper, self.log_s)
         if any(p.requires_grad for p in params):
             return None
-        if torch.compiler.is_compiling():
+        if _is_traced():
             return self.weight().T
         key = tuple((id(p), p._version, p.dtype, p.device) for p in params)
         cached = getattr(self, "_weight_t_cache", None)
