@@ -14,6 +14,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 __all__ = [
     "CacheWarning",
+    "DensityUnderflowWarning",
     "DeviceWarning",
     "EvaluationError",
     "EvaluationWarning",
@@ -83,6 +84,16 @@ class NoRelevantDocumentWarning(IsotropyWarning):
 
 class FlowTrainingWarning(IsotropyWarning, ConvergenceWarning):
     """Normalizing-flow training did not end cleanly (non-finite loss)."""
+
+
+class DensityUnderflowWarning(IsotropyWarning):
+    """Some rows lie so far from a fitted density that they score ``-inf``.
+
+    Their log-likelihood overflows the dtype it is computed in, as a density
+    that underflows. Raised by
+    :meth:`~sklearn_isotropy.GlowFlowTransformer.score_samples`, which
+    scores the other rows of the batch as it would alone.
+    """
 
 
 class DeviceWarning(IsotropyWarning):

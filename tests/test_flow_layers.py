@@ -130,6 +130,12 @@ def test_actnorm_data_dependent_init_and_flag_in_state_dict():
     expected_bias = -x.mean(0).numpy() / (std + 1e-6)
     assert_allclose(loaded.bias.detach().numpy(), expected_bias)
 
+    # in evaluation mode a layer never changes itself (so that it traces for
+    # export): an uninitialised one stays the identity
+    fresh = ActNorm(3).double().eval()
+    assert torch.equal(fresh(x)[0], x)
+    assert not bool(fresh.initialized)
+
 
 def test_actnorm_constant_feature_stays_finite():
     x = torch.ones(10, 2)

@@ -19,6 +19,7 @@ torch = pytest.importorskip("torch")
 
 from sklearn_isotropy import GlowFlowTransformer, WhiteningTransformer  # noqa: E402
 from sklearn_isotropy.exceptions import (  # noqa: E402
+    DensityUnderflowWarning,
     DeviceWarning,
     FlowTrainingWarning,
 )
@@ -261,6 +262,36 @@ def test_float32_and_float64_paths_agree(make_cone):
     assert_allclose(
         est.score_samples(X.astype(np.float32)), est.score_samples(X), rtol=1e-5
     )
+
+
+@pytest.mark.parametrize("init", ["whitening", "bert-flow", "rank-deficient"])
+@pytest.mark.parametrize("coupling", ["additive", "affine"])
+def test_transform_module_computes_transform(init, coupling, make_cone):
+    """The torch module of the fitted map (what to_onnx traces) computes
+    transform in either dtype, bypassed coordinates included, and is a copy:
+    changing it leaves the estimator as it was."""
+    X = make_cone(200, 5, **CORRELATED)
+    if init == "rank-deficient":
+        X, init = np.hstack([X, X[:, :1] - X[:, 1:2]]), "whitening"
+    est = _fitted(X, init=init, coupling=coupling, max_iter=2, learning_rate=1e-2)
+    assert est.rank_ == 5
+    for dtype, tol in [(np.float32, 1e-5), (np.float64, 1e-12)]:
+        module = est.transform_module(dtype)
+        assert not module.training
+        assert not any(p.requires_grad for p in module.parameters())
+        rows = X.astype(dtype)
+        expected = est.transform(rows)
+        with torch.no_grad():
+            Z = module(torch.from_numpy(rows)).numpy()
+            assert Z.dtype == dtype
+            assert_allclose(Z, expected, rtol=tol, atol=tol)
+            module.mean.add_(1.0)
+            next(module.parameters()).add_(1.0)
+        assert_array_equal(est.transform(rows), expected)
+    with pytest.raises(ValueError, match="float32 or numpy.float64; got float16"):
+        est.transform_module(np.float16)
+    with pytest.raises(NotFittedError):
+        GlowFlowTransformer().transform_module()
 
 
 def test_sample_is_inverse_of_gaussian_draws(make_cone):
@@ -736,6 +767,43 @@ def test_cuda_requested_without_cuda(monkeypatch, make_cone):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ValueError, match="no CUDA device"):
         GlowFlowTransformer(device="cuda").fit(make_cone(200, 4, **AXES))
+
+
+def test_far_row_scores_minus_inf_and_the_others_as_alone(make_cone):
+    """One float32 row at 1e19 made score_samples raise for the whole batch:
+    its log-likelihood overflows float32. It scores -inf, like a density that
+    underflows, with one warning; the other rows score as they do alone."""
+    X = make_cone(200, 4, **AXES)
+    est = _fitted(X, max_iter=2)
+    rows = X[:6].astype(np.float32)
+    rows[2] = 1e19
+    others = [0, 1, 3, 4, 5]
+    with pytest.warns(DensityUnderflowWarning) as record:
+        scores = est.score_samples(rows)
+    assert len(record) == 1
+    message = str(record[0].message)
+    assert message.startswith("1 of 6 rows") and "overflows float32" in message
+    assert scores[2] == -np.inf
+    assert np.isfinite(scores[others]).all()
+    assert_allclose(scores[others], est.score_samples(rows[others]), rtol=1e-12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        # in float64, as the message advises, the row has a finite score
+        far64 = est.score_samples(rows.astype(np.float64))[2]
+    assert -np.inf < far64 < scores[others].min() - 1e30
+    # every row too far: those at 3e38 even for the input map, whose float64
+    # output no longer fits in float32
+    far = np.full((6, 4), 1e30, np.float32)
+    far[::2] = 3e38
+    with pytest.warns(DensityUnderflowWarning, match="^6 of 6 rows"):
+        assert np.all(est.score_samples(far) == -np.inf)
+    # and a row too far for float64
+    huge = X[:3].copy()
+    huge[0] = 1e300
+    with pytest.warns(DensityUnderflowWarning, match="^1 of 3 rows .* float64"):
+        scores = est.score_samples(huge)
+    assert scores[0] == -np.inf
+    assert_allclose(scores[1:], est.score_samples(X[1:3]), rtol=1e-12)
 
 
 def test_edge_shapes_and_values_stay_finite():

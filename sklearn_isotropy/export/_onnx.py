@@ -1,15 +1,22 @@
-"""Post-processors as ONNX graphs: linear chains directly, the flow via torch."""
+"""Post-processors as ONNX graphs: linear chains directly, the flow via torch.
+
+A linear chain is written here, as one affine map. A flow is not: its
+estimator builds a torch module of its own fitted map
+(``transform_module``), and torch's exporter traces the flow's layers
+themselves, so nothing here knows what a flow layer computes.
+"""
 
 from __future__ import annotations
 
-import copy
-import io
+import contextlib
+import logging
+import numbers
+import re
 import warnings
 
 import numpy as np
 
 from .._utils import import_optional
-from ..flow import GlowFlowTransformer
 from ..text import BertPoolingVectorizer
 from ._affine import (
     _AFFINE_RULES,
@@ -23,9 +30,14 @@ from ._affine import (
 __all__ = ["register_skl2onnx_converters", "to_onnx"]
 
 _WHAT = "to_onnx"
-_DEFAULT_OPSET = 17
-# IR version 8 is the one of opsets 15-17: every onnxruntime since 1.11 runs it
-_IR_VERSION = 8
+_DEFAULT_OPSET = 18
+# the lowest opset each kind of graph can be written in: the affine graph's
+# Sub and Add broadcast from opset 7, and its weights are initializers apart
+# from the graph inputs, which needs IR version 4 (opset 9); torch's exporter
+# writes opset 18 and converts below it unreliably (an invalid Split at 16
+# and 17, silently opset 18 below those)
+_MIN_OPSET_AFFINE = 9
+_MIN_OPSET_TORCH = 18
 _DTYPES = {np.dtype(np.float32): "FLOAT", np.dtype(np.float64): "DOUBLE"}
 
 
@@ -45,6 +57,45 @@ def _check_dtype(dtype):
             "dtype your embeddings have."
         )
     return dtype
+
+
+def _check_opset(onnx, target_opset, *, minimum, graph):
+    """``target_opset`` as an int in ``[minimum, newest opset of onnx]``."""
+    if target_opset is None:
+        return _DEFAULT_OPSET
+    if not isinstance(target_opset, numbers.Integral) or isinstance(target_opset, bool):
+        raise TypeError(
+            f"target_opset must be an integer or None; got {target_opset!r} of "
+            f"type {type(target_opset).__name__}."
+        )
+    newest = int(onnx.defs.onnx_opset_version())
+    if not minimum <= target_opset <= newest:
+        raise ValueError(
+            f"target_opset={target_opset} is out of range: {graph} needs opset "
+            f"{minimum} or later, and the installed onnx {onnx.__version__} "
+            f"knows opsets up to {newest}. Pass target_opset between {minimum} "
+            f"and {newest}, or None for {_DEFAULT_OPSET}."
+        )
+    return int(target_opset)
+
+
+def _finish(onnx, model, doc):
+    """Give ``model`` the IR version of its opset and a description; check it.
+
+    Every graph of :func:`to_onnx` has the lowest IR version its opset allows,
+    so graphs exported with the same ``target_opset`` can be joined with
+    :mod:`onnx.compose`. Torch's per-node notes (source lines, fx nodes) are
+    dropped: they describe the tracing machine, not the model.
+    """
+    model.ir_version = onnx.helper.find_min_ir_version_for(
+        list(model.opset_import), ignore_unknown=True
+    )
+    for node in model.graph.node:
+        del node.metadata_props[:]
+    model.producer_name = "sklearn-isotropy"
+    model.doc_string = doc
+    onnx.checker.check_model(model)
+    return model
 
 
 # ------------------------------------------------------------ linear chains
@@ -73,15 +124,11 @@ def _affine_graph(onnx, affine: AffineMap, dtype, opset, n_features_in):
         [helper.make_tensor_value_info("Z", elem, ["N", affine.n_features_out])],
         initializer=initializers,
     )
-    return helper.make_model(
-        graph,
-        opset_imports=[helper.make_opsetid("", opset)],
-        ir_version=_IR_VERSION,
-        producer_name="sklearn-isotropy",
-        doc_string=(
-            f"Z = (X - center) @ weight + bias: {', '.join(affine.steps)} folded "
-            "into one affine map"
-        ),
+    return _finish(
+        onnx,
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]),
+        f"Z = (X - center) @ weight + bias: {', '.join(affine.steps)} folded "
+        "into one affine map",
     )
 
 
@@ -91,7 +138,7 @@ def _safe(name):
 
 # ------------------------------------------------------- torch (the flow)
 def _torch_modules(torch, steps, dtype):
-    """One torch module per segment: folded linear runs and flows."""
+    """One torch module per segment: folded linear runs, and each flow's own."""
 
     class Affine(torch.nn.Module):
         def __init__(self, affine):
@@ -103,41 +150,6 @@ def _torch_modules(torch, steps, dtype):
         def forward(self, x):
             return (x - self.center) @ self.weight + self.bias
 
-    class Flow(torch.nn.Module):
-        # the estimator's transform: its fixed input map in float64 (as
-        # GlowFlowTransformer computes it, whatever the input dtype) --
-        # standardisation with mean_/scale_, then the initial whitening
-        # whitener_ if any -- then the Glow's forward, whose contract is
-        # forward(x) -> (z, log_det), on the first rank_ coordinates; the
-        # others bypass it (see GlowFlowTransformer.rank_)
-        def __init__(self, est):
-            super().__init__()
-            tdtype = torch.float64 if dtype == np.float64 else torch.float32
-            self.flow = copy.deepcopy(est.flow_).to(device="cpu", dtype=tdtype).eval()
-            self._buffer("mean", est.mean_)
-            self._buffer("scale", est.scale_)
-            whitener = getattr(est, "whitener_", None)
-            self.whiten = whitener is not None
-            if self.whiten:
-                self._buffer("w_mean", whitener.mean_)
-                self._buffer("w_matrix", whitener.whitening_)
-            # the latent is as wide as the input
-            self.rank = int(getattr(est, "rank_", None) or est.n_features_in_)
-
-        def _buffer(self, name, value):
-            value = np.ascontiguousarray(value, dtype=np.float64)
-            self.register_buffer(name, torch.from_numpy(value))
-
-        def forward(self, x):
-            u = (x.double() - self.mean) / self.scale
-            if self.whiten:
-                u = (u - self.w_mean) @ self.w_matrix
-            u = u.to(x.dtype)
-            z = self.flow(u[:, : self.rank])[0]
-            if self.rank < u.shape[1]:
-                z = torch.cat([z, u[:, self.rank :]], dim=1)
-            return z
-
     modules, linear_run = [], []
     for name, est in steps:
         if is_affine(est):
@@ -146,46 +158,85 @@ def _torch_modules(torch, steps, dtype):
         if linear_run:
             modules.append(Affine(fold_affine(linear_run, what=_WHAT)))
             linear_run = []
-        if type(est) is not GlowFlowTransformer:
-            raise TypeError(
-                f"{_WHAT} cannot export step {name!r} ({type(est).__name__}); it "
-                "exports WhiteningTransformer, NATSVTransformer, StandardNormalizer "
-                "and GlowFlowTransformer, and chains of them."
-            )
         check_fitted(name, est, what=_WHAT)
-        modules.append(Flow(est))
+        modules.append(est.transform_module(dtype))
     if linear_run:
         modules.append(Affine(fold_affine(linear_run, what=_WHAT)))
     return torch.nn.Sequential(*modules).eval()
 
 
-def _trace_to_onnx(onnx, torch, module, dtype, opset, n_features_in):
-    """ONNX of ``module`` by tracing: see the Notes of :func:`to_onnx`."""
-    example = torch.zeros(
-        (2, n_features_in), dtype=torch.from_numpy(np.zeros(0, dtype=dtype)).dtype
+@contextlib.contextmanager
+def _quiet_exporter(torch):
+    """Silence what torch's exporter says about itself, not about the model.
+
+    Its progress lines (``verbose=False`` stops them), its notes on optional
+    packages it does not need here (torchvision), and deprecation notices of
+    its own internals.
+    """
+    logger = logging.getLogger("torch.onnx")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def _export_torch(onnx, torch, module, dtype, opset, n_features_in, steps):
+    """ONNX of ``module`` by torch's exporter: see the Notes of :func:`to_onnx`."""
+    import_optional("onnxscript", purpose=f"{_WHAT} of a flow", extra="export")
+    example = torch.zeros((2, n_features_in), dtype=_torch_dtype(torch, dtype))
+    names = ", ".join(
+        n if n == type(e).__name__ else f"{n} ({type(e).__name__})" for n, e in steps
     )
-    buffer = io.BytesIO()
-    with torch.no_grad(), warnings.catch_warnings():
-        # the TorchScript tracer and exporter are deprecated in favour of
-        # torch.export, which cannot trace the flow (see to_onnx); their
-        # deprecation notices and the tracer's note on ActNorm's constant
-        # branch are expected here
-        warnings.filterwarnings("ignore", category=DeprecationWarning)
-        warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
-        warnings.filterwarnings("ignore", message="no signature found for")
-        traced = torch.jit.trace(module, (example,), check_trace=False)
-        frozen = torch.jit.freeze(traced)
-        torch.onnx.export(
-            frozen,
-            (example,),
-            buffer,
-            dynamo=False,
-            input_names=["X"],
-            output_names=["Z"],
-            dynamic_axes={"X": {0: "N"}, "Z": {0: "N"}},
-            opset_version=opset,
+    try:
+        with _quiet_exporter(torch):
+            program = torch.onnx.export(
+                module,
+                (example,),
+                dynamo=True,
+                input_names=["X"],
+                output_names=["Z"],
+                dynamic_shapes=({0: torch.export.Dim("N")},),
+                opset_version=opset,
+                verbose=False,
+            )
+    except Exception as exc:
+        raise RuntimeError(
+            f"{_WHAT}: torch.onnx.export could not export the steps {names} "
+            f"({_first_line(exc)}). Every layer of a flow must trace with "
+            "torch.export in evaluation mode (no Python branch on a tensor's "
+            "value); see the traceback above."
+        ) from exc
+    model = program.model_proto
+    written = {o.domain: o.version for o in model.opset_import}.get("")
+    if written != opset:
+        raise RuntimeError(
+            f"{_WHAT}: torch's exporter wrote opset {written} when asked for "
+            f"{opset}; pass a target_opset it writes directly, such as "
+            f"{_DEFAULT_OPSET}."
         )
-    return onnx.load_from_string(buffer.getvalue())
+    return _finish(onnx, model, f"Z = transform(X) of {names}")
+
+
+def _first_line(exc):
+    """``"Type: first line"`` of the innermost cause of ``exc``, plain text."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()  # terminal colours
+    return f"{type(exc).__name__}: {(text.splitlines() or [''])[0]}"
+
+
+def _has_module(est):
+    """Whether ``est`` gives a torch module of its transform (the flow)."""
+    return callable(getattr(est, "transform_module", None))
+
+
+def _torch_dtype(torch, dtype):
+    return torch.float64 if np.dtype(dtype) == np.float64 else torch.float32
 
 
 # ------------------------------------------------------------------ checks
@@ -226,11 +277,14 @@ def to_onnx(
     """Export fitted post-processors (linear or the flow) as an ONNX model.
 
     The graph has one input ``"X"`` of shape ``(N, n_features)`` and one
-    output ``"Z"``, both of ``dtype``, and computes what ``transform``
-    computes. Linear post-processors and chains of them become one affine
-    map, ``Sub`` (the centring, kept apart from the product for float32
-    accuracy), ``MatMul`` and ``Add``; a :class:`~sklearn_isotropy.GlowFlowTransformer`
-    (alone or chained with linear steps) is traced through torch.
+    output ``"Z"`` of shape ``(N, n_features_out)``, both of ``dtype``, with
+    the batch axis ``N`` dynamic, and computes what ``transform`` computes.
+    Linear post-processors and chains of them become one affine map, ``Sub``
+    (the centring, kept apart from the product for float32 accuracy),
+    ``MatMul`` and ``Add``; a :class:`~sklearn_isotropy.GlowFlowTransformer`
+    (alone or chained with linear steps) is traced through torch, from the
+    torch module of its own fitted map
+    (:meth:`~sklearn_isotropy.GlowFlowTransformer.transform_module`).
 
     Parameters
     ----------
@@ -246,7 +300,10 @@ def to_onnx(
     dtype : {numpy.float32, numpy.float64}, default=numpy.float32
         Element type of the input, output and weights.
     target_opset : int, default=None
-        ONNX opset of the graph; 17 by default.
+        ONNX opset of the graph (of its default domain); 18 by default. A
+        linear chain can be written in opsets 9 and later, a chain with a
+        flow in 18 and later; the newest is the one the installed onnx
+        knows (``onnx.defs.onnx_opset_version()``).
     X_check : array-like of shape (n_samples, n_features), default=None
         Rows on which the exported graph is run with onnxruntime and
         compared with the estimators' ``transform`` (a RuntimeError if they
@@ -256,7 +313,11 @@ def to_onnx(
     Returns
     -------
     model : onnx.ModelProto
-        Save it with ``onnx.save(model, "whitening.onnx")``.
+        Checked by ``onnx.checker``, with the opset ``target_opset`` and the
+        lowest IR version that opset allows, so models exported with the
+        same ``target_opset`` can be joined with :mod:`onnx.compose` (the
+        ``"Z"`` of one feeding the ``"X"`` of the next). Save it with
+        ``onnx.save(model, "whitening.onnx")``.
 
     Raises
     ------
@@ -265,6 +326,12 @@ def to_onnx(
     TypeError
         For a step that cannot be exported (the text vectorizer: use
         :func:`to_sentence_transformers`), naming it.
+    ValueError
+        For a ``target_opset`` the graph cannot be written in, before any
+        export work.
+    RuntimeError
+        If the exported graph differs from ``transform`` on ``X_check``, or
+        torch cannot export a flow.
 
     See Also
     --------
@@ -274,18 +341,20 @@ def to_onnx(
 
     Notes
     -----
-    The flow is traced with ``torch.jit.trace``, frozen (which folds every
-    computation on parameters alone, such as the LU-parametrised mixing
-    matrices, into constants) and written by torch's TorchScript-based ONNX
-    exporter (``dynamo=False``). torch's newer ``torch.export``-based
-    exporter (``dynamo=True``, which would also need the ``onnxscript``
-    package) cannot trace it: ActNorm's ``if not initialized`` is a branch
-    on a tensor value, which ``torch.export`` refuses; and the
-    TorchScript exporter has no ``aten::diag``, which freezing removes. So
-    no ``onnxscript`` is needed. The graph standardises its input in float64,
-    as the estimator does, and then uses only ``MatMul``/``Gemm``, ``Add``,
-    ``Sub``, ``Mul``, ``Div``, ``Exp``, ``Tanh``, ``Relu``, ``Concat``,
-    ``Slice``, ``Gather``, ``Shape`` and ``Cast`` (opset 17 by default).
+    A flow is exported by torch's ``torch.export``-based exporter
+    (``torch.onnx.export(..., dynamo=True)``, which needs the ``onnxscript``
+    package) from the module its estimator builds
+    (:meth:`~sklearn_isotropy.GlowFlowTransformer.transform_module`): the
+    fitted flow's own layers behind its fixed input map. Nothing in this
+    exporter knows a flow layer, so a layer that keeps the layer contract
+    exports with no code here; its ``forward`` must trace with
+    ``torch.export`` in evaluation mode. The exporter's optimiser folds
+    every computation on parameters alone (such as the LU-parametrised
+    mixing matrices) into constants. The graph standardises its input in
+    float64, as the estimator does; the Glow runs in ``dtype``. This
+    exporter writes opset 18 and later itself and converts to older opsets
+    unreliably, hence the floor of ``target_opset`` for a flow; torch's
+    older TorchScript exporter (``dynamo=False``) is deprecated.
 
     Examples
     --------
@@ -305,7 +374,6 @@ def to_onnx(
     """
     onnx = import_optional("onnx", purpose=_WHAT, extra="export")
     dtype = _check_dtype(dtype)
-    opset = _DEFAULT_OPSET if target_opset is None else int(target_opset)
     steps = split_steps(estimator_or_pipeline, what=_WHAT)
     for name, est in steps:
         if isinstance(est, BertPoolingVectorizer):
@@ -314,6 +382,13 @@ def to_onnx(
                 "the text encoder. Export the whole text pipeline with "
                 "to_sentence_transformers, or the post-processors alone with "
                 "to_onnx(pipe[1:])."
+            )
+        if not (is_affine(est) or _has_module(est)):
+            raise TypeError(
+                f"{_WHAT} cannot export step {name!r} ({type(est).__name__}); it "
+                "exports WhiteningTransformer, NATSVTransformer, StandardNormalizer "
+                "and GlowFlowTransformer (any estimator with a transform_module "
+                "method), and chains of them."
             )
     first = steps[0][1]
     check_fitted(steps[0][0], first, what=_WHAT)
@@ -324,14 +399,22 @@ def to_onnx(
             f"on {n_in} features; pass n_features={n_in} or None."
         )
     if all(is_affine(est) for _, est in steps):
+        opset = _check_opset(
+            onnx, target_opset, minimum=_MIN_OPSET_AFFINE, graph="a linear chain"
+        )
         model = _affine_graph(onnx, fold_affine(steps, what=_WHAT), dtype, opset, n_in)
     else:
+        opset = _check_opset(
+            onnx,
+            target_opset,
+            minimum=_MIN_OPSET_TORCH,
+            graph="a chain with a flow (exported by torch)",
+        )
         torch = import_optional("torch", purpose=_WHAT, extra="flow")
         module = _torch_modules(torch, steps, dtype)
-        model = _trace_to_onnx(onnx, torch, module, dtype, opset, n_in)
+        model = _export_torch(onnx, torch, module, dtype, opset, n_in, steps)
         if X_check is None and hasattr(first, "sample"):
             X_check = first.sample(256, random_state=0)
-    onnx.checker.check_model(model)
     if X_check is not None:
         _check_parity(model, steps, X_check, dtype)
     return model

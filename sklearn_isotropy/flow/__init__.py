@@ -1,7 +1,8 @@
 """BERT-flow: a Glow normalizing flow on embeddings.
 
 ``_layers.py`` holds the torch bijectors (one contract: ``forward(x) -> (z,
-log_det)`` and ``inverse(z) -> (x, log_det)``) and imports torch;
+log_det)`` and ``inverse(z) -> (x, log_det)``) and the module a fitted flow
+is exported through, and imports torch;
 ``_training.py`` the training loop (early stopping, progress lines);
 ``_input.py`` the fixed float64 map in front of the Glow (standardisation,
 initial whitening);

@@ -25,7 +25,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._utils import import_optional, resolve_device, warn
-from ..exceptions import DeviceWarning, FlowTrainingWarning
+from ..exceptions import DensityUnderflowWarning, DeviceWarning, FlowTrainingWarning
 from ._input import (
     bypass_log_density,
     check_raw_magnitude,
@@ -568,18 +568,15 @@ class GlowFlowTransformer(
         reporter = EpochReporter(
             self.verbose, X_train.shape[0] * self.max_iter, type(self).__name__
         )
+        # train_flow takes these parameters of the estimator by their names
+        settings = "max_iter batch_size learning_rate shuffle n_iter_no_change tol"
         try:
             result = train_flow(
                 torch,
                 flow,
                 X_train,
                 X_val,
-                max_iter=self.max_iter,
-                batch_size=self.batch_size,
-                learning_rate=self.learning_rate,
-                shuffle=self.shuffle,
-                n_iter_no_change=self.n_iter_no_change,
-                tol=self.tol,
+                **{name: getattr(self, name) for name in settings.split()},
                 generator=generator,
                 train_offset=train_offset,
                 val_offset=val_offset,
@@ -671,7 +668,15 @@ class GlowFlowTransformer(
         U = standardize(X.astype(np.float64, copy=False), self.mean_, self.scale_)
         if self.whitener_ is not None:
             U = self.whitener_.transform(U)
-        return U.astype(dtype, copy=False)
+        with np.errstate(over="ignore"):  # rows too far for float32 become inf
+            return U.astype(dtype, copy=False)
+
+    def _validated_flow_input(self, X):
+        """Validate ``X`` and map it to the Glow's input space: ``(U, dtype)``."""
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        dtype = X.dtype.type
+        return self._to_flow_input(X, dtype), dtype
 
     def _from_flow_input(self, U):
         """Inverse of :meth:`_to_flow_input`, in float64."""
@@ -727,17 +732,15 @@ class GlowFlowTransformer(
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features_in_)
-            Embeddings.
+            Embeddings to map.
 
         Returns
         -------
         Z : ndarray of shape (n_samples, n_features_in_)
             Latent vectors, same dtype as ``X`` (float32 or float64).
         """
-        check_is_fitted(self)
-        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
-        dtype = X.dtype.type
-        U = self._check_finite_output(self._to_flow_input(X, dtype), "transform")
+        U, dtype = self._validated_flow_input(X)
+        U = self._check_finite_output(U, "transform")
         return self._check_finite_output(self._run(U, dtype, "forward"), "transform")
 
     def inverse_transform(self, X):
@@ -779,19 +782,45 @@ class GlowFlowTransformer(
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features_in_)
-            Embeddings.
+            Embeddings to score.
 
         Returns
         -------
         log_likelihood : ndarray of shape (n_samples,)
-            ``log p(x)`` of each row, float64, in nats.
+            ``log p(x)`` of each row, float64, in nats. A row so far from the
+            fitted density that its log-likelihood overflows the dtype of the
+            computation (that of ``X``) scores ``-inf``, as a density that
+            underflows, with a
+            :class:`~sklearn_isotropy.exceptions.DensityUnderflowWarning`
+            saying how many rows did; the other rows score as they would
+            alone.
         """
-        check_is_fitted(self)
-        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
-        dtype = X.dtype.type
-        U = self._check_finite_output(self._to_flow_input(X, dtype), "score_samples")
-        log_prob = self._run(U, dtype, "log_prob") + self._input_log_det()
-        return self._check_finite_output(log_prob, "score_samples")
+        U, dtype = self._validated_flow_input(X)
+        log_prob = np.full(U.shape[0], -np.inf)
+        # rows are scored independently: one too far to compute must not
+        # take the others with it
+        finite = np.isfinite(U).all(axis=1)
+        if finite.any():
+            rows = U if finite.all() else U[finite]
+            log_prob[finite] = self._run(rows, dtype, "log_prob")
+            log_prob += self._input_log_det()
+        far = ~np.isfinite(log_prob)
+        if far.any():
+            log_prob[far] = -np.inf
+            retry = (
+                "Score them in float64 (X.astype(numpy.float64)) for finite "
+                "values, and check"
+                if dtype == np.float32
+                else "Check"
+            )
+            warn(
+                f"{int(far.sum())} of {len(log_prob)} rows lie so far from the "
+                "fitted density that their log-likelihood overflows "
+                f"{np.dtype(dtype).name}; they score -inf. {retry} the input's "
+                "scale (it should look like the training rows).",
+                DensityUnderflowWarning,
+            )
+        return log_prob
 
     def score(self, X, y=None):
         """Mean log-likelihood of the rows of ``X`` (nats per row).
@@ -838,6 +867,76 @@ class GlowFlowTransformer(
         rng = check_random_state(random_state)
         Z = rng.standard_normal((n_samples, self._n_features_out))
         return self.inverse_transform(Z)
+
+    def transform_module(self, dtype=np.float32):
+        """The fitted map of :meth:`transform` as one torch module, for export.
+
+        The module's ``forward(x)`` takes a tensor of shape ``(n_samples,
+        n_features_in_)`` and ``dtype`` and returns the latent of
+        :meth:`transform`, of the same shape and dtype: the fixed input map
+        in float64 (standardisation, then the initial whitening), then the
+        fitted Glow in ``dtype`` on the first ``rank_`` coordinates, the
+        others passing through. It is made of the Glow's own layers (a copy,
+        on the CPU, in evaluation mode, with no trainable parameter), so
+        tracing it with ``torch.export`` or ``torch.onnx.export`` exports the
+        whole map: :func:`~sklearn_isotropy.export.to_onnx` does exactly
+        that, and a flow with other layers that keep the layer contract
+        (``forward(x) -> (z, log_det)``, traceable in evaluation mode)
+        exports the same way.
+
+        Parameters
+        ----------
+        dtype : {numpy.float32, numpy.float64}, default=numpy.float32
+            Dtype of the input, the output and the Glow's parameters. As in
+            :meth:`transform`, the input map computes in float64 either way.
+
+        Returns
+        -------
+        module : torch.nn.Module
+            A ``LatentMap`` of ``sklearn_isotropy.flow._layers``, in
+            evaluation mode; changing it leaves this estimator as it is.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> import torch
+        >>> from sklearn_isotropy import GlowFlowTransformer
+        >>> X = np.random.RandomState(0).standard_normal((100, 4))
+        >>> flow = GlowFlowTransformer(hidden_size=8, max_iter=2, random_state=0)
+        >>> flow = flow.fit(X)
+        >>> module = flow.transform_module(np.float64)
+        >>> with torch.no_grad():
+        ...     Z = module(torch.from_numpy(X)).numpy()
+        >>> bool(np.allclose(Z, flow.transform(X)))
+        True
+        """
+        check_is_fitted(self)
+        try:
+            dtype = np.dtype(dtype)
+        except TypeError as exc:
+            raise TypeError(
+                f"dtype must be numpy.float32 or numpy.float64; got {dtype!r}."
+            ) from exc
+        if dtype not in (np.float32, np.float64):
+            raise ValueError(
+                f"dtype must be numpy.float32 or numpy.float64; got {dtype}. The "
+                "flow computes in the dtype of its input."
+            )
+        torch = _import_torch()
+        from ._layers import LatentMap
+
+        torch_dtype = torch.float64 if dtype == np.float64 else torch.float32
+        flow = copy.deepcopy(self.flow_).to(device="cpu", dtype=torch_dtype)
+        w = self.whitener_
+        # copies (torch.tensor), so the module shares no memory with self
+        return LatentMap(
+            flow.requires_grad_(False),
+            torch.tensor(self.mean_),
+            torch.tensor(self.scale_),
+            None if w is None else torch.tensor(w.mean_),
+            None if w is None else torch.tensor(w.whitening_),
+            rank=self.rank_,
+        ).eval()
 
     def __sklearn_is_fitted__(self):
         return hasattr(self, "flow_")

@@ -8,6 +8,11 @@ Every module here is a bijection with one contract::
 where ``log_det`` has shape ``(n_samples,)`` and is the log absolute
 determinant of the Jacobian of the map that was applied (so the inverse
 returns the negative of the forward log-determinant at the matching point).
+In evaluation mode, ``forward`` must be traceable by ``torch.export`` (no
+Python branch on a tensor's value): the fitted map is exported by tracing
+the layers themselves (:class:`LatentMap`, which
+:meth:`~sklearn_isotropy.GlowFlowTransformer.transform_module` builds), so a
+layer that keeps the contract needs no export code of its own.
 
 The layers follow Glow (Kingma & Dhariwal, 2018) with the convolutional
 pieces replaced by their vector analogues, as BERT-flow (Li et al., 2020)
@@ -26,6 +31,8 @@ does for sentence embeddings:
 - :class:`Glow`: ``n_levels`` levels of ``depth`` steps each; after every level
   but the last, half of the remaining features are factored out (they go
   straight to the latent, under the standard normal prior).
+- :class:`LatentMap`: a fitted estimator's whole ``x -> z`` (its fixed
+  float64 input map, then the flow), one module to trace for export.
 
 This module imports torch at import time; the scikit-learn wrapper
 (:mod:`sklearn_isotropy._glow`) only imports it when it needs it.
@@ -58,6 +65,7 @@ __all__ = [
     "FlowStep",
     "Glow",
     "InvertibleLinear",
+    "LatentMap",
     "ResidualMLP",
     "SequentialFlow",
 ]
@@ -69,15 +77,27 @@ def _zeros_log_det(x: torch.Tensor) -> torch.Tensor:
     return x.new_zeros(x.shape[0])
 
 
+def _is_traced() -> bool:
+    """Whether ``torch.export`` (or ``torch.compile``) is tracing this call.
+
+    ``torch.compiler.is_compiling`` exists from torch 2.3; nothing traces the
+    layers on older releases.
+    """
+    is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    return bool(is_compiling is not None and is_compiling())
+
+
 class ActNorm(nn.Module):
     """Per-feature affine map ``z = x * exp(log_scale) + bias``.
 
-    On the first forward pass of an uninitialised module, ``bias`` and
-    ``log_scale`` are set from the batch so that its output has zero mean and
-    unit variance per feature (Glow's data-dependent initialisation). The flag
-    ``initialized`` is a registered buffer: it is saved in the ``state_dict``
-    and restored by ``load_state_dict``, so a loaded model is never
-    re-initialised from whatever data it sees first.
+    On the first forward pass of an uninitialised module in training mode,
+    ``bias`` and ``log_scale`` are set from the batch so that its output has
+    zero mean and unit variance per feature (Glow's data-dependent
+    initialisation). The flag ``initialized`` is a registered buffer: it is
+    saved in the ``state_dict`` and restored by ``load_state_dict``, so a
+    loaded model is never re-initialised from whatever data it sees first.
+    In evaluation mode the layer never changes itself, so its forward pass
+    has no branch on the flag's value and traces for export.
 
     The shift is applied after the scaling, so it lives in the (unit-scale)
     output space: an optimiser step on it has the same effect whatever the
@@ -122,7 +142,7 @@ class ActNorm(nn.Module):
         self.initialized.fill_(True)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if not bool(self.initialized):
+        if self.training and not bool(self.initialized):
             self.initialize(x)
         z = x * torch.exp(self.log_scale) + self.bias
         return z, self.log_scale.sum().expand(x.shape[0])
@@ -188,10 +208,15 @@ class InvertibleLinear(nn.Module):
         rebuilding of its factors. The cached matrix is recomputed whenever a
         parameter is replaced or changed in place (``load_state_dict``,
         ``.double()``), which the key of tensor identities and versions sees.
+        While the layer is traced (``torch.export``), ``W^T`` is computed
+        from the parameters without the cache: an exporter folds that
+        computation into one constant, and the module keeps no traced tensor.
         """
         params = (self.lower, self.upper, self.log_s)
         if any(p.requires_grad for p in params):
             return None
+        if _is_traced():
+            return self.weight().T
         key = tuple((id(p), p._version, p.dtype, p.device) for p in params)
         cached = getattr(self, "_weight_t_cache", None)
         if cached is None or cached[0] != key:
@@ -474,3 +499,65 @@ class Glow(nn.Module):
 def standard_normal_log_prob(z: torch.Tensor) -> torch.Tensor:
     """Row-wise log-density of ``N(0, I)``."""
     return -0.5 * (z.pow(2).sum(1) + z.shape[1] * _LOG_2PI)
+
+
+class LatentMap(nn.Module):
+    """``x -> z`` of a fitted flow estimator: its fixed input map, then the flow.
+
+    ``u = ((x - mean) / scale - whitening_mean) @ whitening`` in float64 (the
+    product only when there is a whitening), cast to the dtype of ``x``; then
+    ``flow`` on the first ``rank`` coordinates of ``u``, while the others
+    bypass it and end the latent as they are. That is what
+    :meth:`~sklearn_isotropy.GlowFlowTransformer.transform` computes, made
+    of the flow's own layers, so that tracing this module (``torch.export``,
+    ``torch.onnx.export``) exports the whole map with nothing specific to a
+    layer; :meth:`~sklearn_isotropy.GlowFlowTransformer.transform_module`
+    builds it. Not a bijector: ``forward`` returns the latent alone.
+
+    Parameters
+    ----------
+    flow : torch.nn.Module
+        A bijector of width ``rank`` (``flow(u) -> (z, log_det)``) whose
+        parameters have the dtype of the input ``x``.
+    mean, scale : torch.Tensor of shape (n_features,)
+        The standardisation.
+    whitening_mean : torch.Tensor of shape (n_features,), default=None
+        Mean of the standardised rows subtracted before ``whitening``.
+    whitening : torch.Tensor of shape (n_features, n_features), default=None
+        The initial whitening matrix, or None for none.
+    rank : int, default=None
+        Number of leading coordinates of ``u`` the flow transforms; all of
+        them when None.
+    """
+
+    def __init__(
+        self,
+        flow: nn.Module,
+        mean: torch.Tensor,
+        scale: torch.Tensor,
+        whitening_mean: torch.Tensor | None = None,
+        whitening: torch.Tensor | None = None,
+        rank: int | None = None,
+    ):
+        super().__init__()
+        self.flow = flow
+        self.rank = int(mean.shape[0] if rank is None else rank)
+        for name, value in [
+            ("mean", mean),
+            ("scale", scale),
+            ("whitening_mean", whitening_mean),
+            ("whitening", whitening),
+        ]:
+            if value is not None:
+                value = value.to(torch.float64)
+            self.register_buffer(name, value)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        u = (x.to(torch.float64) - self.mean) / self.scale
+        if self.whitening is not None:
+            u = (u - self.whitening_mean) @ self.whitening
+        u = u.to(x.dtype)
+        z = self.flow(u[:, : self.rank])[0]
+        if self.rank < u.shape[1]:
+            z = torch.cat([z, u[:, self.rank :]], dim=1)
+        return z
