@@ -234,6 +234,28 @@ def test_two_dimensional_input_raises(tiny_bert):
         BertPoolingVectorizer(tiny_bert).fit(np.array([["a", "b"], ["c", "d"]]))
 
 
+@pytest.mark.parametrize(
+    "unordered, match",
+    [
+        (set(TEXTS), "got a set, whose order is arbitrary"),
+        (frozenset(TEXTS), "got a frozenset, whose order is arbitrary"),
+        (dict.fromkeys(TEXTS, 1), r"got a dict, .*list\(X.values\(\)\)"),
+    ],
+)
+def test_unordered_containers_raise_type_error(tiny_bert, unordered, match):
+    # the rows of the output follow the order of the input: a set has none
+    vec = BertPoolingVectorizer(tiny_bert).fit(TEXTS)
+    for method in (vec.transform, vec.fit):
+        with pytest.raises(TypeError, match=match):
+            method(unordered)
+
+
+def test_dict_keys_view_keeps_its_order(tiny_bert):
+    vec = BertPoolingVectorizer(tiny_bert).fit(TEXTS)
+    keys = dict.fromkeys(TEXTS[::-1]).keys()
+    assert_allclose(vec.transform(keys), vec.transform(TEXTS[::-1]), rtol=1e-6)
+
+
 def test_empty_string_is_encoded_from_special_tokens(tiny_bert, tiny_bert_objects):
     model, tokenizer = tiny_bert_objects
     X = BertPoolingVectorizer(tiny_bert).fit_transform(["", "the cat"])

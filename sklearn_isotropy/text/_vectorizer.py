@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import KeysView, Mapping, Set
 from numbers import Integral
 
 import numpy as np
@@ -41,6 +42,20 @@ def _validate_texts(X):
         # the exact error of sklearn's CountVectorizer for a bare string
         raise ValueError(
             "Iterable over raw text documents expected, string object received."
+        )
+    if isinstance(X, Mapping):
+        raise TypeError(
+            "Expected a sequence of texts (list, tuple, 1-D array or pandas "
+            f"Series); got a {type(X).__name__}, whose rows would be its keys. "
+            "Pass list(X.values()) to encode the texts it maps to, or list(X) "
+            "for its keys."
+        )
+    if isinstance(X, Set) and not isinstance(X, KeysView):
+        raise TypeError(
+            "Expected a sequence of texts in a fixed order (list, tuple, 1-D "
+            f"array or pandas Series); got a {type(X).__name__}, whose order is "
+            "arbitrary, so the output rows could not be matched to the texts. "
+            "Pass a list, e.g. sorted(X)."
         )
     ndim = getattr(X, "ndim", 1)
     if ndim != 1:
