@@ -441,7 +441,11 @@ def test_cleared_memory_is_not_served_from_ram(tiny_bert, tmp_path):
     try:
         vec.transform(TEXTS)
         assert counter.texts == len(TEXTS)
+        # the cache lives under the Memory's location
+        base = Path(memory.location) / "sklearn_isotropy" / "BertPoolingVectorizer"
+        assert len(list(base.glob("*.sqlite3"))) == 1
         memory.clear(warn=False)
+        assert not base.exists()
         vec.transform(TEXTS)
         assert counter.texts == 2 * len(TEXTS)  # encoded again, not stale RAM
     finally:
@@ -465,8 +469,9 @@ def test_memory_cache_in_grid_search_encodes_each_sentence_once(tiny_bert, tmp_p
         counter.remove()
     assert counter.texts == len(set(texts))
     assert counter.calls >= 1
+    assert any(Path(tmp_path).rglob("*.sqlite3"))
     memory.clear(warn=False)
-    assert not any(Path(tmp_path).rglob("shard-*.npz"))
+    assert not any(Path(tmp_path).rglob("*.sqlite3"))
 
 
 def test_clone_shares_model_object(tiny_bert_objects):
@@ -771,4 +776,4 @@ def test_memory_path_expands_user(tiny_bert, tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     vec = BertPoolingVectorizer(tiny_bert, memory="~/embeddings").fit(TEXTS)
     vec.transform(TEXTS)
-    assert any((tmp_path / "embeddings").rglob("shard-*.npz"))
+    assert any((tmp_path / "embeddings").rglob("*.sqlite3"))
