@@ -101,11 +101,13 @@ class DeviceWarning(IsotropyWarning):
 
 
 class CacheWarning(IsotropyWarning):
-    """The embedding cache could not be read or written; no result is affected.
+    """The embedding cache could not be used as it is; no result is affected.
 
-    Raised by ``BertPoolingVectorizer(memory=...)`` when a cache file is
-    damaged (it is set aside and its sentences are encoded again) or when the
-    cache cannot be written (the embeddings are returned, not stored).
+    Raised by ``BertPoolingVectorizer(memory=...)`` when a cache database or
+    some of its rows are damaged (set aside, and their sentences encoded
+    again), when the cache cannot be opened or written (the embeddings are
+    returned, not stored), and once when a cache of an earlier release is
+    converted.
     """
 
 

@@ -6,11 +6,15 @@ onnxruntime, faiss) and compared with the pipeline's ``transform``.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import stat
 import subprocess
 import sys
 import textwrap
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -338,6 +342,127 @@ def test_overwrite_leaves_nothing_of_the_previous_export(tiny_bert, tmp_path, te
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no staging left
     got = SentenceTransformer(str(target), device="cpu").encode(texts[:3])
     assert_allclose(got, vec.transform(texts[:3]), atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def bare_vec(tiny_bert, texts):
+    return BertPoolingVectorizer(tiny_bert).fit(texts)
+
+
+def _modes(root):
+    """The permission bits of ``root`` and of every file and folder in it."""
+    paths = [root, *root.rglob("*")]
+    dirs = {stat.S_IMODE(p.stat().st_mode) for p in paths if p.is_dir()}
+    files = {stat.S_IMODE(p.stat().st_mode) for p in paths if p.is_file()}
+    return dirs, files
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002])
+def test_exported_directory_gets_the_users_umask(bare_vec, tmp_path, umask):
+    # not the 0700 of a temporary directory: what any directory the user
+    # creates gets (0755 under umask 022), also when replacing one
+    pytest.importorskip("sentence_transformers")
+    (tmp_path / "replaced").mkdir(mode=0o700)
+    (tmp_path / "replaced" / "old.txt").write_text("old")
+    old = os.umask(umask)
+    try:
+        to_sentence_transformers(bare_vec, tmp_path / "new")
+        to_sentence_transformers(bare_vec, tmp_path / "replaced", overwrite=True)
+    finally:
+        os.umask(old)
+    for name in ("new", "replaced"):
+        dirs, files = _modes(tmp_path / name)
+        assert dirs == {0o777 & ~umask}, (name, dirs)
+        assert files == {0o666 & ~umask}, (name, files)
+
+
+def _busy_when_renaming(monkeypatch, directory):
+    """Make a rename of ``directory`` itself fail as a mount point's does."""
+    directory = directory.resolve()
+    for name in ("replace", "rename"):
+        real = getattr(os, name)
+
+        def refuse(src, dst, *args, _real=real, **kwargs):
+            if directory in (Path(src).resolve(), Path(dst).resolve()):
+                raise OSError(errno.EBUSY, "Device or resource busy", str(src))
+            return _real(src, dst, *args, **kwargs)
+
+        monkeypatch.setattr(os, name, refuse)
+
+
+def test_export_into_an_empty_mount_point(bare_vec, texts, tmp_path, monkeypatch):
+    pytest.importorskip("sentence_transformers")
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    _busy_when_renaming(monkeypatch, mount)
+    to_sentence_transformers(bare_vec, mount)
+    monkeypatch.undo()
+    assert (mount / "modules.json").is_file()
+    assert not [p for p in mount.iterdir() if p.name.startswith(".")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mnt"]
+    assert_allclose(_encode(mount, texts[:4]), bare_vec.transform(texts[:4]), atol=1e-5)
+
+
+def test_export_into_the_empty_working_directory(
+    bare_vec, texts, tmp_path, monkeypatch
+):
+    pytest.importorskip("sentence_transformers")
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    to_sentence_transformers(bare_vec, ".")
+    assert (tmp_path / "here" / "modules.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["here"]
+    assert_allclose(_encode(".", texts[:2]), bare_vec.transform(texts[:2]), atol=1e-5)
+
+
+def _refused_before_any_work(monkeypatch):
+    import sentence_transformers
+
+    def building(*args, **kwargs):
+        raise AssertionError("the model was built before the path was refused")
+
+    monkeypatch.setattr(sentence_transformers, "SentenceTransformer", building)
+
+
+def test_overwrite_refuses_what_cannot_be_replaced(bare_vec, tmp_path, monkeypatch):
+    pytest.importorskip("sentence_transformers")
+    _refused_before_any_work(monkeypatch)
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "keep.txt").write_text("mine")
+    link = tmp_path / "link"
+    link.symlink_to(real, target_is_directory=True)
+    before = sorted(p.name for p in tmp_path.iterdir())
+
+    with pytest.raises(ValueError, match=rf"symbolic link to {real}.*Pass the"):
+        to_sentence_transformers(bare_vec, link, overwrite=True)
+    monkeypatch.chdir(real)
+    with pytest.raises(ValueError, match="working directory"):
+        to_sentence_transformers(bare_vec, ".", overwrite=True)
+    with pytest.raises(ValueError, match="working directory or contains it"):
+        to_sentence_transformers(bare_vec, tmp_path, overwrite=True)
+    monkeypatch.setattr(os.path, "ismount", lambda path: Path(path) == real)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="mount point"):
+        to_sentence_transformers(bare_vec, real, overwrite=True)
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(FileExistsError, match="does not exist"):
+        to_sentence_transformers(bare_vec, tmp_path / "dangling")
+    # nothing written, renamed or left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*before, "dangling"])
+    assert link.is_symlink() and link.resolve() == real
+    assert [p.name for p in real.iterdir()] == ["keep.txt"]
+
+
+def test_export_through_a_link_to_an_empty_directory(bare_vec, texts, tmp_path):
+    pytest.importorskip("sentence_transformers")
+    (tmp_path / "real").mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "real", target_is_directory=True)
+    to_sentence_transformers(bare_vec, link)
+    assert link.is_symlink()  # written into the directory it points to
+    assert (tmp_path / "real" / "modules.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"]
 
 
 def test_nested_pipelines_and_foreign_steps(tiny_bert, tmp_path, texts, cone):

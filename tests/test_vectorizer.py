@@ -234,6 +234,28 @@ def test_two_dimensional_input_raises(tiny_bert):
         BertPoolingVectorizer(tiny_bert).fit(np.array([["a", "b"], ["c", "d"]]))
 
 
+@pytest.mark.parametrize(
+    "unordered, match",
+    [
+        (set(TEXTS), "got a set, whose order is arbitrary"),
+        (frozenset(TEXTS), "got a frozenset, whose order is arbitrary"),
+        (dict.fromkeys(TEXTS, 1), r"got a dict, .*list\(X.values\(\)\)"),
+    ],
+)
+def test_unordered_containers_raise_type_error(tiny_bert, unordered, match):
+    # the rows of the output follow the order of the input: a set has none
+    vec = BertPoolingVectorizer(tiny_bert).fit(TEXTS)
+    for method in (vec.transform, vec.fit):
+        with pytest.raises(TypeError, match=match):
+            method(unordered)
+
+
+def test_dict_keys_view_keeps_its_order(tiny_bert):
+    vec = BertPoolingVectorizer(tiny_bert).fit(TEXTS)
+    keys = dict.fromkeys(TEXTS[::-1]).keys()
+    assert_allclose(vec.transform(keys), vec.transform(TEXTS[::-1]), rtol=1e-6)
+
+
 def test_empty_string_is_encoded_from_special_tokens(tiny_bert, tiny_bert_objects):
     model, tokenizer = tiny_bert_objects
     X = BertPoolingVectorizer(tiny_bert).fit_transform(["", "the cat"])
@@ -419,7 +441,11 @@ def test_cleared_memory_is_not_served_from_ram(tiny_bert, tmp_path):
     try:
         vec.transform(TEXTS)
         assert counter.texts == len(TEXTS)
+        # the cache lives under the Memory's location
+        base = Path(memory.location) / "sklearn_isotropy" / "BertPoolingVectorizer"
+        assert len(list(base.glob("*.sqlite3"))) == 1
         memory.clear(warn=False)
+        assert not base.exists()
         vec.transform(TEXTS)
         assert counter.texts == 2 * len(TEXTS)  # encoded again, not stale RAM
     finally:
@@ -443,8 +469,9 @@ def test_memory_cache_in_grid_search_encodes_each_sentence_once(tiny_bert, tmp_p
         counter.remove()
     assert counter.texts == len(set(texts))
     assert counter.calls >= 1
+    assert any(Path(tmp_path).rglob("*.sqlite3"))
     memory.clear(warn=False)
-    assert not any(Path(tmp_path).rglob("shard-*.npz"))
+    assert not any(Path(tmp_path).rglob("*.sqlite3"))
 
 
 def test_clone_shares_model_object(tiny_bert_objects):
@@ -749,4 +776,4 @@ def test_memory_path_expands_user(tiny_bert, tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     vec = BertPoolingVectorizer(tiny_bert, memory="~/embeddings").fit(TEXTS)
     vec.transform(TEXTS)
-    assert any((tmp_path / "embeddings").rglob("shard-*.npz"))
+    assert any((tmp_path / "embeddings").rglob("*.sqlite3"))

@@ -6,24 +6,30 @@ resolving a torch device (:func:`resolve_device`), scaling rows to unit norm
 without overflow (:func:`normalize_rows`), telling dask collections apart
 without importing dask (:func:`is_dask_collection`), progress bars that
 cost nothing when off (:func:`progress_bar`), warning at the user's line
-(:func:`warn`), and keeping a step's warnings with its result
-(:func:`record_warnings`, :func:`reraise_once`).
+(:func:`warn`), keeping a step's warnings with its result
+(:func:`record_warnings`, :func:`reraise_once`), and writing a directory
+all at once with the user's permissions (:func:`publish_directory`,
+:func:`new_directory`).
 """
 
 from __future__ import annotations
 
 from ._device import resolve_device
+from ._files import check_target, new_directory, publish_directory
 from ._optional import import_optional, is_dask_collection
 from ._progress import interactive_stderr, progress_bar
 from ._rows import normalize_rows
 from ._warnings import record_warnings, reraise_once, warn
 
 __all__ = [
+    "check_target",
     "import_optional",
     "interactive_stderr",
     "is_dask_collection",
+    "new_directory",
     "normalize_rows",
     "progress_bar",
+    "publish_directory",
     "record_warnings",
     "reraise_once",
     "resolve_device",

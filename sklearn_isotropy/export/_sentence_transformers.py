@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import tempfile
-from pathlib import Path
 
 import numpy as np
 
-from .._utils import import_optional
+from .._utils import check_target, import_optional, publish_directory
 from ..text import POOLING_PRESETS, BertPoolingVectorizer
 from ._affine import check_fitted, fold_affine, split_steps
 
@@ -205,11 +202,17 @@ def to_sentence_transformers(pipeline, path, *, overwrite=False):
         vectorizer alone.
     path : str or os.PathLike
         Directory to write. It must not exist or be empty unless
-        ``overwrite=True``.
+        ``overwrite=True``; an empty directory (a mount point, ``"."``, a
+        link to one) is written into in place. The model is written into a
+        staging folder and moved into place only when complete, so a
+        failure leaves ``path`` as it was. Folders and files get the modes
+        the user's umask gives (0755 and 0644 under umask 022).
     overwrite : bool, default=False
         Replace an existing ``path``: the new model takes the place of the
         directory and everything in it (nothing of an earlier export is
-        left behind to be published with it).
+        left behind to be published with it). A link, the working
+        directory (or one of its parents) and a mount point cannot be
+        replaced that way and are refused before any work.
 
     Returns
     -------
@@ -225,7 +228,11 @@ def to_sentence_transformers(pipeline, path, *, overwrite=False):
         folded into an affine map (e.g. a
         :class:`~sklearn_isotropy.GlowFlowTransformer`), naming the step.
     FileExistsError
-        If ``path`` holds files and ``overwrite`` is False.
+        If ``path`` holds files and ``overwrite`` is False, or is a link to
+        nothing.
+    ValueError
+        If ``overwrite=True`` would have to replace a link, the working
+        directory (or one of its parents) or a mount point.
 
     See Also
     --------
@@ -277,12 +284,7 @@ def to_sentence_transformers(pipeline, path, *, overwrite=False):
             f"{_WHAT}: the post-processors expect {affine.n_features_in} features "
             f"but the vectorizer outputs {vec.hidden_size_}; refit the pipeline."
         )
-    path = Path(os.fspath(path)).expanduser()
-    if path.exists() and (not path.is_dir() or any(path.iterdir())) and not overwrite:
-        raise FileExistsError(
-            f"{path} exists and is not an empty directory; pass another path or "
-            "overwrite=True."
-        )
+    check_target(path, overwrite=overwrite, what=_WHAT)
 
     reader = POOLING_PRESETS[vec.pooling].reader
     transformer_kwargs, pooling, pooling_text = _POOLING_EXPORTS[reader](
@@ -301,35 +303,11 @@ def to_sentence_transformers(pipeline, path, *, overwrite=False):
         chain += _dense_modules(modules, torch, affine)
     model = st.SentenceTransformer(modules=chain, device="cpu")
     model.eval()
-    # written beside the target, then moved in: a failed save leaves the
-    # target as it was, and a replaced export leaves none of its files
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    try:
-        model.save(str(staging))
-        with open(staging / "README.md", "a", encoding="utf-8") as fh:
+
+    def write(directory):
+        model.save(str(directory))
+        with open(directory / "README.md", "a", encoding="utf-8") as fh:
             fh.write(_model_card(vec, pooling_text, affine, vec.normalize))
-        _replace(path, staging)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
+
+    publish_directory(path, write, overwrite=overwrite, what=_WHAT)
     return model
-
-
-def _replace(path, staging):
-    """Move the directory ``staging`` to ``path``, replacing what is there."""
-    if not path.exists():
-        os.replace(staging, path)
-        return
-    old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old.", dir=path.parent))
-    old.rmdir()
-    os.replace(path, old)
-    try:
-        os.replace(staging, path)
-    except BaseException:
-        os.replace(old, path)  # put the previous export back
-        raise
-    if old.is_dir():
-        shutil.rmtree(old)
-    else:
-        old.unlink()

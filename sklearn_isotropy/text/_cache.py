@@ -1,30 +1,55 @@
 """The per-sentence embedding cache behind ``BertPoolingVectorizer(memory=...)``.
 
-What it guarantees (listed for users in ``docs/user_guide/reliability.rst``):
+Where and what (listed for users in ``docs/user_guide/reliability.rst``):
 
-- The cache key covers every weight and buffer of the model (all of their
-  bytes, hashed once per model and again whenever a tensor changes), its
+- One SQLite database per cache key, ``<location>/sklearn_isotropy/
+  BertPoolingVectorizer/<key>.sqlite3``, where ``<location>`` is the
+  ``joblib.Memory`` location (``<memory>/joblib`` for a path) and ``<key>``
+  hashes the model fingerprint, the pooling, the layers and ``max_length``.
+  Its table ``embeddings`` holds one row per text: the sha256 of the text's
+  UTF-8 bytes, the embedding as little-endian float32 bytes (before
+  ``normalize=``) and the CRC-32 of those bytes; the table ``meta`` says
+  what the key was made of.
+- The key covers every weight and buffer of the model (all of their bytes,
+  hashed once per model and again whenever a tensor changes), its
   configuration, the tokenizer, the pooling, the layers and ``max_length``,
   and nothing that varies between processes (paths, library versions, the
   truncation state a tokenizer keeps from its last call).
-- A shard is written under a temporary name and renamed, so no reader ever
-  sees half of one. Each carries the sha256 of its contents; on reading, its
-  arrays are checked (dtype, shape, width, finiteness, digest). A shard that
-  fails any check is moved aside (``<name>.damaged``), one
-  :class:`~sklearn_isotropy.exceptions.CacheWarning` names it, and its
-  sentences are encoded again.
-- A cache that cannot be written costs no work: one ``CacheWarning``, and the
-  embeddings are returned as if there were no cache.
+
+What it guarantees:
+
+- Each encoded batch is one committed transaction (write-ahead log,
+  ``synchronous=FULL``): a kill, a Ctrl-C or a power cut loses at most the
+  batch in flight, and no temporary file is ever left behind. Several
+  processes may read and write the same cache at once; a writer waits for
+  another's transaction (up to :data:`BUSY_TIMEOUT` seconds).
+- Files are created with the user's umask, as any file the user creates.
+- A cache that cannot be written costs no work: the embeddings are returned,
+  one :class:`~sklearn_isotropy.exceptions.CacheWarning` says why they were
+  not stored. A read-only cache (directory or file) still serves its rows.
+- Only content that is really damaged is set aside: a database SQLite calls
+  malformed or not a database is moved to ``<key>.damaged-<time>.sqlite3``
+  with a warning and a new one is started; a row of the wrong length, with a
+  bad checksum or non-finite values is ignored, encoded again and replaced.
+  An I/O or permission error (too many open files, say) is reported and the
+  file is left alone.
+- The npz shard folders written by earlier releases are converted once:
+  their rows move into the database, the shard files and the temporary files
+  of interrupted writes are removed, and one warning says so.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
+import io
 import json
-import logging
 import os
-import threading
-import uuid
+import re
+import sqlite3
+import time
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -32,14 +57,29 @@ import numpy as np
 from .._utils import import_optional, warn
 from ..exceptions import CacheWarning
 
-logger = logging.getLogger(__name__)
+#: Version of the cache key; part of every key, so a change of the
+#: fingerprint never reads entries of the old one. It is still 2, the
+#: version of the npz shard layout, so that the folders of that layout carry
+#: the keys of the databases they are converted into.
+KEY_VERSION = 2
 
-#: Version of the cache layout; part of every cache key, so a change of the
-#: shard format or of the fingerprint never reads entries of the old one.
-FORMAT_VERSION = 2
+#: ``PRAGMA user_version`` of the database layout described above.
+SCHEMA_VERSION = 1
+
+#: Seconds a writer waits for another process's transaction to finish.
+BUSY_TIMEOUT = 60.0
+
+#: Texts looked up per SQL query (below SQLite's limit of bound variables).
+_LOOKUP_CHUNK = 500
+
+# SQLite's primary result codes for content that is damaged: "database disk
+# image is malformed" and "file is not a database". Every other error (I/O,
+# permissions, a full disk, a lock held too long) says nothing about the
+# content, which is then left alone.
+_SQLITE_CORRUPT, _SQLITE_READONLY, _SQLITE_NOTADB = 11, 8, 26
 
 # Config entries that say where or how a model was loaded, not what it
-# computes: left out of the key so the same weights share one cache folder
+# computes: left out of the key so the same weights share one cache
 # across install paths, library upgrades and per-call output flags.
 _VOLATILE_CONFIG_KEYS = frozenset(
     {
@@ -168,209 +208,427 @@ def text_keys(texts):
     return keys
 
 
-def _shard_digest(keys, values):
-    digest = hashlib.sha256()
-    digest.update(np.ascontiguousarray(keys).tobytes())
-    digest.update(np.ascontiguousarray(values).tobytes())
-    return np.frombuffer(digest.digest(), dtype=np.uint8)
+def cache_key(spec):
+    """The cache key (32 hex digits) of the settings that determine an embedding.
+
+    ``spec`` holds the model :func:`fingerprint`, the pooling, the layers and
+    ``max_length``; :data:`KEY_VERSION` is added.
+    """
+    spec = {**spec, "version": KEY_VERSION}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:32]
 
 
-# ----------------------------------------------------------------- shards
+# ------------------------------------------------------------------ store
 
 
-class _DamagedShard(Exception):
-    """A shard that cannot be trusted; the message says why."""
+class _NewerLayout(Exception):
+    """A database whose layout this release does not know."""
 
 
-def read_shard(path, width):
-    """``(keys, values)`` of a shard file, validated.
+def _is_damage(exc):
+    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+    return code in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
 
-    Raises
-    ------
-    _DamagedShard
-        If the file cannot be parsed, lacks an array, or holds keys or
-        values of the wrong dtype or shape, non-finite values, or contents
-        that do not match the digest stored with them.
+
+def _reason(exc, path=None):
+    """One line saying what failed (and, for a file SQLite could not open, why)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror} [{errno.errorcode.get(exc.errno, exc.errno)}]"
+    text = " ".join(str(exc).split())[:200]
+    name = getattr(exc, "sqlite_errorname", None)
+    if name is None:
+        return text
+    if name.startswith("SQLITE_CANTOPEN") and path is not None:
+        # SQLite does not say why it could not open a file; the OS does
+        try:
+            os.close(os.open(path, os.O_RDONLY))
+        except OSError as os_exc:
+            return f"{text} [{name}]: {_reason(os_exc)}"
+    return f"{text} [{name}]"
+
+
+def _connect(uri):
+    # isolation_level=None: no implicit transactions; each batch is one
+    # explicit BEGIN IMMEDIATE ... COMMIT
+    return sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT, isolation_level=None)
+
+
+@contextlib.contextmanager
+def _transaction(conn):
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on any exception."""
+    conn.execute("BEGIN IMMEDIATE")  # the write lock now, not at the first write
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:  # Ctrl-C too: leave no transaction open
+        if conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+        raise
+
+
+def _create_file(path):
+    """Create ``path`` empty (an empty SQLite database), with the user's umask.
+
+    SQLite creates files with mode 0644 whatever the umask; created here with
+    0666 masked by the umask, the database (and the ``-wal`` and ``-shm``
+    files SQLite gives its mode) get the permissions of any file the user
+    creates. Returns the ``OSError`` if the file does not exist and cannot
+    be created, else None.
     """
     try:
-        # open the file here: np.load leaks its own handle when the zip
-        # directory cannot be parsed (a truncated shard)
-        with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as data:
-            missing = sorted({"keys", "values", "digest"} - set(data.files))
-            if missing:
-                raise _DamagedShard(f"it lacks the arrays {missing}")
-            keys, values, digest = data["keys"], data["values"], data["digest"]
-    except _DamagedShard:
-        raise
-    except Exception as exc:  # noqa: BLE001 - any failure to parse is damage
-        # (EOFError for an empty file, BadZipFile for a truncated one,
-        # ValueError for other content, OSError for an unreadable file, ...)
-        text = " ".join(str(exc).split())[:200]
-        raise _DamagedShard(
-            f"it cannot be read ({type(exc).__name__}: {text})"
-        ) from exc
-    if keys.dtype != np.uint8 or keys.ndim != 2 or keys.shape[1] != _KEY_BYTES:
-        raise _DamagedShard(
-            f"its keys have dtype {keys.dtype} and shape {keys.shape}, expected "
-            f"uint8 of shape (n, {_KEY_BYTES})"
-        )
-    if values.dtype != np.float32 or values.shape != (len(keys), width):
-        raise _DamagedShard(
-            f"its values have dtype {values.dtype} and shape {values.shape}, "
-            f"expected float32 of shape ({len(keys)}, {width})"
-        )
-    if not np.isfinite(values).all():
-        raise _DamagedShard("its values contain NaN or infinity")
-    if digest.shape != (32,) or not np.array_equal(digest, _shard_digest(keys, values)):
-        raise _DamagedShard("its contents do not match the checksum stored with them")
-    return keys, values
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return exc
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except FileExistsError:
+        return None
+    except OSError as exc:
+        return exc
+    os.close(fd)
+    return None
+
+
+#: ``(path, kind)`` of the cache warnings given in this process: each problem
+#: is reported once per file, not once per transform or batch.
+_WARNED = set()
+
+
+def _warn_once(path, kind, message):
+    if (str(path), kind) not in _WARNED:
+        _WARNED.add((str(path), kind))
+        warn(message, CacheWarning)
+
+
+def cache_directory(root):
+    """The directory of the vectorizer's databases under a memory location."""
+    return Path(root).absolute() / "sklearn_isotropy" / "BertPoolingVectorizer"
 
 
 class EmbeddingStore:
-    """Per-sentence embeddings under a ``joblib.Memory`` location.
+    """The cached embeddings of one cache key, in one SQLite database.
 
-    One directory per (model fingerprint, pooling, layers, max_length). Each
-    call that encodes new sentences appends one shard file (written to a
-    temporary name, then atomically renamed), so concurrent workers never
-    see half-written data; shards already read in this process are not read
-    again. ``joblib.Memory.clear()`` removes the store with the rest.
+    A context manager: ``with EmbeddingStore(root, key, width) as store``
+    opens the database (for writing if it can, else for reading only, else
+    not at all), :meth:`get` returns the rows cached for some texts and
+    :meth:`put` stores rows in one transaction. Nothing is kept between two
+    ``with`` blocks, so a cache cleared meanwhile (``joblib.Memory.clear()``
+    or by hand) is never served from memory.
 
-    The rows read or written are also kept in memory for the life of the
-    process (about ``4 * hidden_size`` bytes a sentence: 1.5 GB for a
-    million 384-wide embeddings), so a grid search reads each shard once.
-
-    Reading never fails: a damaged shard is set aside with a
-    :class:`~sklearn_isotropy.exceptions.CacheWarning` (its rows are then
-    missing and get encoded again). Writing never fails either: when the
-    directory cannot be written, one ``CacheWarning`` says so and the rows
-    are only kept in memory.
+    Nothing here raises for a problem of the cache: each one is a
+    :class:`~sklearn_isotropy.exceptions.CacheWarning`, given once per file
+    and kind of problem in a process, and the caller encodes what the store
+    did not return.
     """
 
-    _tables = {}
-    _tables_lock = threading.Lock()
-
-    def __init__(self, root, namespace, width):
-        self.directory = (
-            Path(root) / "sklearn_isotropy" / "BertPoolingVectorizer" / namespace
-        )
+    def __init__(self, root, key, width, spec=None):
+        self.directory = cache_directory(root)
+        self.path = self.directory / f"{key}.sqlite3"
         self.width = int(width)
-        with self._tables_lock:
-            self._table = self._tables.setdefault(
-                str(self.directory),
-                {
-                    "shards": set(),
-                    "rows": {},
-                    "lock": threading.Lock(),
-                    "write_failed": False,
-                    "read_failed": False,
-                },
+        self.spec = spec
+        self._conn = None
+        self._writable = False
+        self._write_problem = None
+        self._reported = False  # a warning already said why the cache is unused
+
+    @property
+    def writable(self):
+        """Whether rows given to :meth:`put` are stored."""
+        return self._conn is not None and self._writable
+
+    def __enter__(self):
+        self._open()
+        return self
+
+    def __exit__(self, *exc_info):
+        self._close()
+
+    # ------------------------------------------------------------ opening
+
+    def _close(self):
+        if self._conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.close()
+        self._conn, self._writable = None, False
+
+    def _open(self):
+        problem = None
+        for _ in range(2):  # a second time after moving a damaged file aside
+            problem = _create_file(self.path)
+            try:
+                self._conn = self._connect_for_writing()
+            except sqlite3.Error as exc:
+                if not _is_damage(exc):
+                    problem = problem or exc
+                    break
+                if not self._set_aside(exc):
+                    return
+            except _NewerLayout as exc:
+                _warn_once(self.path, "layout", str(exc))
+                return
+            else:
+                self._writable = True
+                return
+        else:  # damaged twice in a row: reported, and given up for this call
+            return
+        self._conn = self._connect_for_reading()
+        if self._conn is not None:
+            self._write_problem = _reason(problem, self.path)
+        elif not self._reported:
+            verb = "open" if os.path.lexists(self.path) else "create"
+            _warn_once(
+                self.path,
+                "open",
+                f"Cannot {verb} the embedding cache {self.path} "
+                f"({_reason(problem, self.path)}); the texts are encoded without "
+                "it and nothing is stored. Check the permissions of the memory= "
+                "location and the limit on open files (ulimit -n), or pass "
+                "memory=None.",
             )
 
-    def _refresh(self):
-        table = self._table
+    def _connect_for_writing(self):
+        conn = _connect(self.path.as_uri() + "?mode=rw")
         try:
-            exists = self.directory.is_dir()
-            shards = sorted(self.directory.glob("shard-*.npz")) if exists else []
-        except OSError as exc:
-            if not table["read_failed"]:
-                table["read_failed"] = True
-                warn(
-                    f"Cannot read the embedding cache directory {self.directory} "
-                    f"({exc}); the texts are encoded without it. Check the "
-                    "permissions of the memory= location.",
-                    CacheWarning,
-                )
-            exists, shards = False, []
-        if not exists:
-            # the cache was cleared (joblib.Memory.clear() or by hand): forget
-            # the rows held in memory too, so nothing stale is served
-            table["rows"].clear()
-            table["shards"].clear()
-            return
-        table["read_failed"] = False
-        for shard in shards:
-            if shard.name in table["shards"]:
-                continue
-            table["shards"].add(shard.name)
-            try:
-                keys, values = read_shard(shard, self.width)
-            except _DamagedShard as exc:
-                self._set_aside(shard, str(exc))
-                continue
-            rows = table["rows"]
-            for key, value in zip(keys, values):
-                rows.setdefault(key.tobytes(), value)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")  # each commit survives power loss
+            if self._layout(conn) != SCHEMA_VERSION:
+                with _transaction(conn):
+                    self._create_schema(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
-    def _set_aside(self, shard, reason):
-        target = shard.with_name(shard.name + ".damaged")
+    def _connect_for_reading(self):
+        """A read-only connection, or None (after a warning if the file is damaged).
+
+        ``mode=ro`` takes SQLite's locks, so it reads safely beside writers,
+        but needs to write the ``-shm`` index beside the database; in a
+        read-only directory without one, only ``immutable=1`` opens it.
+        """
+        uri = self.path.as_uri() + "?mode=ro"
+        for query in ("", "&immutable=1"):
+            try:
+                conn = _connect(uri + query)
+            except sqlite3.Error:
+                continue
+            try:
+                if self._layout(conn) == SCHEMA_VERSION:
+                    return conn
+                conn.close()
+                return None  # empty or unknown: nothing to read
+            except sqlite3.Error as exc:
+                conn.close()
+                if _is_damage(exc):
+                    self._set_aside(exc)  # warns; cannot start anew read-only
+                    return None
+            except _NewerLayout as exc:
+                conn.close()
+                _warn_once(self.path, "layout", str(exc))
+                self._reported = True
+                return None
+        return None
+
+    def _layout(self, conn):
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise _NewerLayout(
+                f"The embedding cache {self.path} has layout version {version}, "
+                f"written by a later release of sklearn-isotropy (this one reads "
+                f"version {SCHEMA_VERSION}); it is left alone and the texts are "
+                "encoded without it. Upgrade sklearn-isotropy or pass another "
+                "memory= location."
+            )
+        return version
+
+    def _create_schema(self, conn):
+        if self._layout(conn) == SCHEMA_VERSION:  # another process was first
+            return
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS embeddings ("
+            "text_sha256 BLOB PRIMARY KEY, vector BLOB NOT NULL, "
+            "crc32 INTEGER NOT NULL)"
+        )
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT)"
+        )
+        meta = {
+            "vector": f"float32 little-endian, {self.width} values",
+            "key": json.dumps(self.spec, sort_keys=True) if self.spec else None,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", meta.items())
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _set_aside(self, exc):
+        """Move a damaged database aside; whether a new one may be started."""
+        self._close()
+        self._reported = True
+        stamp = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
+        target = self.path.with_name(f"{self.path.stem}.damaged-{stamp}.sqlite3")
         try:
-            os.replace(shard, target)
+            os.replace(self.path, target)
+            # the log and index belong to the damaged file: a log left
+            # beside a new database would be replayed into it
+            for suffix in ("-wal", "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.replace(f"{self.path}{suffix}", f"{target}{suffix}")
         except FileNotFoundError:  # another process moved it first
-            moved = f"It was moved to {target.name}"
-        except OSError as exc:
-            moved = f"It could not be moved aside ({exc}); delete it"
-        else:
-            moved = f"It was moved to {target.name}"
+            return True
+        except OSError as move_exc:
+            warn(
+                f"The embedding cache {self.path} is damaged ({_reason(exc)}) and "
+                f"could not be moved aside ({move_exc}); the texts are encoded "
+                "without it. Delete it (and its -wal file) to start a new cache.",
+                CacheWarning,
+            )
+            return False
         warn(
-            f"Ignoring the damaged embedding cache file {shard}: {reason}. "
-            f"{moved}; its sentences are encoded again.",
+            f"The embedding cache {self.path} is damaged ({_reason(exc)}): it was "
+            f"moved to {target.name} and a new cache is started, so its texts are "
+            f"encoded again. Delete {target.name} once you no longer need it.",
             CacheWarning,
         )
+        return True
+
+    def _failed(self, exc, doing):
+        """Handle an error while reading or writing; whether to try again."""
+        if _is_damage(exc):
+            if self._set_aside(exc):
+                self._open()
+                return self.writable
+            return False
+        if doing == "write":
+            self._writable = False
+            self._write_problem = _reason(exc, self.path)
+            self._not_stored()
+        else:
+            self._close()
+            _warn_once(
+                self.path,
+                "read",
+                f"Cannot read the embedding cache {self.path} "
+                f"({_reason(exc, self.path)}); the texts are encoded without it "
+                "and it is left as it is.",
+            )
+        return False
+
+    def _not_stored(self):
+        if self._conn is None:
+            return  # reported when it could not be opened
+        _warn_once(
+            self.path,
+            "write",
+            f"Cannot write to the embedding cache {self.path} "
+            f"({self._write_problem}): the embeddings cached in it are read, the "
+            "others are encoded and returned but not stored. Make the memory= "
+            "location writable (or free disk space) to store them, or pass "
+            "another one.",
+        )
+
+    # ------------------------------------------------------ reading, writing
 
     def get(self, keys):
-        """``{position: vector}`` for the keys that are cached."""
-        with self._table["lock"]:
-            self._refresh()
-            rows = self._table["rows"]
-            found = {}
+        """The rows cached for some text keys.
+
+        Parameters
+        ----------
+        keys : ndarray of shape (n, 32), dtype uint8
+            :func:`text_keys` of the texts.
+
+        Returns
+        -------
+        positions : ndarray of shape (m,), dtype intp
+            Indices into ``keys`` of the texts found.
+        values : ndarray of shape (m, width), dtype float32
+            Their embeddings.
+        """
+        positions, blobs, n_bad = [], [], 0
+        if self._conn is not None:
+            try:
+                found = self._select([key.tobytes() for key in keys])
+            except sqlite3.Error as exc:
+                self._failed(exc, "read")
+                found = {}
+            size = 4 * self.width
             for i, key in enumerate(keys):
-                value = rows.get(key.tobytes())
-                if value is not None:
-                    found[i] = value
-            return found
+                hit = found.get(key.tobytes())
+                if hit is None:
+                    continue
+                vector, crc = hit
+                if len(vector) != size or zlib.crc32(vector) != crc:
+                    n_bad += 1
+                    continue
+                positions.append(i)
+                blobs.append(vector)
+        values = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(-1, self.width)
+        finite = np.isfinite(values).all(axis=1)
+        n_bad += int((~finite).sum()) if blobs else 0
+        if n_bad:
+            warn(
+                f"{n_bad} rows of the embedding cache {self.path} failed their "
+                "checks (wrong length, checksum or non-finite values); their "
+                "texts are encoded again and the rows replaced.",
+                CacheWarning,
+            )
+        positions = np.asarray(positions, dtype=np.intp)[finite]
+        return positions, values[finite].astype(np.float32)
+
+    def _select(self, keys):
+        found = {}
+        for start in range(0, len(keys), _LOOKUP_CHUNK):
+            chunk = keys[start : start + _LOOKUP_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            cursor = self._conn.execute(
+                "SELECT text_sha256, vector, crc32 FROM embeddings "
+                f"WHERE text_sha256 IN ({marks})",
+                chunk,
+            )
+            for key, vector, crc in cursor:
+                found[key] = (vector, crc)
+        return found
 
     def put(self, keys, values):
-        """Store rows; on any failure to write, warn once and keep them in RAM."""
-        values = np.asarray(values, dtype=np.float32)
-        # a non-finite embedding is returned to the caller but never cached,
-        # so the cache holds only rows that pass the checks of read_shard
-        finite = np.isfinite(values).all(axis=1)
-        keys = np.ascontiguousarray(keys[finite], dtype=np.uint8)
-        values = np.ascontiguousarray(values[finite])
-        if len(keys) == 0:
-            return
-        table = self._table
-        name = f"shard-{uuid.uuid4().hex}.npz"
-        tmp = self.directory / f".tmp-{name}"
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
+        """Store rows in one transaction; whether they were stored.
+
+        Rows with a non-finite value are returned to the caller but never
+        stored, so the cache holds only rows that pass the checks of
+        :meth:`get`.
+        """
+        if not self.writable:
+            self._not_stored()
+            return False
+        values = np.ascontiguousarray(values, dtype="<f4")
+        rows = []
+        for key, row in zip(keys, values):
+            if np.isfinite(row).all():
+                blob = row.tobytes()
+                rows.append((key.tobytes(), blob, zlib.crc32(blob)))
+        for _ in range(2):
             try:
-                with open(tmp, "wb") as fh:
-                    np.savez(
-                        fh, keys=keys, values=values, digest=_shard_digest(keys, values)
+                with _transaction(self._conn):
+                    self._conn.executemany(
+                        "INSERT OR REPLACE INTO embeddings VALUES (?, ?, ?)", rows
                     )
-                os.replace(tmp, self.directory / name)
-            finally:
-                if tmp.exists():
-                    tmp.unlink()
-        except OSError as exc:
-            if not table["write_failed"]:
-                table["write_failed"] = True
-                warn(
-                    f"Cannot write to the embedding cache {self.directory} "
-                    f"({exc}); the embeddings are returned but not cached. Pass "
-                    "a writable directory as memory=, or memory=None.",
-                    CacheWarning,
-                )
-            name = None
-        else:
-            table["write_failed"] = False
-        with table["lock"]:
-            rows = table["rows"]
-            for key, value in zip(keys, values):
-                rows.setdefault(key.tobytes(), value.copy())
-            if name is not None:
-                table["shards"].add(name)
+            except sqlite3.Error as exc:
+                if self._failed(exc, "write"):
+                    continue  # a damaged database was replaced by a new one
+                return False
+            _WARNED.discard((str(self.path), "write"))
+            return True
+        return False
+
+
+def open_store(root, spec, width):
+    """The :class:`EmbeddingStore` of ``spec`` under ``root`` (not opened yet).
+
+    The npz shard folders of earlier releases under ``root`` are converted
+    first (see :func:`convert_npz_folders`).
+    """
+    store = EmbeddingStore(root, cache_key(spec), width, spec)
+    convert_npz_folders(root)
+    return store
 
 
 def store_root(memory):
@@ -384,3 +642,117 @@ def store_root(memory):
     if location is None:
         location = getattr(memory, "location", None)
     return None if location is None else os.fspath(location)
+
+
+# ---------------------------------------------- the npz layout, converted
+
+# Earlier releases wrote ``<key>/shard-<uuid>.npz`` files (arrays ``keys``,
+# ``values`` and ``digest``, the sha256 of both) through a temporary
+# ``<key>/.tmp-shard-<uuid>.npz``, which a killed write left behind.
+_NPZ_FOLDER = re.compile(r"[0-9a-f]{32}")
+
+
+class _DamagedShard(Exception):
+    """A shard whose content cannot be trusted; the message says why."""
+
+
+def _read_npz_shard(path):
+    """``(keys, values)`` of an npz shard, validated.
+
+    Raises ``OSError`` if the file cannot be read (its content unknown) and
+    :class:`_DamagedShard` if its content is not a valid shard.
+    """
+    with open(path, "rb") as fh:  # an OSError here says nothing of the content
+        blob = fh.read()
+    try:
+        with np.load(io.BytesIO(blob), allow_pickle=False) as data:
+            keys, values, digest = data["keys"], data["values"], data["digest"]
+    except Exception as exc:  # noqa: BLE001 - any failure to parse is damage
+        text = " ".join(str(exc).split())[:200]
+        raise _DamagedShard(f"{type(exc).__name__}: {text}") from exc
+    if keys.dtype != np.uint8 or keys.ndim != 2 or keys.shape[1] != _KEY_BYTES:
+        raise _DamagedShard(f"keys of dtype {keys.dtype} and shape {keys.shape}")
+    if values.dtype != np.float32 or values.ndim != 2 or len(values) != len(keys):
+        raise _DamagedShard(f"values of dtype {values.dtype}, shape {values.shape}")
+    check = hashlib.sha256(keys.tobytes() + values.tobytes()).digest()
+    if digest.tobytes() != check:
+        raise _DamagedShard("contents that do not match their checksum")
+    return keys, values
+
+
+def convert_npz_folders(root):
+    """Move the rows of npz shard folders under ``root`` into SQLite databases.
+
+    Each folder ``<key>/`` becomes ``<key>.sqlite3`` (the same key). A shard
+    is deleted once its rows are committed; a shard whose content is
+    damaged is renamed ``.damaged``; one that cannot be read, or whose
+    database cannot be written, is left for a later run. The temporary
+    files of interrupted writes are deleted, and so is a folder left empty.
+    One :class:`~sklearn_isotropy.exceptions.CacheWarning` says what was
+    done. Never raises for a problem of the files.
+    """
+    directory = cache_directory(root)
+    try:
+        folders = [p for p in directory.iterdir() if _NPZ_FOLDER.fullmatch(p.name)]
+    except OSError:
+        return  # no cache yet, or unreadable (reported when it is opened)
+    done = {"rows": 0, "shards": 0, "temporary": 0}
+    left = []
+    for folder in folders:
+        _convert_folder(root, folder, done, left)
+        with contextlib.suppress(OSError):
+            folder.rmdir()  # only if empty
+    if not (done["shards"] or done["temporary"] or left):
+        return
+    message = (
+        f"Converted the embedding cache in {directory} from the npz shard "
+        "folders of earlier releases to one SQLite database per key: "
+        f"{done['rows']} embeddings from {done['shards']} shard files were "
+        f"moved and the shard files removed; {done['temporary']} temporary "
+        "files left by interrupted writes were deleted."
+    )
+    if left:
+        shown = "; ".join(left[:3]) + ("; ..." if len(left) > 3 else "")
+        message += (
+            f" {len(left)} files could not be converted and were left in place "
+            f"({shown}). This release does not read them; delete them if you "
+            "do not need them."
+        )
+    _warn_once(directory, message, message)
+
+
+def _convert_folder(root, folder, done, left):
+    try:
+        shards = sorted(folder.glob("shard-*.npz"))
+        for path in folder.glob(".tmp-shard-*"):
+            path.unlink()
+            done["temporary"] += 1
+    except OSError as exc:
+        left.append(f"{folder}: {exc}")
+        return
+    store = None
+    try:
+        for shard in shards:
+            try:
+                keys, values = _read_npz_shard(shard)
+            except OSError as exc:  # unreadable: its content is unknown
+                left.append(f"{shard.name}: {exc}")
+                continue
+            except _DamagedShard as exc:
+                with contextlib.suppress(OSError):
+                    os.replace(shard, shard.with_name(shard.name + ".damaged"))
+                left.append(f"{shard.name}: damaged ({exc}), renamed .damaged")
+                continue
+            if store is None:
+                store = EmbeddingStore(root, folder.name, values.shape[1])
+                store.__enter__()
+            if not store.put(keys, values):
+                left.append(f"{folder}: its database cannot be written")
+                return
+            with contextlib.suppress(OSError):
+                shard.unlink()
+            done["rows"] += len(keys)
+            done["shards"] += 1
+    finally:
+        if store is not None:
+            store.__exit__(None, None, None)

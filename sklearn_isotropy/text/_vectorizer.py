@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
+import contextlib
 import logging
 import os
 import time
+from collections.abc import KeysView, Mapping, Set
 from numbers import Integral
 
 import numpy as np
@@ -41,6 +41,20 @@ def _validate_texts(X):
         # the exact error of sklearn's CountVectorizer for a bare string
         raise ValueError(
             "Iterable over raw text documents expected, string object received."
+        )
+    if isinstance(X, Mapping):
+        raise TypeError(
+            "Expected a sequence of texts (list, tuple, 1-D array or pandas "
+            f"Series); got a {type(X).__name__}, whose rows would be its keys. "
+            "Pass list(X.values()) to encode the texts it maps to, or list(X) "
+            "for its keys."
+        )
+    if isinstance(X, Set) and not isinstance(X, KeysView):
+        raise TypeError(
+            "Expected a sequence of texts in a fixed order (list, tuple, 1-D "
+            f"array or pandas Series); got a {type(X).__name__}, whose order is "
+            "arbitrary, so the output rows could not be matched to the texts. "
+            "Pass a list, e.g. sorted(X)."
         )
     ndim = getattr(X, "ndim", 1)
     if ndim != 1:
@@ -172,11 +186,25 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         text) under this location. With it, a grid search over downstream
         steps encodes each distinct sentence once, across clones, refits and
         processes; only the texts not cached yet reach the model.
-        ``joblib.Memory.clear()`` removes it. The cache never changes a
-        result: every cache file is validated when read, a damaged one is
-        set aside with a :class:`~sklearn_isotropy.exceptions.CacheWarning`
-        and its texts are encoded again, and a cache that cannot be written
-        warns once and is skipped (see :doc:`/user_guide/reliability`).
+
+        The cache is one SQLite database per model and settings,
+        ``<location>/sklearn_isotropy/BertPoolingVectorizer/<key>.sqlite3``,
+        where ``<location>`` is ``memory.location`` for a
+        :class:`joblib.Memory` and ``<memory>/joblib`` for a path (as
+        ``joblib.Memory(path)`` has it). It holds one row per text: the
+        sha256 of the text, its embedding before ``normalize`` (float32) and
+        a checksum. ``joblib.Memory.clear()``, or deleting that folder while
+        no process uses it, clears it.
+
+        Each batch is stored as soon as it is encoded, so an interrupted
+        ``transform`` (Ctrl-C, a kill, a crash) is resumed by the next one,
+        which encodes only what was not stored. Several processes may share
+        a cache. The cache never changes a result: a damaged database is
+        moved aside with a :class:`~sklearn_isotropy.exceptions.CacheWarning`
+        and its texts are encoded again; a cache that cannot be written
+        (read-only, full disk) is still read, and one ``CacheWarning`` says
+        that new embeddings were not stored (see
+        :doc:`/user_guide/reliability`).
 
     show_progress_bar : bool or None, default=None
         Show a tqdm progress bar, on stderr, counting the texts encoded.
@@ -519,19 +547,24 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         unique_texts = list(unique)
         out = np.empty((len(unique_texts), self.hidden_size_), dtype=np.float32)
 
-        store = self._store()
         todo = np.arange(len(unique_texts))
-        keys = None
-        if store is not None:
-            keys = _cache.text_keys(unique_texts)
-            found = store.get(keys)
-            for i, value in found.items():
-                out[i] = value
-            todo = np.array([i for i in todo if i not in found], dtype=np.intp)
-        if len(todo):
-            out[todo] = self._encode([unique_texts[i] for i in todo])
+        with self._open_store() as store:
+            on_batch = None
             if store is not None:
-                store.put(keys[todo], out[todo])
+                keys = _cache.text_keys(unique_texts)
+                found, values = store.get(keys)
+                out[found] = values
+                todo = np.setdiff1d(todo, found, assume_unique=True)
+
+                def on_batch(rows, values):
+                    # each batch is committed as soon as it is encoded, so an
+                    # interrupted call keeps all but the batch in flight
+                    store.put(keys[todo[rows]], values)
+
+            if len(todo):
+                out[todo] = self._encode(
+                    [unique_texts[i] for i in todo], on_batch=on_batch
+                )
         if self.verbose:
             logger.info(
                 "Encoded %d texts (%d distinct, %d from cache) in %.2f s",
@@ -562,22 +595,18 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         """
         return self.fit(X, y).transform(X)
 
-    def _store(self):
+    def _open_store(self):
+        """The embedding cache of ``memory=`` as a context manager (None without)."""
         root = _cache.store_root(self.memory)
         if root is None:
-            return None
-        loaded = self._get_loaded()
+            return contextlib.nullcontext()
         spec = {
-            "model": _cache.fingerprint(loaded),
+            "model": _cache.fingerprint(self._get_loaded()),
             "pooling": self.pooling,
             "layers": list(self.layers_),
             "max_length": self.max_length_,
-            "version": _cache.FORMAT_VERSION,
         }
-        namespace = hashlib.sha256(
-            json.dumps(spec, sort_keys=True).encode()
-        ).hexdigest()
-        return _cache.EmbeddingStore(root, namespace[:32], self.hidden_size_)
+        return _cache.open_store(root, spec, self.hidden_size_)
 
     def _tokenize(self, tokenizer, texts):
         """Token ids (and token type ids) per text, and how many were truncated."""
@@ -602,8 +631,12 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         types = enc["token_type_ids"] if needs_types else None
         return enc["input_ids"], types, n_truncated
 
-    def _encode(self, texts):
-        """Pooled embeddings of ``texts`` (no cache, no normalisation)."""
+    def _encode(self, texts, on_batch=None):
+        """Pooled embeddings of ``texts`` (no cache, no normalisation).
+
+        ``on_batch(rows, values)``, if given, is called after each batch with
+        the positions in ``texts`` it encoded and their embeddings.
+        """
         torch, _ = _loading.import_text_deps()
         loaded = self._get_loaded()
         tokenizer, model = loaded.tokenizer, loaded.model
@@ -659,6 +692,8 @@ TruncationWarning` per call says how many. ``None`` uses the model's
                         loaded, inputs, mask_t, reader, layers, self.n_layers_
                     )
                     out[batch] = pooled.float().cpu().numpy()
+                    if on_batch is not None:
+                        on_batch(batch, out[batch])
                     if bar is not None:
                         bar.update(len(batch))
         finally:

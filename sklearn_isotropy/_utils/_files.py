@@ -1,0 +1,198 @@
+"""Writing a directory all at once, with the permissions the user expects."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import stat
+import uuid
+from pathlib import Path
+
+
+def new_directory(parent, prefix):
+    """Create a new, uniquely named directory in ``parent`` and return its path.
+
+    Unlike :func:`tempfile.mkdtemp`, whose directories are private (mode
+    0700), the directory gets the mode of any directory the user creates:
+    0777 masked by the umask (0755 under the usual umask 022). A directory
+    that is published under its final name must not be more private than
+    one the user would have made.
+    """
+    while True:
+        path = Path(parent) / f"{prefix}{uuid.uuid4().hex[:12]}"
+        try:
+            os.mkdir(path, 0o777)
+        except FileExistsError:
+            continue
+        return path
+
+
+def _is_empty_directory(path):
+    return path.is_dir() and not any(path.iterdir())
+
+
+def check_target(path, *, overwrite=False, what="export"):
+    """How :func:`publish_directory` would publish at ``path``, or why it cannot.
+
+    Returns "new", "into" (an empty directory) or "replace"; raises what
+    :func:`publish_directory` raises. Call it before expensive work, so that
+    a refusal comes before the work, not after.
+    """
+    path = Path(os.fspath(path)).expanduser()
+    if path.is_symlink() and not path.exists():
+        raise FileExistsError(
+            f"{what}: {path} is a symbolic link to {os.readlink(path)}, which does "
+            "not exist; remove the link or pass another path."
+        )
+    if not path.exists():
+        return "new"
+    if _is_empty_directory(path):
+        # written into in place: an empty directory may be a mount point, the
+        # working directory or the target of a link, none of which can be
+        # renamed
+        return "into"
+    if not overwrite:
+        raise FileExistsError(
+            f"{what}: {path} exists and is not an empty directory; pass another "
+            "path or overwrite=True."
+        )
+    resolved = path.resolve()
+    if path.is_symlink():
+        raise ValueError(
+            f"{what}: {path} is a symbolic link to {resolved}; overwrite=True "
+            "replaces a directory, not what a link points to. Pass the directory "
+            f"itself ({resolved}) to replace it, or remove the link."
+        )
+    if resolved == Path.cwd().resolve() or resolved in Path.cwd().resolve().parents:
+        raise ValueError(
+            f"{what}: {path} is the working directory or contains it, which "
+            "cannot be replaced; pass a new directory's path, or empty this one "
+            "first (the export is then written into it)."
+        )
+    if path.is_dir() and os.path.ismount(path):
+        raise ValueError(
+            f"{what}: {path} is a mount point, which cannot be replaced; empty it "
+            "first (the export is then written into it) or pass a directory "
+            "inside it."
+        )
+    return "replace"
+
+
+def publish_directory(path, write, *, overwrite=False, what="export"):
+    """Have ``write(directory)`` fill a directory that then appears at ``path``.
+
+    ``write`` works in a staging directory next to its destination; only
+    once it has returned is the result moved into place, so a failure (or
+    a kill) never leaves a half-written export at ``path`` nor removes what
+    was there. The three cases:
+
+    - ``path`` does not exist: the staging directory is renamed to it.
+    - ``path`` is an empty directory (a mount point, the working directory
+      or a link to one included): the staging directory is made inside it
+      (on the same file system) and its entries are moved up into it.
+    - ``path`` holds files and ``overwrite=True``: it is renamed aside, the
+      staging directory takes its name, and the old one is deleted (or put
+      back if the rename fails). A link, the working directory (or one of
+      its parents) and a mount point are refused with a ``ValueError``
+      before any work, since they cannot be renamed.
+
+    A new directory gets the mode of any directory the user creates (0777
+    masked by the umask), not the private 0700 of a temporary directory,
+    and so does every folder in it; every file in it gets the mode of any
+    file the user creates (0666 masked by the umask).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The directory to publish.
+    write : callable
+        ``write(directory)`` fills ``directory`` (a :class:`pathlib.Path`).
+    overwrite : bool, default=False
+        Replace a ``path`` that holds files.
+    what : str, default="export"
+        The caller's name, for error messages.
+
+    Raises
+    ------
+    FileExistsError
+        If ``path`` holds files and ``overwrite`` is False, or is a broken
+        link.
+    ValueError
+        If ``path`` would have to be replaced but is a link, the working
+        directory (or contains it) or a mount point.
+    """
+    path = Path(os.fspath(path)).expanduser()
+    how = check_target(path, overwrite=overwrite, what=what)
+    if how == "into":
+        target = path.resolve()
+        staging = new_directory(target, ".staging-")
+    else:
+        path = path.absolute()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        staging = new_directory(path.parent, f".{path.name}.staging-")
+    try:
+        write(staging)
+        _give_default_modes(staging)
+        if how == "into":
+            _move_entries(staging, target)
+            staging.rmdir()
+        elif how == "new":
+            os.replace(staging, path)
+        else:
+            _replace(path, staging)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _give_default_modes(directory):
+    """Give every entry of ``directory`` the mode the user's umask gives.
+
+    Libraries write some files through private temporary files (mode 0600:
+    the weights saved by ``transformers``, for one); a published directory
+    holds files anyone may read whom the user's umask lets read. The modes
+    are found by creating a file (``directory`` itself was made with
+    :func:`new_directory`), not by reading the process-wide umask, which
+    cannot be read without changing it.
+    """
+    probe = directory / ".mode-probe"
+    os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    try:
+        file_mode = stat.S_IMODE(probe.stat().st_mode)
+    finally:
+        probe.unlink()
+    dir_mode = stat.S_IMODE(directory.stat().st_mode)
+    for path in directory.rglob("*"):
+        if not path.is_symlink():
+            os.chmod(path, dir_mode if path.is_dir() else file_mode)
+
+
+def _move_entries(source, target):
+    """Move every entry of ``source`` into the empty directory ``target``."""
+    moved = []
+    try:
+        for entry in sorted(source.iterdir()):
+            os.replace(entry, target / entry.name)
+            moved.append(target / entry.name)
+    except BaseException:
+        for entry in moved:  # leave the target empty, as it was
+            with contextlib.suppress(OSError):
+                os.replace(entry, source / entry.name)
+        raise
+
+
+def _replace(path, staging):
+    """Move the directory ``staging`` to ``path``, replacing what is there."""
+    old = new_directory(path.parent, f".{path.name}.old-")
+    old.rmdir()  # reserve a free name next to path
+    os.replace(path, old)
+    try:
+        os.replace(staging, path)
+    except BaseException:
+        os.replace(old, path)  # put the previous content back
+        raise
+    if old.is_dir():
+        shutil.rmtree(old)
+    else:
+        old.unlink()
