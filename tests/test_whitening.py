@@ -300,7 +300,7 @@ def test_transform_rejects_non_finite_in_every_column_and_row(
     # constant column, whose row of the whitening matrix is (numerically) zero
     monkeypatch.setattr(sklearn_isotropy.linear._base, "_FINISH_BLOCK_BYTES", 512)
     monkeypatch.setattr(
-        sklearn_isotropy.linear._whitening, "_TRANSFORM_BLOCK_BYTES", 512
+        sklearn_isotropy.linear._base, "_TRANSFORM_BLOCK_BYTES", 512
     )
     X = make_cone(3000, 6).astype(dtype)
     X = np.column_stack([X, np.full(len(X), 7.0, dtype=dtype)])
@@ -323,7 +323,7 @@ def test_transform_equals_centred_product_blockwise(make_cone, monkeypatch):
     expected = (X - X.mean(axis=0)) @ est.whitening_
     with monkeypatch.context() as patch:
         patch.setattr(
-            sklearn_isotropy.linear._whitening, "_TRANSFORM_BLOCK_BYTES", 37 * 40 * 8
+            sklearn_isotropy.linear._base, "_TRANSFORM_BLOCK_BYTES", 37 * 40 * 8
         )
         np.testing.assert_allclose(est.transform(X), expected, rtol=1e-9, atol=1e-9)
         huge = X.astype(np.float32)
