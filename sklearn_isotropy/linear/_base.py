@@ -549,9 +549,27 @@ def _dual_spectrum(
 
 
 def _rank_deficiency_reason(moments: MomentAccumulator, rank: int) -> tuple[str, str]:
-    """(cause, what to do) for a covariance of rank below ``n_features``."""
+    """(cause, what to do) for a covariance of rank below ``n_features``.
+
+    Two limits cap the rank. The rows: ``n`` centred rows of positive weight
+    span at most ``n - 1`` directions. And float64: a direction whose
+    variance falls below round-off next to the largest is lost (feature
+    variances spread far apart, constant or collinear features). A rank at
+    the rows' limit is the rows' doing, however spread the variances are;
+    only a rank below it is float64's.
+    """
     d = moments.n_features
     n = moments.n_nonzero
+    if n - 1 < d and rank >= n - 1:
+        return (
+            f"too few samples: {n} rows of positive weight span at most "
+            f"{n - 1} directions",
+            f"Fit on more rows (at least {d + 1}, one more than n_features), or "
+            "pass shrinkage > 0 (e.g. 'ledoit-wolf') to keep every dimension",
+        )
+    rows_allow = (
+        f"; the {n} rows alone would span {n - 1} directions" if n - 1 < d else ""
+    )
     eps = np.finfo(np.float64).eps
     sw = moments.sum_weights
     var, e = moments.scaled_variances()
@@ -567,28 +585,21 @@ def _rank_deficiency_reason(moments: MomentAccumulator, rank: int) -> tuple[str,
         return (
             f"the feature variances span a factor of {spread:.1e}, so the "
             "directions of the small-scale features fall below float64 "
-            "round-off next to the large ones",
+            f"round-off next to the large ones{rows_allow}",
             "If the small-scale features carry signal, standardise the "
             "features first, e.g. make_pipeline(StandardNormalizer(), "
             "WhiteningTransformer()), which keeps them; if they are numerical "
             "noise (as the near-zero dimensions of some encoders are), losing "
             "their directions is harmless. Shrinkage does not help here",
         )
-    if rank >= n - 1 and n - 1 < d:
-        return (
-            f"too few samples: {n} rows of positive weight span at most "
-            f"{n - 1} directions",
-            "Fit on more rows, or pass shrinkage > 0 (e.g. 'ledoit-wolf') to "
-            "keep every dimension",
-        )
     if constant:
         return (
             f"{constant} feature(s) are constant and the others may be "
-            "linearly dependent",
+            f"linearly dependent{rows_allow}",
             "Drop the constant features, or pass shrinkage > 0 to keep every dimension",
         )
     return (
-        "the features are linearly dependent (collinear)",
+        f"the features are linearly dependent (collinear){rows_allow}",
         "Pass shrinkage > 0 (e.g. 'ledoit-wolf') to keep every dimension",
     )
 

@@ -337,7 +337,9 @@ class WhiteningTransformer(_StreamingMomentsMixin):
                 cause, todo = _rank_deficiency_reason(moments, rank)
                 warn(
                     f"The covariance has numerical rank {rank} < n_features = {d}: "
-                    f"{cause}. Only {rank} components are kept. {todo}.",
+                    f"{cause}. Only {rank} components are kept (pass "
+                    f"n_components <= {rank} to choose them without this "
+                    f"warning). {todo}.",
                     RankDeficiencyWarning,
                 )
             return rank
