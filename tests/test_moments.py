@@ -232,12 +232,14 @@ def test_extreme_magnitudes_keep_full_precision(scale, make_cone):
     acc = MomentAccumulator(4).update(X[:200] * scale).update(X[200:] * scale)
     ref = MomentAccumulator(4).update(X)
     np.testing.assert_allclose(acc.mean, ref.mean * scale, rtol=1e-12)
-    stored, e = acc._scatter, acc._exp
-    assert e != 0 and np.all(np.isfinite(stored))
-    # stored * 4**e is the scatter; compare in the stored units
-    np.testing.assert_allclose(
-        stored, np.ldexp(ref.scatter * scale, -e) * np.ldexp(scale, -e), rtol=1e-10
-    )
+    cov, e = acc.scaled_covariance(ddof=0)
+    assert e != 0 and np.all(np.isfinite(cov))
+    # cov * 4**e is the covariance; compare in the scaled units
+    expected = np.ldexp(ref.scatter * scale, -e) * np.ldexp(scale, -e) / 500
+    np.testing.assert_allclose(cov, expected, rtol=1e-10)
+    variances, e_var = acc.scaled_variances()
+    assert e_var == e
+    np.testing.assert_allclose(variances, np.diagonal(expected), rtol=1e-10)
     np.testing.assert_allclose(
         acc.ledoit_wolf_shrinkage(), ref.ledoit_wolf_shrinkage(), rtol=1e-10
     )
@@ -266,6 +268,56 @@ def test_fewer_rows_than_features_are_kept_then_switched():
     assert acc.representation == "scatter"
     batch = MomentAccumulator(d, keep_rows=False).update(X, w)
     _assert_same(acc, batch)
+
+
+def test_scaled_views_keep_what_the_units_of_the_data_cannot():
+    # the views the estimators read, array * 4**e, in both forms, on data
+    # whose squares lie below float64's smallest subnormal number
+    rng = np.random.default_rng(13)
+    d = 12
+    Xu = rng.normal(size=(30, d)) * np.geomspace(4.0, 0.1, d) + 3.0
+    w = rng.uniform(0.5, 2.0, size=30)
+    X = np.ldexp(Xu, -830)
+    for n in (8, 30):  # 8 < 12 rows: the rows are kept; 30: the scatter
+        acc = MomentAccumulator(d).update(X[:n], w[:n])
+        assert acc.representation == ("rows" if n < d else "scatter")
+        R, v = Xu[:n], w[:n]
+        mean = np.average(R, axis=0, weights=v)
+        scatter = ((R - mean) * v[:, None]).T @ (R - mean)
+        M, e = acc.scaled_covariance()
+        np.testing.assert_allclose(
+            np.ldexp(M, 2 * e + 1660), scatter / (v.sum() - 1), rtol=1e-10
+        )
+        var, e = acc.scaled_variances()
+        np.testing.assert_allclose(
+            np.ldexp(var, 2 * e + 1660), np.diagonal(scatter) / v.sum(), rtol=1e-10
+        )
+        M, e = acc.scaled_covariance(center=False)
+        np.testing.assert_allclose(
+            np.ldexp(M, 2 * e + 1660), (R * v[:, None]).T @ R / v.sum(), rtol=1e-10
+        )
+        assert not np.any(acc.covariance())  # underflows in the data's units
+    Y, e = MomentAccumulator(d).update(X[:8], w[:8]).scaled_rows()
+    centred = Xu[:8] - np.average(Xu[:8], axis=0, weights=w[:8])
+    np.testing.assert_allclose(
+        np.ldexp(Y.T @ Y, 2 * e + 1660), (centred * w[:8, None]).T @ centred, rtol=1e-9
+    )
+    with pytest.raises(ValueError, match="no longer keep"):
+        acc.scaled_rows()
+
+
+def test_updated_leaves_the_statistics_and_is_finite_tells_nan(make_cone):
+    X = make_cone(100, 5, seed=14)
+    acc = MomentAccumulator(5).update(X[:50])
+    before = acc.scatter.copy()
+    new = acc.updated(X[50:])
+    np.testing.assert_array_equal(acc.scatter, before)
+    assert acc.n_samples == 50 and new.n_samples == 100
+    np.testing.assert_allclose(new.covariance(), np.cov(X, rowvar=False), rtol=1e-10)
+    assert new.is_finite() and new.is_finite(include_fourth=True)
+    with np.errstate(invalid="ignore"):
+        bad = new.updated(np.where(np.arange(5) == 2, np.nan, X[:3]))
+    assert not bad.is_finite()
 
 
 def test_merges_of_rows_and_scatter_forms():
@@ -316,10 +368,10 @@ def split_rows(monkeypatch):
     Returns the list of thread idents that ran a share, filled as batches
     are accumulated.
     """
-    from sklearn_isotropy.linear import _moments, _threads
+    from sklearn_isotropy.linear import _scatter_kernels, _threads
 
     ran = []
-    original = _moments._accumulate_rows
+    original = _scatter_kernels._accumulate_rows
 
     def spy(*args):
         ran.append(threading.get_ident())
@@ -327,8 +379,8 @@ def split_rows(monkeypatch):
 
     monkeypatch.setattr(_threads, "row_shares", lambda n, d: 3 if n >= 3 else 1)
     monkeypatch.setattr(_threads, "share_threads", lambda k: k)  # all at once
-    monkeypatch.setattr(_moments, "_accumulate_rows", spy)
-    monkeypatch.setattr(_moments, "_BLOCK_ELEMENTS", 64 * 3 * 12)
+    monkeypatch.setattr(_scatter_kernels, "_accumulate_rows", spy)
+    monkeypatch.setattr(_scatter_kernels, "_BLOCK_ELEMENTS", 64 * 3 * 12)
     return ran
 
 
@@ -403,17 +455,17 @@ def test_rows_split_between_threads_stream_and_report_bad_input(split_rows, make
 def test_a_batch_above_the_split_threshold_is_split_and_exact(monkeypatch):
     # the real policy end to end: 7,300 rows of 768 are above 2**32
     # multiply-adds, so two CPUs mean two shares
-    from sklearn_isotropy.linear import _moments, _threads
+    from sklearn_isotropy.linear import _scatter_kernels, _threads
 
     monkeypatch.setattr(_threads, "_cpus", lambda: 2)
     ran = []
-    original = _moments._accumulate_rows
+    original = _scatter_kernels._accumulate_rows
 
     def spy(X, *args):
         ran.append(len(X))
         return original(X, *args)
 
-    monkeypatch.setattr(_moments, "_accumulate_rows", spy)
+    monkeypatch.setattr(_scatter_kernels, "_accumulate_rows", spy)
     rng = np.random.default_rng(31)
     X = (rng.normal(size=(7300, 768)) * np.geomspace(3, 0.03, 768) + 2).astype(
         np.float32

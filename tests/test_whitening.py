@@ -299,9 +299,7 @@ def test_transform_rejects_non_finite_in_every_column_and_row(
     # entry must be caught in the first, a middle and the last block, and in a
     # constant column, whose row of the whitening matrix is (numerically) zero
     monkeypatch.setattr(sklearn_isotropy.linear._base, "_FINISH_BLOCK_BYTES", 512)
-    monkeypatch.setattr(
-        sklearn_isotropy.linear._whitening, "_TRANSFORM_BLOCK_BYTES", 512
-    )
+    monkeypatch.setattr(sklearn_isotropy.linear._base, "_TRANSFORM_BLOCK_BYTES", 512)
     X = make_cone(3000, 6).astype(dtype)
     X = np.column_stack([X, np.full(len(X), 7.0, dtype=dtype)])
     with pytest.warns(RankDeficiencyWarning):
@@ -323,7 +321,7 @@ def test_transform_equals_centred_product_blockwise(make_cone, monkeypatch):
     expected = (X - X.mean(axis=0)) @ est.whitening_
     with monkeypatch.context() as patch:
         patch.setattr(
-            sklearn_isotropy.linear._whitening, "_TRANSFORM_BLOCK_BYTES", 37 * 40 * 8
+            sklearn_isotropy.linear._base, "_TRANSFORM_BLOCK_BYTES", 37 * 40 * 8
         )
         np.testing.assert_allclose(est.transform(X), expected, rtol=1e-9, atol=1e-9)
         huge = X.astype(np.float32)
@@ -577,6 +575,48 @@ def test_too_few_samples_is_named_as_such():
     X = np.random.default_rng(1).normal(size=(5, 10))
     with pytest.warns(RankDeficiencyWarning, match="too few samples: 5 rows"):
         WhiteningTransformer().fit(X)
+
+
+@pytest.mark.parametrize("n_samples", [12, 20])
+def test_too_few_rows_is_blamed_even_when_the_variances_spread(n_samples):
+    # n_samples <= n_features caps the rank at n - 1; features whose scales
+    # span 1e6 (variances 1e12: an encoder's near-zero dimensions) must not
+    # take the blame when every direction the rows span is kept
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(n_samples, 20)) * np.geomspace(1.0, 1e-6, 20)
+    with pytest.warns(RankDeficiencyWarning) as record:
+        est = WhiteningTransformer().fit(X)
+    message = str(record[0].message)
+    assert est.rank_ == n_samples - 1
+    assert f"rank {n_samples - 1} < n_features = 20" in message
+    assert f"too few samples: {n_samples} rows" in message
+    assert f"span at most {n_samples - 1} directions" in message
+    assert "variances span" not in message
+    assert "Fit on more rows (at least 21," in message
+    assert f"n_components <= {n_samples - 1}" in message
+    assert "shrinkage > 0" in message
+    # each piece of advice does what it says
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RankDeficiencyWarning)
+        WhiteningTransformer(n_components=n_samples - 1).fit(X)
+        shrunk = WhiteningTransformer(shrinkage="ledoit-wolf").fit(X)
+    assert shrunk.n_components_ == 20
+    with pytest.raises(ValueError, match=r"too few samples.*n_components <= "):
+        WhiteningTransformer(n_components=n_samples).fit(X)
+
+
+def test_spread_is_blamed_when_it_limits_the_rank_below_the_rows():
+    # 30 rows could span 29 directions of 10; the variances spanning 1e32
+    # are what leaves fewer, and the message says so (and not "too few rows")
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(30, 10)) * np.array([1e8] * 5 + [1e-8] * 5)
+    with pytest.warns(RankDeficiencyWarning) as record:
+        est = WhiteningTransformer().fit(X)
+    message = str(record[0].message)
+    assert est.rank_ == 5
+    assert "variances span a factor of" in message
+    assert "too few samples" not in message
+    assert "n_components <= 5" in message
 
 
 @pytest.mark.parametrize("scale", [1e-200, 1e-300, 1e100])

@@ -1,10 +1,12 @@
 """The linear post-processors and the exact streaming statistics behind them.
 
 Each estimator is fitted from the count, mean and scatter matrix of its
-training rows, accumulated in float64 by :class:`MomentAccumulator` (exact
-and mergeable, so ``partial_fit`` and Dask fits equal an in-memory fit);
-``_base.py`` holds what they share (the streaming ``fit``/``partial_fit``,
-the checked transform, the eigen helpers) and ``_dask.py`` the tree
+training rows, accumulated in float64 by :class:`MomentAccumulator`
+(``_moments.py``: exact and mergeable, so ``partial_fit`` and Dask fits
+equal an in-memory fit) with the blocked, scaled and threaded products of
+``_scatter_kernels.py``. ``_base.py`` holds what the estimators share (the
+streaming ``fit``/``partial_fit``, the one checked transform of a fitted
+:class:`~._base.LinearMap`, the eigen helpers) and ``_dask.py`` the tree
 reduction of the statistics on a cluster.
 """
 

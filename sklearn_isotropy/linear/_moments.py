@@ -20,30 +20,23 @@ from __future__ import annotations
 
 import math
 import numbers
-import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-__all__ = ["MomentAccumulator"]
+from ._scatter_kernels import (
+    REFINE_RATIO,
+    SAFE_LOG2,
+    accumulate,
+    batch_statistics,
+    head_rows,
+    merged_exponent,
+    safe_exponent,
+    shift_norm3,
+    shift_norm4,
+    unscale,
+)
 
-# float64 entries of one working block of rows (64 MiB): large enough for the
-# matrix product to run at full speed with little per-block overhead, small
-# enough to bound the temporaries (a 10,000 x 768 chunk is one block)
-_BLOCK_ELEMENTS = 2**23
-# centred values whose magnitude lies in [2**-_SAFE_LOG2, 2**_SAFE_LOG2] are
-# accumulated as they are; beyond, the batch is scaled by a power of two so
-# that squares and fourth powers can neither overflow nor underflow
-_SAFE_LOG2 = 200
-# share of a diagonal entry of the scatter about the provisional centre that
-# the correction to the batch mean may cancel before the batch is re-read
-# about its mean (0.5: at most one bit of the result is lost)
-_REFINE_RATIO = 0.5
-# float64 entries converted at a time inside a block (1 MiB), so that both
-# steps of the conversion run in the core's cache
-_CACHE_ELEMENTS = 2**17
-# rows that set the provisional centre and the scale of a batch
-_HEAD_ROWS = 256
+__all__ = ["MomentAccumulator"]
 
 
 class MomentAccumulator:
@@ -114,8 +107,11 @@ class MomentAccumulator:
     a power of two before squaring, so that data around ``1e-200`` keeps its
     full precision instead of underflowing to a zero scatter. ``scatter``
     and :meth:`covariance` return the statistics in the units of the data
-    (an entry below ``1e-308`` rounds to zero there; the estimators work in
-    the scaled units).
+    (an entry below ``1e-308`` rounds to zero there). The estimators work
+    in the scaled units instead, through :meth:`scaled_covariance`,
+    :meth:`scaled_variances` and :meth:`scaled_rows`: each returns an array
+    ``a`` and an exponent ``e`` such that the statistic is ``a * 4**e``
+    (``a * 2**e`` for the rows), exactly.
 
     A large batch (above ``2**32`` multiply-adds, rows up to 2,048 wide) is
     split by rows into one share per CPU (at most four), each converted and
@@ -185,7 +181,7 @@ class MomentAccumulator:
     def scatter(self) -> np.ndarray:
         """Weighted scatter about the mean, in the units of the data."""
         stats = self._as_scatter()
-        return _unscale(stats._scatter, 2 * stats._exp)
+        return unscale(stats._scatter, 2 * stats._exp)
 
     @property
     def norm3(self) -> np.ndarray | None:
@@ -193,7 +189,7 @@ class MomentAccumulator:
         if not self._fourth:
             return None
         stats = self._as_scatter()
-        return _unscale(stats._norm3, 3 * stats._exp)
+        return unscale(stats._norm3, 3 * stats._exp)
 
     @property
     def norm4(self) -> float | None:
@@ -201,7 +197,7 @@ class MomentAccumulator:
         if not self._fourth:
             return None
         stats = self._as_scatter()
-        return float(_unscale(np.float64(stats._norm4), 4 * stats._exp))
+        return float(unscale(np.float64(stats._norm4), 4 * stats._exp))
 
     def __repr__(self) -> str:
         return (
@@ -246,18 +242,29 @@ class MomentAccumulator:
         -------
         self : MomentAccumulator
         """
-        updated = self._with_batch(X, sample_weight)
+        updated = self.updated(X, sample_weight)
         if updated is not self:
             self.__dict__.update(updated.__dict__)
         return self
 
-    def _with_batch(self, X, sample_weight=None) -> MomentAccumulator:
-        """The statistics of ``self`` and the rows of ``X``, leaving ``self`` as is.
+    def updated(self, X, sample_weight=None) -> MomentAccumulator:
+        """Return the statistics of ``self`` and the rows of ``X``; ``self`` is kept.
 
-        Returns a new accumulator (``self`` when ``X`` has no rows) that
-        shares no array ``update`` could modify. This is what ``partial_fit``
-        uses: a batch that fails leaves the estimator's statistics untouched,
-        without copying them first.
+        The same statistics as :meth:`update`, in a new accumulator (``self``
+        itself when ``X`` has no rows) that shares no array ``update`` could
+        modify. This is what ``partial_fit`` uses: a batch that fails leaves
+        the estimator's statistics untouched, without copying them first.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Finite rows.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative weights; ``None`` means 1 for every row.
+
+        Returns
+        -------
+        moments : MomentAccumulator
         """
         X = np.asarray(X)
         if X.ndim != 2 or X.shape[1] != self.n_features:
@@ -316,18 +323,18 @@ class MomentAccumulator:
             out = self.copy()
             out.n_samples += n
             return out
-        head = _head_rows(X)
+        head = head_rows(X)
         head -= self.mean
-        if _safe_exponent(float(np.max(np.abs(head)))) != 0:
+        if safe_exponent(float(np.max(np.abs(head)))) != 0:
             return None
-        S, s, _, _ = _accumulate(X, w, self.kind, False, self.mean, 0)
+        S, s, _, _ = accumulate(X, w, self.kind, False, self.mean, 0)
         S += self._scatter
         total = self.sum_weights + sw
         u = s / math.sqrt(total)
         diag = np.diagonal(S) if self.kind == "full" else S
         with np.errstate(divide="ignore", invalid="ignore"):
             cancelled = np.where(diag > 0, u * u / diag, 0.0)
-        if np.max(cancelled, initial=0.0) > _REFINE_RATIO:
+        if np.max(cancelled, initial=0.0) > REFINE_RATIO:
             return None
         if self.kind == "full":
             S -= np.outer(u, u)  # exactly symmetric, as S is
@@ -347,7 +354,7 @@ class MomentAccumulator:
 
         One pass over the rows about the provisional centre ``shift`` (the
         running mean, or the mean of the first block); see
-        :func:`_batch_statistics`.
+        :func:`~._scatter_kernels.batch_statistics`.
         """
         out = MomentAccumulator(
             self.n_features,
@@ -361,7 +368,7 @@ class MomentAccumulator:
         sw = float(n) if w is None else float(w.sum())
         if sw == 0:
             return out
-        stats = _batch_statistics(X, w, sw, self.kind, self._fourth, shift)
+        stats = batch_statistics(X, w, sw, self.kind, self._fourth, shift)
         out.sum_weights = sw
         out.mean, out._scatter, out._norm3, out._norm4, out._exp = stats
         if not self._fourth:
@@ -434,29 +441,6 @@ class MomentAccumulator:
             if self._fourth:
                 self._norm3, self._norm4 = np.zeros(self.n_features), 0.0
         self._rows = self._row_weights = None
-
-    def _scaled_rows(self, *, center: bool = True):
-        """Kept rows as ``sqrt(w) * (x - mean) * 2**-e``, and ``e``.
-
-        The rows of the dual form, centred (or not, ``center=False``),
-        weighted so that ``Y.T @ Y`` is the scatter (second moment) matrix,
-        and scaled by a power of two so that the largest entry is about 1.
-        """
-        rows, weights = self._kept_rows()
-        with np.errstate(over="ignore", invalid="ignore"):
-            if center:
-                Y = rows - self.mean
-                # residual correction: the rows sum to zero to round-off
-                Y -= np.average(Y, axis=0, weights=weights)
-            else:
-                Y = rows.copy()
-            if weights is not None:
-                Y *= np.sqrt(weights)[:, None]
-            top = float(np.max(np.abs(Y))) if Y.size else 0.0
-        e = math.frexp(top)[1] if top > 0 and math.isfinite(top) else 0
-        if e:
-            Y = np.ldexp(Y, -e)
-        return Y, e
 
     # ------------------------------------------------------------------- merge
     def merge(self, other: MomentAccumulator) -> MomentAccumulator:
@@ -551,18 +535,18 @@ class MomentAccumulator:
         mean = self.mean + delta * (nb / n)
         # the between-parts term outer(t, t), with t = delta * sqrt(na nb / n)
         t = delta * math.sqrt(na * nb / n)
-        e = _merged_exponent(self._exp, other._exp, t)
+        e = merged_exponent(self._exp, other._exp, t)
         sa, sb = 2 * (self._exp - e), 2 * (other._exp - e)
-        ts = _unscale(t, -e)
+        ts = unscale(t, -e)
         if self._fourth:
             # both shifts use each part's statistics about its own mean (read
             # before the scatter below is updated in place)
-            da = _unscale(self.mean - mean, -e)
-            db = _unscale(other.mean - mean, -e)
+            da = unscale(self.mean - mean, -e)
+            db = unscale(other.mean - mean, -e)
             pa = _ScaledParts.of(self, e)
             pb = _ScaledParts.of(other, e)
-            self._norm4 = _shift_norm4(pa, da) + _shift_norm4(pb, db)
-            self._norm3 = _shift_norm3(pa, da) + _shift_norm3(pb, db)
+            self._norm4 = shift_norm4(pa, da) + shift_norm4(pb, db)
+            self._norm3 = shift_norm3(pa, da) + shift_norm3(pb, db)
         # self owns its arrays (merge() works on a copy): update in place
         scatter = self._scatter if sa == 0 else np.ldexp(self._scatter, sa)
         scatter += other._scatter if sb == 0 else np.ldexp(other._scatter, sb)
@@ -576,6 +560,127 @@ class MomentAccumulator:
         self._exp = e
 
     # ----------------------------------------------------------------- results
+    def is_finite(self, *, include_fourth: bool = False) -> bool:
+        """Whether the statistics are finite (no NaN or infinity reached them).
+
+        A NaN or an infinity in any row, whatever its weight, reaches the
+        mean or the diagonal of the scatter, so this ``O(n_features)`` test
+        stands for a scan of the rows. While the rows are kept only the mean
+        is tested (the rows of positive weight are in it). With
+        ``include_fourth=True`` the stored third and fourth moments are
+        tested too (True when they are not kept).
+        """
+        if not np.all(np.isfinite(self.mean)):
+            return False
+        if self._scatter is not None:
+            stored = self._scatter
+            diag = np.diagonal(stored) if stored.ndim == 2 else stored
+            if not np.all(np.isfinite(diag)):
+                return False
+        if include_fourth and self._fourth:
+            return bool(np.isfinite(self._norm4) and np.all(np.isfinite(self._norm3)))
+        return True
+
+    def scaled_covariance(
+        self, *, center: bool = True, ddof: int = 1
+    ) -> tuple[np.ndarray, int]:
+        """Covariance (or second moment) ``M`` and ``e``, equal to ``M * 4**e``.
+
+        The ``(n_features, n_features)`` matrix in the accumulator's scaled
+        units (see Notes of the class), which keep their precision where the
+        units of the data would underflow or overflow. With the rows kept it
+        is built from them.
+
+        Parameters
+        ----------
+        center : bool, default=True
+            ``True``: the covariance ``scatter / (sum_weights - ddof)``.
+            ``False``: the uncentred second moment ``E[x x^T]`` under the
+            weights (``ddof`` is ignored).
+        ddof : int, default=1
+            Delta degrees of freedom of the covariance.
+
+        Returns
+        -------
+        matrix : ndarray of shape (n_features, n_features)
+        e : int
+        """
+        if self.kind != "full":
+            raise ValueError("scaled_covariance needs kind='full' statistics.")
+        acc = self._as_scatter()
+        e = acc._exp
+        if center:
+            return acc._scatter / (acc.sum_weights - ddof), e
+        # E[x x^T] = scatter / sw + mean mean^T, in units where the mean fits
+        top = float(np.max(np.abs(acc.mean)))
+        if top > 0 and math.frexp(top)[1] - e > SAFE_LOG2:
+            e2 = math.frexp(top)[1]
+            M = np.ldexp(acc._scatter, 2 * (e - e2)) / acc.sum_weights
+            e = e2
+        else:
+            M = acc._scatter / acc.sum_weights
+        m = acc.mean if e == 0 else np.ldexp(acc.mean, -e)
+        M += np.outer(m, m)
+        return M, e
+
+    def scaled_variances(self) -> tuple[np.ndarray, int]:
+        """Per-feature weighted variances ``v`` and ``e``, equal to ``v * 4**e``.
+
+        Population variances (``ddof=0``: the diagonal of the scatter divided
+        by ``sum_weights``; zeros while the total weight is 0), in scaled
+        units, for either ``kind`` and either representation.
+
+        Returns
+        -------
+        variances : ndarray of shape (n_features,)
+        e : int
+        """
+        sw = self.sum_weights
+        if self._scatter is None:
+            Y, e = self.scaled_rows(center=True)
+            sums = np.einsum("ij,ij->j", Y, Y)
+        else:
+            stored, e = self._scatter, self._exp
+            sums = np.diagonal(stored) if stored.ndim == 2 else stored
+        if sw > 0:
+            return sums / sw, e
+        return np.zeros(self.n_features), e
+
+    def scaled_rows(self, *, center: bool = True) -> tuple[np.ndarray, int]:
+        """Kept rows as ``Y = sqrt(w) * (x - mean) * 2**-e``, and ``e``.
+
+        The rows of the dual form (``representation == "rows"``), centred
+        (or not, ``center=False``), weighted so that ``Y.T @ Y`` is the
+        scatter (second moment) matrix, and scaled by a power of two so
+        that the largest entry is about 1.
+
+        Returns
+        -------
+        rows : ndarray of shape (n_kept, n_features)
+            One row per kept row of positive weight.
+        e : int
+        """
+        if self._rows is None:
+            raise ValueError(
+                "scaled_rows needs the rows, which these statistics no longer "
+                "keep (representation='scatter'); use scaled_covariance."
+            )
+        rows, weights = self._kept_rows()
+        with np.errstate(over="ignore", invalid="ignore"):
+            if center:
+                Y = rows - self.mean
+                # residual correction: the rows sum to zero to round-off
+                Y -= np.average(Y, axis=0, weights=weights)
+            else:
+                Y = rows.copy()
+            if weights is not None:
+                Y *= np.sqrt(weights)[:, None]
+            top = float(np.max(np.abs(Y))) if Y.size else 0.0
+        e = math.frexp(top)[1] if top > 0 and math.isfinite(top) else 0
+        if e:
+            Y = np.ldexp(Y, -e)
+        return Y, e
+
     def covariance(self, ddof: int = 1) -> np.ndarray:
         """Weighted covariance ``scatter / (sum_weights - ddof)``.
 
@@ -650,265 +755,9 @@ class MomentAccumulator:
         return 1.0 if den == 0 else float(min(num / den, 1.0))
 
 
-# ---------------------------------------------------------------- one batch
+# ---------------------------------------------------------------- helpers
 def _n_positive(w, n: int) -> int:
     return n if w is None else int(np.count_nonzero(w > 0))
-
-
-def _block_rows(n: int, d: int, n_slots: int = 1) -> int:
-    """Rows per working block: equal blocks of at most ``_BLOCK_ELEMENTS``.
-
-    With a batch split into ``n_slots`` shares, each gets blocks of at most
-    ``_BLOCK_ELEMENTS / n_slots`` entries (the same memory in all).
-    """
-    cap = max(1, _BLOCK_ELEMENTS // (d * n_slots))
-    n_blocks = -(-n // cap)
-    return -(-n // n_blocks)
-
-
-def _safe_exponent(top: float) -> int:
-    """0 if values of magnitude ``top`` square safely, else their exponent."""
-    if not (top > 0 and math.isfinite(top)):
-        return 0
-    e = math.frexp(top)[1]
-    return 0 if -_SAFE_LOG2 <= e <= _SAFE_LOG2 else e
-
-
-def _unscale(a, e: int):
-    """``a * 2**e``, exactly (``a`` itself when ``e == 0``)."""
-    return a if e == 0 else np.ldexp(a, e)
-
-
-def _merged_exponent(ea: int, eb: int, t: np.ndarray) -> int:
-    """Exponent of a merge: the parts' larger one, or the between-term's."""
-    e = max(ea, eb)
-    with np.errstate(over="ignore", invalid="ignore"):
-        top = float(np.max(np.abs(t))) if t.size else 0.0
-    if top > 0 and math.isfinite(top):
-        et = math.frexp(top)[1]
-        if et - e > _SAFE_LOG2:
-            return _safe_exponent(top) or et
-    return e
-
-
-_WORK = threading.local()
-
-
-def _work_buffer(rows: int, d: int, slot: int = 0, n_slots: int = 1) -> np.ndarray:
-    """A ``(rows, d)`` float64 scratch block, reused between calls per thread.
-
-    A fresh block costs a page fault per 4 KiB page on first write, about as
-    much as converting the rows into it; a stream of ``partial_fit`` calls
-    reuses the calling thread's blocks instead: ``n_slots`` of them, one per
-    share of a split batch, of at most ``_BLOCK_ELEMENTS / n_slots`` entries
-    (64 MiB in all, kept per thread that fitted).
-    """
-    size = rows * d
-    cap = _BLOCK_ELEMENTS // n_slots
-    bufs = getattr(_WORK, "buffers", None) or []
-    if len(bufs) != n_slots:
-        # keep what fits the new share of the budget
-        bufs = [b for b in bufs[:n_slots] if b is not None and b.size <= cap]
-        bufs += [None] * (n_slots - len(bufs))
-        _WORK.buffers = bufs
-    buf = bufs[slot]
-    if buf is None or buf.size < size:
-        buf = np.empty(size)
-        if size <= cap:
-            bufs[slot] = buf
-    return buf[:size].reshape(rows, d)
-
-
-def _head_rows(X) -> np.ndarray:
-    """The first ``_HEAD_ROWS`` rows of ``X``, as a new float64 array."""
-    return np.array(X[:_HEAD_ROWS], dtype=np.float64)
-
-
-def _centre_block(dst, src, shift, e, sums, weights=None) -> None:
-    """``dst = (float64(src) - shift) * 2**-e`` in place, and its column sums.
-
-    Casting into a contiguous buffer and subtracting in place is about twice
-    as fast as a mixed-type ``np.subtract`` (which casts through small
-    buffers). Doing it a few hundred rows at a time keeps each piece in the
-    core's cache between the steps, where its (weighted) column sums are
-    added to ``sums`` almost for free, instead of in another pass over the
-    block.
-    """
-    step = max(1, _CACHE_ELEMENTS // max(1, src.shape[1]))
-    ones = np.ones(min(step, len(src))) if weights is None else None
-    for lo in range(0, len(src), step):
-        out = dst[lo : lo + step]
-        out[...] = src[lo : lo + step]
-        out -= shift
-        if e:
-            np.ldexp(out, -e, out=out)  # exact, even from subnormal values
-        w = ones[: len(out)] if weights is None else weights[lo : lo + step]
-        sums += w @ out
-
-
-def _batch_statistics(X, w, sw, kind, fourth, shift):
-    """(mean, scatter, norm3, norm4, exponent) of one batch of rows.
-
-    Each block of rows is converted to float64 about a provisional centre
-    ``K`` (``shift``, else the mean of the first 256 rows) and multiplied into
-    ``S = sum w y y^T`` while the sums ``s = sum w y`` are kept, ``y = x - K``;
-    the scatter about the batch mean is then exactly ``S - s s^T / sw``. That
-    subtraction loses accuracy only when ``K`` is far from the mean (by more
-    than the spread of the data, for drifting or sorted data), so when it
-    would cancel more than half of a diagonal entry the batch is read a
-    second time about the mean just found, which makes the correction
-    negligible. Either way the result is the exact scatter about the mean to
-    float64 round-off, as the two-pass algorithm gives.
-
-    Values are scaled by ``2**-e`` when the first rows, centred, are below
-    ``2**-200`` or above ``2**200``, so that squares neither
-    underflow nor overflow; the statistics are returned in those units.
-    """
-    # the provisional centre and the scale come from the first rows; a poor
-    # centre only costs the second pass below, never accuracy
-    Y0 = _head_rows(X)
-    if shift is None:
-        w0 = None if w is None else w[: len(Y0)]
-        if w0 is not None and not w0.sum() > 0:
-            w0 = None
-        shift = np.average(Y0, axis=0, weights=w0)
-    Y0 -= shift
-    e = _safe_exponent(float(np.max(np.abs(Y0))))
-    for attempt in range(2):
-        S, s, n3, n4 = _accumulate(X, w, kind, fourth, shift, e)
-        c = s / sw  # batch mean minus K, in scaled units
-        diag = np.diagonal(S) if kind == "full" else S
-        u = s / math.sqrt(sw)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            cancelled = np.where(diag > 0, u * u / diag, 0.0)
-        if attempt or not np.max(cancelled, initial=0.0) > _REFINE_RATIO:
-            break
-        shift = shift + _unscale(c, e)
-    trace = float(np.sum(diag))
-    if fourth:
-        Sc = S @ c
-        cc = float(c @ c)
-        n4 = n4 + 4.0 * float(c @ Sc) - 4.0 * float(c @ n3)
-        n4 += 2.0 * cc * trace - 3.0 * sw * cc * cc
-        n3 = n3 - trace * c - 2.0 * Sc + (2.0 * sw * cc) * c
-    if kind == "full":
-        S -= np.outer(u, u)  # exactly symmetric, as S is
-    else:
-        S -= u * u
-    mean = shift + _unscale(c, e)
-    return mean, S, n3, n4, e
-
-
-def _accumulate(X, w, kind, fourth, shift, e):
-    """One pass: ``S``, ``s`` (and third/fourth sums) about ``shift``.
-
-    A large product is split by rows into shares (see
-    :func:`~sklearn_isotropy.linear._threads.row_shares`), each converted and
-    multiplied on one BLAS thread, run at once on as many threads as BLAS may
-    use and added in a fixed order: the result depends on the rows and the
-    machine, not on how many shares ran at once or which finished first.
-    """
-    from ._threads import one_blas_thread, row_shares, share_threads
-
-    n, d = X.shape
-    k = row_shares(n, d) if kind == "full" else 1
-    if k == 1:
-        step = _block_rows(n, d)
-        return _accumulate_rows(X, w, kind, fourth, shift, e, _work_buffer(step, d))
-    bounds = [n * i // k for i in range(k + 1)]
-    shares = []
-    for i in range(k):
-        lo, hi = bounds[i], bounds[i + 1]
-        buf = _work_buffer(_block_rows(hi - lo, d, k), d, i, k)
-        shares.append((X[lo:hi], None if w is None else w[lo:hi], buf))
-    threads = share_threads(k)  # read before the limit below
-    with one_blas_thread():
-        results = _run_shares(shares, threads, (kind, fourth, shift, e))
-    S, s, n3, n4 = results[0]
-    for Si, si, n3i, n4i in results[1:]:
-        S += Si
-        s += si
-        if fourth:
-            n3 += n3i
-            n4 += n4i
-    return S, s, n3, n4
-
-
-def _run_shares(shares, threads, args):
-    """``_accumulate_rows`` of every share, in order, on ``threads`` threads.
-
-    With several threads every share runs in a pool thread while the caller
-    waits: a share run in the calling thread itself was up to 30% slower
-    than the other on the benchmark machine, and the fit waits for the
-    slowest. The caller's floating-point error state is passed on (numpy
-    before 2.0 keeps it per thread). At interpreter shutdown, when no thread
-    may start, the shares left run here.
-    """
-    from ._threads import worker_blas_thread
-
-    err = np.geterr()
-
-    def run(share):
-        Xi, wi, buf = share
-        with np.errstate(**err), worker_blas_thread():
-            return _accumulate_rows(Xi, wi, *args, buf)
-
-    futures = []
-    if threads > 1:
-        pool = ThreadPoolExecutor(threads)
-        try:
-            try:
-                for share in shares:
-                    futures.append(pool.submit(run, share))
-            except RuntimeError:  # "cannot schedule new futures after shutdown"
-                pass
-            results = [f.result() for f in futures]
-        finally:
-            pool.shutdown(wait=True)
-    else:
-        results = []
-    return results + [run(share) for share in shares[len(futures) :]]
-
-
-def _accumulate_rows(X, w, kind, fourth, shift, e, buf):
-    """One thread's pass over ``X`` in blocks of ``len(buf)`` rows."""
-    n, d = X.shape
-    step = len(buf)
-    full = kind == "full"
-    S = np.zeros((d, d)) if full else np.zeros(d)
-    product = np.empty((d, d)) if full and n > step else None
-    s = np.zeros(d)
-    n3 = np.zeros(d) if fourth else None
-    n4 = 0.0
-    for lo in range(0, n, step):
-        hi = min(lo + step, n)
-        Y = buf[: hi - lo]
-        wb = None if w is None else w[lo:hi]
-        _centre_block(Y, X[lo:hi], shift, e, s, wb)
-        if fourth:
-            q = np.einsum("ij,ij->i", Y, Y)
-            wq = q if wb is None else q * wb
-            n3 += wq @ Y
-            n4 += float(wq @ q)
-        if full:
-            if wb is not None:
-                Y *= np.sqrt(wb)[:, None]
-            # numpy runs Y.T @ Y as a symmetric rank-k update (syrk) and
-            # returns an exactly symmetric matrix. Calling scipy's BLAS here
-            # instead interleaves two OpenBLAS thread pools whose spinning
-            # threads stall each other (about 2x slower on 2 cores). The
-            # first block writes into S directly; the others into a reused
-            # buffer (a fresh 4.7 MB result per block costs page faults).
-            if lo == 0:
-                np.matmul(Y.T, Y, out=S)
-            else:
-                np.matmul(Y.T, Y, out=product)
-                S += product
-        elif wb is None:
-            S += np.einsum("ij,ij->j", Y, Y)
-        else:
-            S += np.einsum("i,ij,ij->j", wb, Y, Y)
-    return S, s, n3, n4
 
 
 # ---------------------------------------------------------- fourth moments
@@ -922,30 +771,7 @@ class _ScaledParts:
         k = acc._exp - e
         part = cls()
         part.sum_weights = acc.sum_weights
-        part.scatter = _unscale(acc._scatter, 2 * k)
-        part.norm3 = _unscale(acc._norm3, 3 * k)
-        part.norm4 = float(_unscale(np.float64(acc._norm4), 4 * k))
+        part.scatter = unscale(acc._scatter, 2 * k)
+        part.norm3 = unscale(acc._norm3, 3 * k)
+        part.norm4 = float(unscale(np.float64(acc._norm4), 4 * k))
         return part
-
-
-def _shift_norm4(part, d: np.ndarray) -> float:
-    """``sum w ||y + d||^4`` from a part's moments about its own mean (sum w y = 0)."""
-    dd = float(d @ d)
-    return (
-        part.norm4
-        + 4.0 * float(d @ part.scatter @ d)
-        + 4.0 * float(part.norm3 @ d)
-        + 2.0 * dd * float(np.trace(part.scatter))
-        + part.sum_weights * dd * dd
-    )
-
-
-def _shift_norm3(part, d: np.ndarray) -> np.ndarray:
-    """``sum w ||y + d||^2 (y + d)`` from a part's moments about its own mean."""
-    dd = float(d @ d)
-    return (
-        part.norm3
-        + np.trace(part.scatter) * d
-        + 2.0 * (part.scatter @ d)
-        + part.sum_weights * dd * d
-    )

@@ -10,16 +10,16 @@ from sklearn.utils._param_validation import Interval
 from .._utils import warn
 from ..exceptions import RankDeficiencyWarning
 from ._base import (
+    LinearMap,
     _check_enough_samples,
     _dual_spectrum,
-    _finish_checked,
     _numerical_rank,
-    _scaled_covariance,
     _sorted_eigh,
     _StreamingMomentsMixin,
 )
-from ._moments import MomentAccumulator, _unscale
-from ._threads import small_problem, small_product
+from ._moments import MomentAccumulator
+from ._scatter_kernels import unscale
+from ._threads import small_problem
 
 __all__ = ["NATSVTransformer"]
 
@@ -54,14 +54,15 @@ class NATSVTransformer(_StreamingMomentsMixin):
         Eigenvalues of the covariance (``center=True``) or of the
         uncentred second moment (``center=False``) along the removed
         directions.
-    n_samples_seen_ : int
-        Rows seen by ``fit`` / ``partial_fit``.
-    moments_ : MomentAccumulator
-        Streamed count, mean and scatter; mergeable with another fit's.
     n_features_in_ : int
         Number of features seen during fit.
     feature_names_in_ : ndarray of shape (n_features_in_,)
         Names of features seen during fit, when ``X`` has string column names.
+    n_samples_seen_ : int
+        Rows seen by ``fit`` / ``partial_fit``, including rows of weight 0.
+    moments_ : MomentAccumulator
+        Streamed count, mean and scatter; mergeable with another fit's
+        (:meth:`MomentAccumulator.merge`).
 
     See Also
     --------
@@ -123,7 +124,7 @@ class NATSVTransformer(_StreamingMomentsMixin):
                 moments, center=center, ddof=1 if center else 0
             )
         else:
-            matrix, e = _scaled_covariance(moments, center=center)
+            matrix, e = moments.scaled_covariance(center=center)
             evals, evecs = _sorted_eigh(matrix)
         rank = _numerical_rank(evals, moments.n_nonzero + (not center), False, d)
         if k > rank:
@@ -139,40 +140,14 @@ class NATSVTransformer(_StreamingMomentsMixin):
         return {
             "mean_": moments.mean.copy() if center else None,
             "components_": evecs[:, :k].T.copy(),
-            "explained_variance_": _unscale(evals[:k], 2 * e),
+            "explained_variance_": unscale(evals[:k], 2 * e),
         }
 
-    def transform(self, X):
-        """Remove the top directions: ``Y - (Y @ C.T) @ C`` with ``Y`` centred.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Embeddings to transform.
-
-        Returns
-        -------
-        X_new : ndarray of shape (n_samples, n_features)
-            Float32 for float32 input, else float64.
-        """
-        return self._transform(X)
-
-    def _transform_array(self, X):
-        C = self.components_.astype(X.dtype, copy=False)
-        with small_product(2.0 * X.shape[0] * C.shape[0] * C.shape[1]):
-            with np.errstate(over="ignore", invalid="ignore"):  # reported below
-                if self.center:
-                    Y = X - self.mean_.astype(X.dtype, copy=False)
-                else:
-                    Y = X.copy()
-                P = Y @ C.T  # coordinates along the removed directions
-
-            def finish(rows):
-                if C.shape[0]:
-                    Y[rows] -= P[rows] @ C
-
-            _finish_checked(self, X, Y, finish)
-        return Y
+    def _linear_map(self) -> LinearMap:
+        center = self.mean_ if self.center else None
+        if len(self.components_):
+            return LinearMap(center, "project_out", self.components_)
+        return LinearMap(center, "identity")
 
     @property
     def _n_features_out(self):

@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
-from sklearn.utils import check_array
-from sklearn.utils.validation import check_is_fitted
 
-from ._base import (
-    FLOAT_DTYPES,
-    _finish_checked,
-    _StreamingMomentsMixin,
-)
-from ._moments import MomentAccumulator, _unscale
+from ._base import LinearMap, _StreamingMomentsMixin
+from ._moments import MomentAccumulator
+from ._scatter_kernels import unscale
 
 __all__ = ["StandardNormalizer"]
 
@@ -44,14 +39,15 @@ class StandardNormalizer(_StreamingMomentsMixin):
     scale_ : ndarray of shape (n_features,) or None
         Divisor of each dimension: the standard deviation, or 1 for
         (numerically) constant dimensions; None when ``with_std=False``.
-    n_samples_seen_ : int
-        Rows seen by ``fit`` / ``partial_fit``.
-    moments_ : MomentAccumulator
-        Streamed count, mean and per-dimension scatter.
     n_features_in_ : int
         Number of features seen during fit.
     feature_names_in_ : ndarray of shape (n_features_in_,)
         Names of features seen during fit, when ``X`` has string column names.
+    n_samples_seen_ : int
+        Rows seen by ``fit`` / ``partial_fit``.
+    moments_ : MomentAccumulator
+        Streamed count, mean and per-dimension scatter (float64, in host
+        memory whatever the array namespace of the input).
 
     See Also
     --------
@@ -90,8 +86,7 @@ class StandardNormalizer(_StreamingMomentsMixin):
     def _compute_map(self, moments: MomentAccumulator, params: dict) -> dict:
         n = moments.sum_weights
         mean = moments.mean.copy()
-        e = moments._exp
-        var_s = moments._scatter / n if n > 0 else np.zeros_like(mean)
+        var_s, e = moments.scaled_variances()
         # StandardScaler's rule: a variance at round-off level is constant
         # (in the accumulator's units 4**e, like the variance)
         eps = np.finfo(np.float64).eps
@@ -99,73 +94,25 @@ class StandardNormalizer(_StreamingMomentsMixin):
             mean_s = mean if e == 0 else np.ldexp(mean, -e)
             constant = var_s <= n * eps * var_s + (n * mean_s * eps) ** 2
         std = np.sqrt(var_s)
-        scale = np.where(constant | (std == 0), 1.0, _unscale(std, e))
+        scale = np.where(constant | (std == 0), 1.0, unscale(std, e))
         with_mean, with_std = params["with_mean"], params["with_std"]
         return {
             "mean_": mean if (with_mean or with_std) else None,
-            "var_": _unscale(var_s, 2 * e) if with_std else None,
+            "var_": unscale(var_s, 2 * e) if with_std else None,
             "scale_": scale if with_std else None,
         }
 
-    def transform(self, X):
-        """Standardise ``X`` with the fitted mean and scale.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Embeddings to transform.
-
-        Returns
-        -------
-        X_new : ndarray of shape (n_samples, n_features)
-            Float32 for float32 input, else float64.
-        """
-        return self._transform(X)
-
-    def _transform_array(self, X):
-        out = np.empty(X.shape, dtype=X.dtype)  # C order: blocks of rows
-        mean = self.mean_.astype(X.dtype, copy=False) if self.with_mean else None
-        scale = self.scale_.astype(X.dtype, copy=False) if self.with_std else None
-
-        def finish(rows):
-            block = out[rows]
-            if mean is not None:
-                np.subtract(X[rows], mean, out=block)
-            else:
-                block[...] = X[rows]
-            if scale is not None:
-                block /= scale
-
-        _finish_checked(self, X, out, finish)
-        return out
-
-    def inverse_transform(self, X):
-        """Undo the standardisation.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Standardised embeddings.
-
-        Returns
-        -------
-        X_original : ndarray of shape (n_samples, n_features)
-        """
-        check_is_fitted(self)
-        # like StandardScaler: no feature-name check, since the input is this
-        # estimator's own output (named standardnormalizer0, ... in pandas)
-        X = check_array(X, dtype=FLOAT_DTYPES, copy=True)
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(
-                f"X has {X.shape[1]} features, but {type(self).__name__}."
-                f"inverse_transform expects {self.n_features_in_}."
-            )
-        out = X
+    def _linear_map(self) -> LinearMap:
+        center = self.mean_ if self.with_mean else None
         if self.with_std:
-            out *= self.scale_.astype(X.dtype, copy=False)
-        if self.with_mean:
-            out += self.mean_.astype(X.dtype, copy=False)
-        return out
+            return LinearMap(center, "divide", self.scale_)
+        return LinearMap(center, "identity")
+
+    def _inverse_map(self) -> LinearMap:
+        center = self.mean_ if self.with_mean else None
+        if self.with_std:
+            return LinearMap(center, "multiply", self.scale_)
+        return LinearMap(center, "identity")
 
     @property
     def _n_features_out(self):

@@ -7,29 +7,23 @@ from numbers import Integral, Real
 import numpy as np
 from scipy import linalg
 from sklearn.utils._param_validation import Interval, RealNotInt, StrOptions
-from sklearn.utils.validation import check_is_fitted
 
 from .._utils import warn
 from ..exceptions import RankDeficiencyWarning
 from ._base import (
+    LinearMap,
     _check_dense_feasible,
     _check_enough_samples,
     _dual_spectrum,
-    _finish_checked,
     _numerical_rank,
     _power_scale,
     _rank_deficiency_reason,
-    _scaled_covariance,
     _sorted_eigh,
     _StreamingMomentsMixin,
 )
-from ._moments import MomentAccumulator, _unscale
-from ._threads import small_problem, small_product
-
-# bytes of input centred and multiplied at a time in ``transform``: large
-# enough for the product to run at full speed (a block of 512 rows of 768
-# costs about 20% more than 4,096), small enough to keep memory flat
-_TRANSFORM_BLOCK_BYTES = 2**24
+from ._moments import MomentAccumulator
+from ._scatter_kernels import unscale
+from ._threads import small_problem
 
 __all__ = ["WhiteningTransformer"]
 
@@ -103,14 +97,15 @@ class WhiteningTransformer(_StreamingMomentsMixin):
         Numerical rank of ``covariance_``.
     n_components_ : int
         Width of the output.
-    n_samples_seen_ : int
-        Rows seen by ``fit`` / ``partial_fit`` (including rows of weight 0).
-    moments_ : MomentAccumulator
-        Streamed count, mean and scatter; mergeable with another fit's.
     n_features_in_ : int
         Number of features seen during fit.
     feature_names_in_ : ndarray of shape (n_features_in_,)
         Names of features seen during fit, when ``X`` has string column names.
+    n_samples_seen_ : int
+        Rows seen by ``fit`` / ``partial_fit`` (including rows of weight 0).
+    moments_ : MomentAccumulator
+        Streamed count, mean and scatter (with the fourth moments for
+        ``shrinkage="ledoit-wolf"``); mergeable with another fit's.
 
     See Also
     --------
@@ -232,9 +227,7 @@ class WhiteningTransformer(_StreamingMomentsMixin):
                     "another shrinkage. Call fit (not partial_fit) after "
                     "switching to 'ledoit-wolf'."
                 )
-            if moments._norm4 is not None and not (
-                np.isfinite(moments._norm4) and np.all(np.isfinite(moments._norm3))
-            ):
+            if not moments.is_finite(include_fourth=True):
                 raise ValueError(
                     "The fourth moments that shrinkage='ledoit-wolf' needs "
                     "overflowed float64 (rows far larger than the rest of the "
@@ -272,7 +265,7 @@ class WhiteningTransformer(_StreamingMomentsMixin):
                     else f"shrinkage={params['shrinkage']!r}"
                 )
                 _check_dense_feasible(moments, name, why)
-            cov, e = _scaled_covariance(moments)
+            cov, e = moments.scaled_covariance()
             shrinkage = self._resolve_shrinkage(moments, params["shrinkage"])
             if shrinkage > 0:
                 mu = np.trace(cov) / d
@@ -319,22 +312,22 @@ class WhiteningTransformer(_StreamingMomentsMixin):
             "shrinkage_": shrinkage,
             "rank_": rank,
             "components_": evecs[:, :k].T.copy(),
-            "explained_variance_": _unscale(evals[:k], 2 * e),
+            "explained_variance_": unscale(evals[:k], 2 * e),
             "explained_variance_ratio_": evals[:k] / total,
             "whitening_": whitening,
             "_unwhitening": unwhitening,
             "n_components_": whitening.shape[1],
         }
         if cov is not None:
-            attrs["covariance_"] = _unscale(cov, 2 * e)
+            attrs["covariance_"] = unscale(cov, 2 * e)
         return attrs
 
     def _missing_attribute(self, name: str):
         if name == "covariance_":
             # the dual form never builds the d x d covariance; build it on
             # request, with the parameters of the map
-            cov, e = _scaled_covariance(self.moments_)
-            self.covariance_ = _unscale(cov, 2 * e)
+            cov, e = self.moments_.scaled_covariance()
+            self.covariance_ = unscale(cov, 2 * e)
             return self.covariance_
         return super()._missing_attribute(name)
 
@@ -344,7 +337,9 @@ class WhiteningTransformer(_StreamingMomentsMixin):
                 cause, todo = _rank_deficiency_reason(moments, rank)
                 warn(
                     f"The covariance has numerical rank {rank} < n_features = {d}: "
-                    f"{cause}. Only {rank} components are kept. {todo}.",
+                    f"{cause}. Only {rank} components are kept (pass "
+                    f"n_components <= {rank} to choose them without this "
+                    f"warning). {todo}.",
                     RankDeficiencyWarning,
                 )
             return rank
@@ -361,73 +356,11 @@ class WhiteningTransformer(_StreamingMomentsMixin):
         return int(min(np.searchsorted(ratio, n_components, side="right") + 1, rank))
 
     # ---------------------------------------------------------------- transform
-    def transform(self, X):
-        """Whiten ``X``: ``(X - mean_) @ whitening_``.
+    def _linear_map(self) -> LinearMap:
+        return LinearMap(self.mean_, "matmul", self.whitening_)
 
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Embeddings to transform.
-
-        Returns
-        -------
-        X_new : ndarray of shape (n_samples, n_components_)
-            Whitened embeddings, float32 for float32 input, else float64.
-        """
-        return self._transform(X)
-
-    def _transform_array(self, X):
-        W = self.whitening_.astype(X.dtype, copy=False)
-        mean = self.mean_.astype(X.dtype, copy=False)
-        out = np.empty((X.shape[0], W.shape[1]), dtype=X.dtype)
-        # Centre a block of rows, then multiply it. Centring first keeps a
-        # float32 result accurate when the mean is large against the spread:
-        # X @ W - mean @ W would round the two large products before they
-        # cancel (10-20x the error on rows offset by 2 with spreads down to
-        # 0.03), for about 10% more time than that form.
-        step = max(1, _TRANSFORM_BLOCK_BYTES // max(1, X.shape[1] * X.itemsize))
-        buf = np.empty((min(X.shape[0], step), X.shape[1]), X.dtype)
-
-        def finish(rows):
-            block = buf[: rows.stop - rows.start]
-            np.subtract(X[rows], mean, out=block)
-            np.matmul(block, W, out=out[rows])
-
-        with (
-            np.errstate(over="ignore", invalid="ignore"),  # reported below
-            small_product(float(X.shape[0]) * W.shape[0] * W.shape[1]),
-        ):
-            _finish_checked(self, X, out, finish, block_rows=step)
-        return out
-
-    def inverse_transform(self, X):
-        """Map whitened rows back to the input space.
-
-        Exact when ``n_components_ == n_features_in_``; otherwise the
-        reconstruction from the kept components (as
-        :meth:`sklearn.decomposition.PCA.inverse_transform`).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_components_)
-            Whitened embeddings.
-
-        Returns
-        -------
-        X_original : ndarray of shape (n_samples, n_features_in_)
-        """
-        from sklearn.utils import check_array
-
-        check_is_fitted(self)
-        X = check_array(X, dtype=(np.float64, np.float32))
-        if X.shape[1] != self.n_components_:
-            raise ValueError(
-                f"X has {X.shape[1]} features, but {type(self).__name__}."
-                f"inverse_transform expects {self.n_components_} (n_components_)."
-            )
-        out = X @ self._unwhitening.astype(X.dtype, copy=False)
-        out += self.mean_.astype(X.dtype, copy=False)
-        return out
+    def _inverse_map(self) -> LinearMap:
+        return LinearMap(self.mean_, "matmul", self._unwhitening)
 
     @property
     def _n_features_out(self):
