@@ -16,6 +16,10 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# scipy reads SCIPY_ARRAY_API once, when it is first imported, and
+# scikit-learn's Array API dispatch needs it: set it before anything below
+# imports scipy (tests/test_array_api.py checks it took effect)
+os.environ.setdefault("SCIPY_ARRAY_API", "1")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402

@@ -6,8 +6,10 @@ training rows, accumulated in float64 by :class:`MomentAccumulator`
 equal an in-memory fit) with the blocked, scaled and threaded products of
 ``_scatter_kernels.py``. ``_base.py`` holds what the estimators share (the
 streaming ``fit``/``partial_fit``, the one checked transform of a fitted
-:class:`~._base.LinearMap`, the eigen helpers) and ``_dask.py`` the tree
-reduction of the statistics on a cluster.
+``LinearMap``, the eigen helpers) and ``_dask.py`` the tree
+reduction of the statistics on a cluster. ``_array_api.py`` lets them take
+torch tensors and other Array API arrays on their device (with
+``sklearn.set_config(array_api_dispatch=True)``).
 """
 
 from __future__ import annotations

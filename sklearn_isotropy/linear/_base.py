@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 from contextlib import nullcontext
@@ -25,14 +26,27 @@ from sklearn.utils.validation import (
 )
 
 from .._utils import is_dask_collection
+from ._array_api import (
+    apply_map_on_device,
+    check_fitted_namespace,
+    float_dtype,
+    for_pickle,
+    input_namespace,
+    is_array,
+    on_device,
+    size,
+    to_host,
+)
 from ._moments import MomentAccumulator
 from ._scatter_kernels import unscale
 from ._threads import small_problem, small_product
 
 FLOAT_DTYPES = (np.float64, np.float32)
 
-# private state of the lazily computed map, cleared by a new fit
-_MAP_STATE = ("_map_params", "_map_pending")
+# private state of a fit, cleared by a new one: the parameters of the lazily
+# computed map, whether it is stale, and a 0-size array in the namespace and
+# on the device of the training rows (absent for numpy)
+_MAP_STATE = ("_map_params", "_map_pending", "_fitted_on")
 # batches of at most this many entries are checked for NaN/inf up front
 _SMALL_BATCH = 2**16
 
@@ -47,10 +61,19 @@ _TRANSFORM_BLOCK_BYTES = 2**24
 _FINISH_BLOCK_BYTES = 2**18
 
 
-def _check_nonnegative_weights(sample_weight, X):
-    """Validate ``sample_weight`` as finite, non-negative float64 weights."""
+def _check_nonnegative_weights(sample_weight, X, on_device=False):
+    """Validate ``sample_weight`` as finite, non-negative float64 weights.
+
+    The weights are numpy arrays in host memory, also for rows on a device
+    (``on_device``): the statistics are merged on the host, and the kernels
+    send the weights to the device block by block.
+    """
     if sample_weight is None:
         return None
+    if on_device:
+        if input_namespace(sample_weight) is not None:
+            sample_weight = to_host(sample_weight)
+        X = np.empty((X.shape[0], 0))  # only the number of rows is read
     sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64)
     if not np.all(np.isfinite(sample_weight)):
         raise ValueError("sample_weight contains NaN or infinity; pass finite weights.")
@@ -100,7 +123,40 @@ class _StreamingMomentsMixin(
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        tags.array_api_support = True
         return tags
+
+    def __getstate__(self):
+        # tensors on an accelerator pickle as CPU tensors, so that a machine
+        # without one loads the estimator
+        return {k: for_pickle(v) for k, v in super().__getstate__().items()}
+
+    def to_numpy(self):
+        """Return a copy of the fitted estimator that holds numpy arrays.
+
+        For an estimator fitted on the arrays of another Array API namespace
+        (torch tensors, on a GPU or not; see :ref:`gpu`): the copy's fitted
+        arrays are numpy arrays in host memory, so it transforms numpy
+        input, pickles and exports without the fitting library or device.
+        The statistics (``moments_``) are numpy float64 arrays in any case.
+
+        Returns
+        -------
+        estimator : object
+            A fitted copy, fitted arrays converted; numpy ones are copied.
+        """
+        check_is_fitted(self)
+        self._ensure_map()
+        out = copy.copy(self)
+        state = out.__dict__
+        for name, value in self.__dict__.items():
+            if isinstance(value, np.ndarray):
+                state[name] = value.copy()
+            elif is_array(value):
+                state[name] = np.array(to_host(value))
+        state.pop("_fitted_on", None)
+        state["moments_"] = self.moments_.copy()
+        return out
 
     def _reset(self) -> None:
         state = self.__dict__
@@ -183,12 +239,17 @@ class _StreamingMomentsMixin(
         # finiteness is checked on the statistics: a NaN or an infinity in any
         # row makes them non-finite, and only then is X scanned for the error
         # message (one pass over memory fewer)
+        if not first:
+            check_fitted_namespace(self, X, "partial_fit")
+        target = input_namespace(X)
         X = validate_data(
-            self, X, reset=first, dtype=FLOAT_DTYPES, ensure_all_finite=False
+            self, X, reset=first, dtype=_float_dtypes(target), ensure_all_finite=False
         )
-        sample_weight = _check_nonnegative_weights(sample_weight, X)
+        sample_weight = _check_nonnegative_weights(
+            sample_weight, X, on_device=target is not None
+        )
         name = type(self).__name__
-        if X.shape[0] < X.shape[1] or X.size <= _SMALL_BATCH:
+        if X.shape[0] < X.shape[1] or size(X) <= _SMALL_BATCH:
             # small batches may be kept as rows, where a row of weight 0 does
             # not reach the statistics: check them directly (cheap)
             _assert_all_finite(X, input_name="X", estimator_name=name)
@@ -200,21 +261,33 @@ class _StreamingMomentsMixin(
             moments = previous.updated(X, sample_weight)
         if not moments.is_finite():
             _assert_all_finite(X, input_name="X", estimator_name=name)
-        self._commit(moments, eager=eager)
+        fitted_on = None
+        if first and target is not None:
+            xp, device = target
+            fitted_on = xp.empty((0,), dtype=X.dtype, device=device)
+        self._commit(moments, eager=eager, fitted_on=fitted_on)
         return self
 
-    def _commit(self, moments: MomentAccumulator, *, eager: bool) -> None:
+    def _commit(
+        self, moments: MomentAccumulator, *, eager: bool, fitted_on=None
+    ) -> None:
         """Store ``moments`` (numpy and dask paths), with the map if ``eager``.
 
         The statistics are checked, and with ``eager`` the map computed,
         before anything is stored, so a batch that cannot be fitted leaves
-        the estimator as it was.
+        the estimator as it was. ``fitted_on``, for a first batch of another
+        Array API namespace, is a 0-size array of its namespace and device,
+        where the fitted arrays will live.
         """
         params = self.get_params(deep=False)
         _check_finite_moments(moments)
         self._check_statistics(moments, params)
         attrs = self._compute_map(moments, params) if eager else None
         state = self.__dict__
+        if fitted_on is not None:
+            state["_fitted_on"] = fitted_on
+        if attrs is not None:
+            attrs = self._on_fitted_device(attrs)
         for name in self._fitted_attributes:
             state.pop(name, None)
         self.moments_ = moments
@@ -232,6 +305,16 @@ class _StreamingMomentsMixin(
     def _compute_map(self, moments: MomentAccumulator, params: dict) -> dict:
         raise NotImplementedError  # pragma: no cover
 
+    def _on_fitted_device(self, attrs: dict) -> dict:
+        """``attrs`` with numpy arrays moved to the namespace of the fit."""
+        like = self.__dict__.get("_fitted_on")
+        if like is None:
+            return attrs
+        return {
+            k: on_device(v, like) if isinstance(v, np.ndarray) else v
+            for k, v in attrs.items()
+        }
+
     def _missing_attribute(self, name: str):
         """A fitted attribute the map does not store; computed on request."""
         raise AttributeError(
@@ -244,7 +327,7 @@ class _StreamingMomentsMixin(
         if state.get("_map_pending") and "moments_" in state:
             params = state.get("_map_params") or self.get_params(deep=False)
             attrs = self._compute_map(state["moments_"], params)
-            state.update(attrs)
+            state.update(self._on_fitted_device(attrs))
             state.pop("_map_pending", None)
 
     def __getattr__(self, name: str):
@@ -292,11 +375,21 @@ class _StreamingMomentsMixin(
         if is_dask_collection(X):
             return self._transform_dask(X)
         check_is_fitted(self)
+        check_fitted_namespace(self, X, "transform")
+        target = input_namespace(X)
         X = validate_data(
-            self, X, reset=False, dtype=FLOAT_DTYPES, ensure_all_finite=False
+            self, X, reset=False, dtype=_float_dtypes(target), ensure_all_finite=False
         )
         self._ensure_map()
-        return self._transform_array(X)
+        if target is None:
+            return self._transform_array(X)
+        xp = target[0]
+        Z = apply_map_on_device(X, *self._linear_map())
+        # a sum is finite only if every term is (a reduction, not an n x k
+        # mask); an overflowed sum of finite terms is told apart below
+        if not bool(xp.isfinite(xp.sum(Z))) and not bool(xp.all(xp.isfinite(Z))):
+            _raise_not_finite(self, X, Z.dtype == xp.float32, xp)
+        return Z
 
     def _linear_map(self) -> LinearMap:  # pragma: no cover
         """The fitted transform, ``X -> map(X - center)``."""
@@ -372,17 +465,21 @@ class _StreamingMomentsMixin(
             Float32 for float32 input, else float64.
         """
         check_is_fitted(self)
+        check_fitted_namespace(self, X, "inverse_transform")
         self._ensure_map()
         center, kind, operand = self._inverse_map()
+        target = input_namespace(X)
         # like StandardScaler: no feature-name check, since the input is this
         # estimator's own output (named with its prefix in pandas)
-        X = check_array(X, dtype=FLOAT_DTYPES, copy=kind != "matmul")
+        X = check_array(X, dtype=_float_dtypes(target), copy=kind != "matmul")
         n_out = self._n_features_out
         if X.shape[1] != n_out:
             raise ValueError(
                 f"X has {X.shape[1]} features, but {type(self).__name__}."
                 f"inverse_transform expects {n_out} (the width of its output)."
             )
+        if target is not None:
+            return apply_map_on_device(X, center, kind, operand, inverse=True)
         if kind == "multiply":
             X *= operand.astype(X.dtype, copy=False)
         elif kind == "matmul":
@@ -437,14 +534,35 @@ def _finish_checked(estimator, X, out, finish, block_rows=None) -> None:
             finite = finite and bool(np.isfinite(out[rows].sum()))
     if finite or np.all(np.isfinite(out)):
         return
+    _raise_not_finite(estimator, X, out.dtype == np.float32, np)
+
+
+def _raise_not_finite(estimator, X, float32: bool, xp) -> None:
+    """The error for a non-finite transform of ``X`` (of namespace ``xp``).
+
+    Raises sklearn's usual error for NaN or infinite input, else a
+    ValueError saying what to do about finite input that overflowed.
+    """
     name = type(estimator).__name__
     _assert_all_finite(X, input_name="X", estimator_name=name)
-    todo = "Pass float64 input, or rescale" if out.dtype == np.float32 else "Rescale"
+    todo = "Pass float64 input, or rescale" if float32 else "Rescale"
+    dtype = "float32" if float32 else "float64"
+    largest = float(xp.max(xp.abs(X)))
     raise ValueError(
-        f"{name}.transform overflowed {out.dtype}: the input is finite but too "
-        f"large for the fitted map (largest |X| = {float(np.max(np.abs(X))):.3g}). "
+        f"{name}.transform overflowed {dtype}: the input is finite but too "
+        f"large for the fitted map (largest |X| = {largest:.3g}). "
         f"{todo} the input like the data the estimator was fitted on."
     )
+
+
+def _float_dtypes(target):
+    """The dtypes ``check_array`` may give: numpy's, or those of ``target``."""
+    if target is None:
+        return FLOAT_DTYPES
+    xp, device = target
+    if float_dtype(xp, device) == xp.float32:
+        return [xp.float32]
+    return [xp.float64, xp.float32]
 
 
 def _check_enough_samples(moments: MomentAccumulator, estimator_name: str) -> None:

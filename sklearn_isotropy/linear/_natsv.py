@@ -145,7 +145,7 @@ class NATSVTransformer(_StreamingMomentsMixin):
 
     def _linear_map(self) -> LinearMap:
         center = self.mean_ if self.center else None
-        if len(self.components_):
+        if self.components_.shape[0]:
             return LinearMap(center, "project_out", self.components_)
         return LinearMap(center, "identity")
 

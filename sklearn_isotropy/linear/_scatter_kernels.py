@@ -20,6 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from ._array_api import float_dtype, namespace_of, to_host
+
 __all__ = [
     "REFINE_RATIO",
     "SAFE_LOG2",
@@ -105,8 +107,8 @@ def _work_buffer(rows: int, d: int, slot: int = 0, n_slots: int = 1) -> np.ndarr
 
 
 def head_rows(X) -> np.ndarray:
-    """The first ``_HEAD_ROWS`` rows of ``X``, as a new float64 array."""
-    return np.array(X[:_HEAD_ROWS], dtype=np.float64)
+    """The first ``_HEAD_ROWS`` rows of ``X``, as a new float64 numpy array."""
+    return np.array(to_host(X[: min(_HEAD_ROWS, X.shape[0]), ...]), dtype=np.float64)
 
 
 def _centre_block(dst, src, shift, e, sums, weights=None) -> None:
@@ -192,9 +194,14 @@ def accumulate(X, w, kind, fourth, shift, e):
     multiplied on one BLAS thread, run at once on as many threads as BLAS may
     use and added in a fixed order: the result depends on the rows and the
     machine, not on how many shares ran at once or which finished first.
+
+    Rows of another Array API namespace are multiplied on their own device
+    (:func:`_accumulate_on_device`); the sums come back as numpy arrays.
     """
     from ._threads import one_blas_thread, row_shares, share_threads
 
+    if not isinstance(X, np.ndarray):
+        return _accumulate_on_device(X, w, kind, fourth, shift, e)
     n, d = X.shape
     k = row_shares(n, d) if kind == "full" else 1
     if k == 1:
@@ -294,6 +301,125 @@ def _accumulate_rows(X, w, kind, fourth, shift, e, buf):
         else:
             S += np.einsum("i,ij,ij->j", wb, Y, Y)
     return S, s, n3, n4
+
+
+# ---------------------------------------------------------------- devices
+class _DeviceSum:
+    """Running sum of arrays on a device; Kahan-compensated in float32."""
+
+    def __init__(self, compensated: bool) -> None:
+        self.compensated = compensated
+        self.total = self.error = None
+
+    def add(self, part) -> None:
+        if self.total is None:
+            self.total, self.error = part, part * 0
+        elif not self.compensated:
+            self.total = self.total + part
+        else:
+            # Kahan: the low-order bits each addition loses are carried to
+            # the next one, so the error does not grow with the blocks
+            y = part - self.error
+            t = self.total + y
+            self.error = (t - self.total) - y
+            self.total = t
+
+    def to_host(self) -> np.ndarray:
+        total = np.array(to_host(self.total), dtype=np.float64)
+        if self.compensated:
+            total -= to_host(self.error)
+        return total
+
+
+def _accumulate_on_device(X, w, kind, fourth, shift, e):
+    """:func:`accumulate` for the rows of another Array API namespace.
+
+    The rows stay on their device: each block is converted to the widest
+    float dtype the device supports, centred, scaled, multiplied, and added
+    there; only the sums (``O(d**2)``) come to host memory, as float64 numpy
+    arrays, and ``w`` (host float64) goes to the device block by block.
+
+    A device with float64 (CPUs, CUDA) computes exactly what the numpy
+    kernel does, to round-off. A device without it (Apple's MPS) works in
+    float32: each block's product is as accurate as float32 allows, and the
+    blocks are added with Kahan's compensated summation, so that the error
+    does not grow with the number of rows. The float32 centre it subtracts
+    differs from ``shift`` by round-off; the sums are moved to ``shift``
+    exactly on the host (:func:`_recentred`).
+    """
+    xp, device = namespace_of(X)
+    dtype = float_dtype(xp, device)
+    compensated = dtype == xp.float32
+    n, d = X.shape
+    full = kind == "full"
+    centre = xp.asarray(shift, dtype=dtype, device=device)
+    sums = [_DeviceSum(compensated) for _ in range(4 if fourth else 2)]
+    step = _block_rows(n, d)
+    for lo in range(0, n, step):
+        hi = min(lo + step, n)
+        # a converted copy, centred in place: one fresh array a block (a
+        # subtraction across dtypes is several times slower in torch)
+        Y = xp.astype(X[lo:hi, :], dtype, copy=True)
+        Y -= centre
+        _times_pow2(Y, -e)
+        wb = None if w is None else xp.asarray(w[lo:hi], dtype=dtype, device=device)
+        sums[1].add(xp.sum(Y, axis=0) if wb is None else wb @ Y)
+        if fourth:
+            q = xp.sum(Y * Y, axis=1)
+            wq = q if wb is None else q * wb
+            sums[2].add(wq @ Y)
+            sums[3].add(xp.sum(wq * q))
+        if not full:
+            sums[0].add(xp.sum(Y * Y, axis=0) if wb is None else wb @ (Y * Y))
+        else:
+            if wb is not None:
+                Y *= xp.sqrt(wb)[:, None]
+            sums[0].add(Y.T @ Y)
+    S, s = sums[0].to_host(), sums[1].to_host()
+    if full:
+        S = (S + S.T) / 2  # a device's product need not be exactly symmetric
+    n3 = sums[2].to_host() if fourth else None
+    n4 = float(sums[3].to_host()) if fourth else 0.0
+    delta = unscale(np.array(to_host(centre), dtype=np.float64) - shift, -e)
+    if np.any(delta):
+        sw = float(n) if w is None else float(w.sum())
+        S, s, n3, n4 = _recentred(S, s, n3, n4, sw, delta, full)
+    return S, s, n3, n4
+
+
+def _times_pow2(Y, k: int) -> None:
+    """``Y *= 2**k`` (exact), in steps that stay in float64's range."""
+    while k:
+        step = max(-1000, min(1000, k))
+        Y *= 2.0**step
+        k -= step
+
+
+def _recentred(S, s, n3, n4, sw, delta, full):
+    """The sums of ``y + delta`` from the sums of rows ``y`` (about any centre).
+
+    With ``y' = y + delta`` (``S = sum w y y^T``, ``s = sum w y``,
+    ``n3 = sum w |y|^2 y``, ``n4 = sum w |y|^4``), expanding the products.
+    """
+    dd = float(delta @ delta)
+    sd = float(s @ delta)
+    if full:
+        Sd = S @ delta
+        trace = float(np.trace(S))
+        S = S + np.outer(s, delta) + np.outer(delta, s) + sw * np.outer(delta, delta)
+    else:
+        S = S + 2.0 * s * delta + sw * delta * delta
+    if n3 is not None:
+        n4 = (
+            n4
+            + 4.0 * float(delta @ n3)
+            + 4.0 * float(delta @ Sd)
+            + 2.0 * dd * trace
+            + 4.0 * dd * sd
+            + sw * dd * dd
+        )
+        n3 = n3 + trace * delta + 2.0 * Sd + dd * s + 2.0 * sd * delta + sw * dd * delta
+    return S, s + sw * delta, n3, n4
 
 
 # ------------------------------------------------------------------ merges

@@ -327,7 +327,8 @@ class WhiteningTransformer(_StreamingMomentsMixin):
             # the dual form never builds the d x d covariance; build it on
             # request, with the parameters of the map
             cov, e = self.moments_.scaled_covariance()
-            self.covariance_ = unscale(cov, 2 * e)
+            attrs = self._on_fitted_device({"covariance_": unscale(cov, 2 * e)})
+            self.covariance_ = attrs["covariance_"]
             return self.covariance_
         return super()._missing_attribute(name)
 

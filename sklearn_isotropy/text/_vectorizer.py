@@ -222,6 +222,12 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         ``sklearn_isotropy`` logger, and show the progress bar unless
         ``show_progress_bar=False``.
 
+    output : {"numpy", "torch"}, default="numpy"
+        Type of what :meth:`transform` returns: a numpy array, or a float32
+        torch tensor on ``device_``, for a pipeline that goes on on that
+        device (the linear post-processors take it with
+        ``sklearn.set_config(array_api_dispatch=True)``; see :ref:`gpu`).
+
     Attributes
     ----------
     model_name_ : str
@@ -347,6 +353,7 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         "memory": [None, str, os.PathLike, HasMethods(["cache"])],
         "show_progress_bar": [None, "boolean"],
         "verbose": ["verbose"],
+        "output": [StrOptions({"numpy", "torch"})],
     }
 
     def __init__(
@@ -362,6 +369,7 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         memory=None,
         show_progress_bar=None,
         verbose=0,
+        output="numpy",
     ):
         self.model = model
         self.pooling = pooling
@@ -373,6 +381,7 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         self.memory = memory
         self.show_progress_bar = show_progress_bar
         self.verbose = verbose
+        self.output = output
 
     # ------------------------------------------------------------------ fit
 
@@ -534,9 +543,10 @@ TruncationWarning` per call says how many. ``None`` uses the model's
 
         Returns
         -------
-        X_new : ndarray of shape (n_texts, hidden_size_), dtype float32
-            One pooled (and, with ``normalize=True``, unit-norm) row per
-            text, in input order.
+        X_new : ndarray or torch.Tensor of shape (n_texts, hidden_size_)
+            One pooled (and, with ``normalize=True``, unit-norm) float32 row
+            per text, in input order; a tensor on ``device_`` with
+            ``output="torch"``.
         """
         check_is_fitted(self)
         texts = _validate_texts(X)
@@ -576,6 +586,9 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         result = out[inverse]
         if self.normalize:
             result, _ = normalize_rows(result, dtype=np.float32)
+        if getattr(self, "output", "numpy") == "torch":  # absent: older pickles
+            torch, _ = _loading.import_text_deps()
+            return torch.from_numpy(result).to(self.device_)
         return result
 
     def fit_transform(self, X, y=None):
