@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import tempfile
-from pathlib import Path
 
 import numpy as np
 
 from .._utils import import_optional
 from ..text import POOLING_PRESETS, BertPoolingVectorizer
 from ._affine import check_fitted, fold_affine, split_steps
+from ._files import check_target, staged_directory
 
 __all__ = ["to_sentence_transformers"]
 
@@ -277,12 +275,7 @@ def to_sentence_transformers(pipeline, path, *, overwrite=False):
             f"{_WHAT}: the post-processors expect {affine.n_features_in} features "
             f"but the vectorizer outputs {vec.hidden_size_}; refit the pipeline."
         )
-    path = Path(os.fspath(path)).expanduser()
-    if path.exists() and (not path.is_dir() or any(path.iterdir())) and not overwrite:
-        raise FileExistsError(
-            f"{path} exists and is not an empty directory; pass another path or "
-            "overwrite=True."
-        )
+    path = check_target(path, overwrite)  # before the work, and again below
 
     reader = POOLING_PRESETS[vec.pooling].reader
     transformer_kwargs, pooling, pooling_text = _POOLING_EXPORTS[reader](
@@ -301,35 +294,8 @@ def to_sentence_transformers(pipeline, path, *, overwrite=False):
         chain += _dense_modules(modules, torch, affine)
     model = st.SentenceTransformer(modules=chain, device="cpu")
     model.eval()
-    # written beside the target, then moved in: a failed save leaves the
-    # target as it was, and a replaced export leaves none of its files
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    try:
+    with staged_directory(path, overwrite=overwrite) as staging:
         model.save(str(staging))
         with open(staging / "README.md", "a", encoding="utf-8") as fh:
             fh.write(_model_card(vec, pooling_text, affine, vec.normalize))
-        _replace(path, staging)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
     return model
-
-
-def _replace(path, staging):
-    """Move the directory ``staging`` to ``path``, replacing what is there."""
-    if not path.exists():
-        os.replace(staging, path)
-        return
-    old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old.", dir=path.parent))
-    old.rmdir()
-    os.replace(path, old)
-    try:
-        os.replace(staging, path)
-    except BaseException:
-        os.replace(old, path)  # put the previous export back
-        raise
-    if old.is_dir():
-        shutil.rmtree(old)
-    else:
-        old.unlink()

@@ -1,0 +1,416 @@
+"""A fitted text pipeline as one ONNX graph: token ids in, the embedding out.
+
+The vectorizer's encoder and pooling come from
+:meth:`~sklearn_isotropy.BertPoolingVectorizer.get_onnx_encoder` (the graph
+its ``backend="onnx"`` runs), ``normalize=True`` adds a few nodes, and the
+post-processors are :func:`~sklearn_isotropy.export.to_onnx`'s graph of
+them, joined with ``onnx.compose``.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+from sklearn.pipeline import Pipeline
+
+from .._utils import import_optional
+from ..exceptions import TruncationWarning
+from ..text import BertPoolingVectorizer
+from ._affine import check_fitted, split_steps
+from ._files import staged_directory
+from ._onnx import to_onnx
+
+__all__ = ["save_onnx_pipeline"]
+
+_WHAT = "save_onnx_pipeline"
+_OPSET = 17  # the opset of the encoder graph
+OUTPUT = "sentence_embedding"
+_POOLED = "pooled_embedding"
+_PREFIX = "post_"
+_SETTINGS_FILE = "sklearn_isotropy_onnx.json"
+
+# Texts of the parity check when none are given: several lengths, an empty
+# one, words and punctuation any vocabulary splits somehow.
+_CHECK_TEXTS = [
+    "A man is playing a guitar.",
+    "",
+    "Two dogs run along the beach, chasing a red ball into the waves.",
+    "ok",
+    "The quick brown fox jumps over the lazy dog again and again, "
+    "while three people watch from a small boat on the river.",
+]
+
+
+def starts_with_vectorizer(obj):
+    """True for a vectorizer, or a Pipeline or list whose first step is one."""
+    if isinstance(obj, BertPoolingVectorizer):
+        return True
+    steps = getattr(obj, "steps", obj)
+    if not isinstance(steps, (list, tuple)) or not steps:
+        return False
+    first = steps[0]
+    first = first[1] if isinstance(first, tuple) and len(first) == 2 else first
+    return isinstance(first, BertPoolingVectorizer)
+
+
+def _split(pipeline):
+    if isinstance(pipeline, BertPoolingVectorizer):
+        steps = [("vectorizer", pipeline)]
+    else:
+        steps = split_steps(pipeline, what=_WHAT)
+    name, vec = steps[0]
+    check_fitted(name, vec, what=_WHAT)
+    for step_name, est in steps[1:]:
+        if isinstance(est, BertPoolingVectorizer):
+            raise TypeError(
+                f"{_WHAT}: step {step_name!r} is a second text vectorizer; a text "
+                "pipeline has one, as its first step."
+            )
+    return vec, steps[1:]
+
+
+def _rename_output(graph, old, new):
+    for node in graph.node:
+        node.output[:] = [new if n == old else n for n in node.output]
+        node.input[:] = [new if n == old else n for n in node.input]
+    for value in graph.output:
+        if value.name == old:
+            value.name = new
+
+
+def _add_normalize(onnx, graph, source, target):
+    """Unit-norm rows, zero rows kept zero, as ``normalize_rows`` computes them.
+
+    Each row is divided by its largest absolute entry first (so the squares
+    cannot overflow), then by its norm, which is then at least 1: ``Max(norm,
+    1)`` is the norm itself, except for rows of zeros, which stay zero.
+    """
+    helper, numpy_helper = onnx.helper, onnx.numpy_helper
+    name = "normalize_"
+    graph.initializer.extend(
+        [
+            numpy_helper.from_array(np.array(0.0, np.float32), name + "zero"),
+            numpy_helper.from_array(np.array(1.0, np.float32), name + "one"),
+        ]
+    )
+    graph.node.extend(
+        [
+            helper.make_node("Abs", [source], [name + "abs"]),
+            helper.make_node(
+                "ReduceMax", [name + "abs"], [name + "peak"], axes=[1], keepdims=1
+            ),
+            helper.make_node(
+                "Equal", [name + "peak", name + "zero"], [name + "is_zero"]
+            ),
+            helper.make_node(
+                "Where",
+                [name + "is_zero", name + "one", name + "peak"],
+                [name + "scale"],
+            ),
+            helper.make_node("Div", [source, name + "scale"], [name + "scaled"]),
+            helper.make_node(
+                "ReduceL2", [name + "scaled"], [name + "norm"], axes=[1], keepdims=1
+            ),
+            helper.make_node("Max", [name + "norm", name + "one"], [name + "divisor"]),
+            helper.make_node("Div", [name + "scaled", name + "divisor"], [target]),
+        ]
+    )
+
+
+def _text_graph(onnx, vec, post):
+    """The merged ModelProto of the vectorizer and the post-processors."""
+    model = vec.get_onnx_encoder()
+    graph = model.graph
+    (encoder_output,) = [o.name for o in graph.output]
+    width = vec.hidden_size_
+    tail = encoder_output
+    if vec.normalize or post:
+        _rename_output(graph, encoder_output, _POOLED)
+        tail = _POOLED
+    if vec.normalize:
+        target = OUTPUT if not post else "normalized_embedding"
+        _add_normalize(onnx, graph, tail, target)
+        del graph.output[:]
+        graph.output.append(
+            onnx.helper.make_tensor_value_info(
+                target, onnx.TensorProto.FLOAT, ["batch", width]
+            )
+        )
+        tail = target
+    if not post:
+        return model
+    post_model = to_onnx(Pipeline(list(post)), n_features=width, target_opset=_OPSET)
+    post_model.ir_version = model.ir_version
+    post_model = onnx.compose.add_prefix(post_model, _PREFIX)
+    (post_input,) = [i.name for i in post_model.graph.input]
+    (post_output,) = [o.name for o in post_model.graph.output]
+    merged = onnx.compose.merge_models(
+        model, post_model, io_map=[(tail, post_input)], doc_string=model.doc_string
+    )
+    _rename_output(merged.graph, post_output, OUTPUT)
+    return merged
+
+
+def text_pipeline_to_onnx(
+    pipeline, *, n_features=None, dtype=np.float32, target_opset=None, X_check=None
+):
+    """:func:`~sklearn_isotropy.export.to_onnx` of a pipeline starting with
+    a vectorizer; see :func:`save_onnx_pipeline` for the graph."""
+    onnx = import_optional("onnx", purpose="to_onnx", extra="onnx")
+    vec, post = _split(pipeline)
+    if n_features is not None:
+        raise ValueError(
+            f"n_features={n_features!r} is the width of embeddings, but this "
+            "pipeline starts from text (token ids); pass n_features=None."
+        )
+    if np.dtype(dtype) != np.float32:
+        raise ValueError(
+            f"A text pipeline's graph computes in float32, as the vectorizer "
+            f"does; got dtype={np.dtype(dtype)}. Pass dtype=numpy.float32."
+        )
+    if target_opset is not None and int(target_opset) != _OPSET:
+        raise ValueError(
+            f"The encoder of a text pipeline is exported at opset {_OPSET}; got "
+            f"target_opset={target_opset!r}. Pass target_opset=None or {_OPSET}."
+        )
+    model = _text_graph(onnx, vec, post)
+    _set_metadata(onnx, model, vec, post)
+    onnx.checker.check_model(model, full_check=False)
+    texts = _CHECK_TEXTS if X_check is None else list(X_check)
+    _check_parity(model, vec, pipeline, texts)
+    return model
+
+
+def _settings(vec, post):
+    return {
+        "input_names": [],  # filled from the graph
+        "output_name": OUTPUT,
+        "max_length": int(vec.max_length_),
+        "model": str(vec.model_name_),
+        "pooling": vec.pooling,
+        "layers": [int(i) for i in vec.layers_],
+        "normalize": bool(vec.normalize),
+        "backend": vec.backend,
+        "steps": [name for name, _ in post],
+        "hidden_size": int(vec.hidden_size_),
+    }
+
+
+def _set_metadata(onnx, model, vec, post):
+    settings = _settings(vec, post)
+    settings["input_names"] = [i.name for i in model.graph.input]
+    onnx.helper.set_model_props(
+        model, {"sklearn_isotropy": json.dumps(settings, sort_keys=True)}
+    )
+    model.producer_name = "sklearn-isotropy"
+
+
+def _feed(vec, input_names, texts):
+    """The graph's inputs for ``texts``, tokenized as the vectorizer does."""
+    enc = vec.tokenizer_(
+        texts,
+        padding=True,
+        truncation=True,
+        max_length=vec.max_length_,
+        return_tensors="np",
+    )
+    return {name: np.asarray(enc[name], dtype=np.int64) for name in input_names}
+
+
+def _check_parity(model, vec, pipeline, texts):
+    ort = import_optional("onnxruntime", purpose="to_onnx", extra="onnx")
+    session = ort.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    names = [i.name for i in session.get_inputs()]
+    got = session.run([OUTPUT], _feed(vec, names, texts))[0]
+    with warnings.catch_warnings():
+        # the check texts are truncated alike on both sides
+        warnings.simplefilter("ignore", TruncationWarning)
+        expected = pipeline.transform(texts)
+    scale = max(1.0, float(np.max(np.abs(expected))))
+    # int8 activations are quantised per batch: a text's embedding moves with
+    # the other texts (and the padding) of its batch, by about 1%
+    rtol = 1e-4 if vec.backend != "onnx-int8" else 5e-2
+    error = (
+        float(np.max(np.abs(got - expected))) if got.shape == expected.shape else np.inf
+    )
+    if not error <= rtol * scale:
+        raise RuntimeError(
+            f"to_onnx: the exported text pipeline differs from transform by up to "
+            f"{error:.3g} (tolerance {rtol * scale:.3g}) on {len(texts)} texts; the "
+            "export is wrong, please report it with the pipeline's parameters."
+        )
+
+
+# the attribute of a ``tokenizers.Encoding`` that holds each graph input
+_ENCODING_FIELDS = {
+    "input_ids": "ids",
+    "attention_mask": "attention_mask",
+    "token_type_ids": "type_ids",
+}
+
+
+def _readme(settings, has_tokenizer_json):
+    names = settings["input_names"]
+    steps = ", ".join(settings["steps"]) or "none"
+    if has_tokenizer_json:
+        feed = "\n".join(
+            f'    "{n}": np.array([e.{_ENCODING_FIELDS[n]} for e in encodings], '
+            "dtype=np.int64),"
+            for n in names
+        )
+        snippet = f"""Serving it needs onnxruntime, numpy and the `tokenizers` package,
+not torch:
+
+```python
+import numpy as np
+import onnxruntime as ort
+from tokenizers import Tokenizer
+
+folder = "path/to/this/folder"
+tokenizer = Tokenizer.from_file(f"{{folder}}/tokenizer.json")  # pads, truncates
+session = ort.InferenceSession(f"{{folder}}/model.onnx",
+                               providers=["CPUExecutionProvider"])
+
+texts = ["A man is playing a guitar.", "A woman slices an onion."]
+encodings = tokenizer.encode_batch(texts)
+feed = {{
+{feed}
+}}
+embeddings = session.run(["{OUTPUT}"], feed)[0]
+```
+
+With transformers"""
+    else:
+        snippet = "Serving it needs onnxruntime, numpy and, with transformers"
+    return f"""# Text pipeline as one ONNX graph (sklearn-isotropy)
+
+`model.onnx` computes what the fitted scikit-learn pipeline's
+`transform(texts)` returned, from token ids: the encoder `{settings["model"]}`,
+pooling `{settings["pooling"]}` (Hugging Face `hidden_states`
+{settings["layers"]}), unit-norm rows: {settings["normalize"]}, then the
+post-processors: {steps}. Inputs: {", ".join(f"`{n}`" for n in names)} (int64,
+shape `(batch, tokens)`); output `{OUTPUT}` (float32, shape `(batch, width)`).
+Texts longer than {settings["max_length"]} tokens are truncated, as in the
+pipeline. The tokenizer files beside it are the encoder's, and
+`{_SETTINGS_FILE}` repeats these settings for programs.
+
+{snippet} installed, the tokenizer is `AutoTokenizer.from_pretrained(folder)`
+and the inputs are
+`tokenizer(texts, padding=True, truncation=True, max_length={settings["max_length"]},
+return_tensors="np")`.
+"""
+
+
+def _save_tokenizer(vec, directory):
+    """The tokenizer files, with ``tokenizer.json`` set to pad and truncate."""
+    tokenizer = vec.tokenizer_
+    tokenizer.save_pretrained(str(directory))
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return
+    tokenizers = import_optional("tokenizers", purpose=_WHAT, extra="text")
+    serving = tokenizers.Tokenizer.from_str(backend.to_str())  # a copy
+    serving.enable_truncation(max_length=int(vec.max_length_))
+    pad_id = getattr(tokenizer, "pad_token_id", None)
+    pad_token = getattr(tokenizer, "pad_token", None)
+    if pad_id is not None and pad_token is not None:
+        serving.enable_padding(
+            pad_id=int(pad_id),
+            pad_token=str(pad_token),
+            pad_type_id=int(getattr(tokenizer, "pad_token_type_id", 0) or 0),
+        )
+    serving.save(str(Path(directory) / "tokenizer.json"))
+
+
+def save_onnx_pipeline(pipeline, path, *, overwrite=False, X_check=None):
+    """Write a fitted text pipeline as one ONNX graph, with its tokenizer.
+
+    The folder holds ``model.onnx``, a single graph from token ids
+    (``input_ids``, ``attention_mask`` and, for models that take them,
+    ``token_type_ids``; int64, ``(batch, tokens)``) to the pipeline's final
+    embedding (``sentence_embedding``, float32), the encoder's tokenizer
+    files (``tokenizer.json`` set to truncate at the vectorizer's
+    ``max_length_`` and to pad), ``sklearn_isotropy_onnx.json`` with the
+    settings, and a ``README.md`` with the few lines that serve it with
+    onnxruntime and the ``tokenizers`` package alone, without torch. The
+    graph is also what ``to_onnx(pipeline)`` returns.
+
+    Parameters
+    ----------
+    pipeline : Pipeline or BertPoolingVectorizer
+        A fitted :class:`~sklearn.pipeline.Pipeline` whose first step is a
+        :class:`~sklearn_isotropy.BertPoolingVectorizer` and whose other
+        steps (any number, including none) are post-processors
+        :func:`~sklearn_isotropy.export.to_onnx` exports (the linear ones
+        and :class:`~sklearn_isotropy.GlowFlowTransformer`); or a fitted
+        vectorizer alone.
+    path : str or os.PathLike
+        Directory to write. It must not exist or be empty unless
+        ``overwrite=True``.
+    overwrite : bool, default=False
+        Replace an existing ``path`` and everything in it.
+    X_check : list of str, default=None
+        Texts on which the graph is run with onnxruntime and compared with
+        ``pipeline.transform`` (a RuntimeError if they differ beyond float32
+        round-off); a few built-in sentences when None.
+
+    Returns
+    -------
+    model : onnx.ModelProto
+        The graph that was saved.
+
+    Raises
+    ------
+    sklearn.exceptions.NotFittedError
+        If a step is not fitted.
+    TypeError
+        For a step that cannot be exported, naming it.
+    FileExistsError
+        If ``path`` holds files and ``overwrite`` is False.
+
+    See Also
+    --------
+    to_onnx : The same graph, returned, without the tokenizer files.
+    to_sentence_transformers : The pipeline as a sentence-transformers model.
+
+    Notes
+    -----
+    The encoder and pooling are the graph ``backend="onnx"`` runs, traced by
+    ``torch.onnx.export`` and checked against the torch model (see
+    :doc:`/user_guide/onnx_runtime`); a vectorizer with
+    ``backend="onnx-int8"`` gives the int8 graph, whose output moves with the
+    other texts of a batch by about 1% (its activations are quantised per
+    batch), so it is checked to 5e-2 instead of 1e-4. ``normalize=True``
+    becomes ``ReduceMax``/``ReduceL2``/``Div`` nodes (rows of zeros stay
+    zero); the post-processors are :func:`to_onnx`'s graph of them, joined
+    with ``onnx.compose.merge_models``.
+
+    Examples
+    --------
+    >>> from sklearn.pipeline import make_pipeline
+    >>> from sklearn_isotropy import BertPoolingVectorizer, WhiteningTransformer
+    >>> from sklearn_isotropy.export import save_onnx_pipeline
+    >>> pipe = make_pipeline(BertPoolingVectorizer(pooling="first_last_avg"),
+    ...                      WhiteningTransformer(n_components=128))
+    >>> pipe.fit(sentences)  # doctest: +SKIP
+    >>> save_onnx_pipeline(pipe, "whitened-minilm-onnx")  # doctest: +SKIP
+    """
+    onnx = import_optional("onnx", purpose=_WHAT, extra="onnx")
+    vec, post = _split(pipeline)
+    with staged_directory(path, overwrite=overwrite) as staging:
+        model = text_pipeline_to_onnx(pipeline, X_check=X_check)
+        onnx.save(model, str(staging / "model.onnx"))
+        _save_tokenizer(vec, staging)
+        settings = _settings(vec, post)
+        settings["input_names"] = [i.name for i in model.graph.input]
+        (staging / _SETTINGS_FILE).write_text(
+            json.dumps(settings, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+        )
+        readme = _readme(settings, (staging / "tokenizer.json").is_file())
+        (staging / "README.md").write_text(readme, encoding="utf-8")
+    return model
