@@ -25,15 +25,16 @@ from sklearn_isotropy import BertPoolingVectorizer  # noqa: E402
 from sklearn_isotropy.exceptions import CacheWarning  # noqa: E402
 from sklearn_isotropy.text import _onnx  # noqa: E402
 
+# several lengths (so several padded batches), an empty text, word pieces
 TEXTS = [
-    "the cat sat on the mat",
-    "a dog ran",
+    "a small blue cat sat on the red mat",
+    "the dog ran",
     "",
-    "the big red dog was playing fast !",
-    "xyzzy",
-    "the woman is reading , the man is walking .",
-    "a small blue cat",
-    "walking",
+    "walking , reading and playing !",
+    "qwerty",
+    "the man is big and the woman is fast .",
+    "a cat",
+    "walked",
 ]
 
 POOLINGS = [
@@ -108,6 +109,57 @@ def test_normalize_and_batches_do_not_change_onnx_results(tiny_bert):
     unit = small.fit_transform(TEXTS)
     norms = np.linalg.norm(raw, axis=1, keepdims=True)
     assert_allclose(unit, raw / norms, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_batches_on_several_threads_give_the_same_rows(tiny_bert, monkeypatch, workers):
+    monkeypatch.setattr(_onnx, "worker_threads", lambda: workers)
+    expected = BertPoolingVectorizer(tiny_bert).fit_transform(TEXTS)
+    # many batches (at most two per thread in flight), and one batch cut in
+    # row slices so that every thread has one
+    for batch_size in (1, 3, 64):
+        vec = BertPoolingVectorizer(tiny_bert, backend="onnx", batch_size=batch_size)
+        assert_allclose(vec.fit_transform(TEXTS), expected, rtol=0, atol=1e-4)
+
+
+def test_a_failing_batch_fails_the_transform(tiny_bert, monkeypatch):
+    monkeypatch.setattr(_onnx, "worker_threads", lambda: 2)
+    vec = BertPoolingVectorizer(tiny_bert, backend="onnx", batch_size=2).fit(["a"])
+    calls = []
+    original = _onnx.EncoderSession.run
+
+    def flaky(self, inputs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("out of memory in batch 3")
+        return original(self, inputs)
+
+    monkeypatch.setattr(_onnx.EncoderSession, "run", flaky)
+    with pytest.raises(RuntimeError, match="batch 3"):
+        vec.transform(TEXTS)
+
+
+def test_the_progress_bar_counts_every_text(tiny_bert, monkeypatch):
+    from sklearn_isotropy.text import _vectorizer
+
+    counted = []
+
+    class Bar:
+        def __init__(self, total, **kwargs):
+            self.total = total
+
+        def update(self, n):
+            counted.append(n)
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(_vectorizer, "progress_bar", Bar)
+    vec = BertPoolingVectorizer(
+        tiny_bert, backend="onnx", batch_size=3, show_progress_bar=True
+    )
+    vec.fit(["a"]).transform(TEXTS)
+    assert sum(counted) == len(TEXTS)
 
 
 def _matmul_blocks(model):

@@ -693,6 +693,10 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         was_training = model.training
         model.eval()
         bar = self._progress_bar(len(texts), len(batches))
+        runner = None
+        if session is not None:  # backend="onnx": batches run in _onnx.py
+            on_done = None if bar is None else bar.update
+            runner = _onnx.BatchRunner(session, out, len(batches), on_done)
         try:
             with torch.inference_mode():
                 for batch in batches:
@@ -708,16 +712,15 @@ TruncationWarning` per call says how many. ``None`` uses the model's
                         mask[row, :n] = 1
                         if token_types is not None:
                             token_types[row, :n] = types[j]
-                    if session is not None:  # backend="onnx": see _onnx.py
-                        out[batch] = session.run(
+                    if runner is not None:
+                        runner.submit(
+                            batch,
                             {
                                 "input_ids": input_ids,
                                 "attention_mask": mask,
                                 "token_type_ids": token_types,
-                            }
+                            },
                         )
-                        if bar is not None:
-                            bar.update(len(batch))
                         continue
                     mask_t = torch.from_numpy(mask).to(device)
                     inputs = {"input_ids": torch.from_numpy(input_ids).to(device)}
@@ -736,6 +739,8 @@ TruncationWarning` per call says how many. ``None`` uses the model's
                     if bar is not None:
                         bar.update(len(batch))
         finally:
+            if runner is not None:
+                runner.close()  # the batches still running
             if bar is not None:
                 bar.close()
             if was_training:
