@@ -134,6 +134,30 @@ def test_int8_pipeline_uses_the_int8_encoder(tiny_bert, corpus):
     assert error < 0.05 * np.abs(expected).max()
 
 
+def test_int8_check_runs_text_by_text_without_the_cache(tiny_bert, corpus, tmp_path):
+    vec = BertPoolingVectorizer(
+        tiny_bert, backend="onnx-int8", batch_size=64, memory=tmp_path / "memory"
+    )
+    pipe = make_pipeline(vec, WhiteningTransformer(n_components=8, shrinkage=0.1))
+    pipe.fit(corpus)
+    batched = pipe.transform(QUERIES + corpus)  # cached, from batches of 64
+    model = to_onnx(pipe, X_check=QUERIES)  # to 1e-4, so not those rows
+    single = np.concatenate([_run(model, vec, [text]) for text in QUERIES])
+    assert np.abs(single - batched[: len(QUERIES)]).max() > 1e-4
+
+
+def test_a_wrong_graph_is_refused(tiny_bert, corpus, monkeypatch):
+    from sklearn_isotropy.export import _pipeline
+
+    pipe = make_pipeline(
+        BertPoolingVectorizer(tiny_bert), WhiteningTransformer(n_components=8)
+    ).fit(corpus)
+    other = WhiteningTransformer(n_components=8).fit(pipe[0].transform(corpus[:60]))
+    monkeypatch.setattr(_pipeline, "to_onnx", lambda *a, **k: to_onnx(other, **k))
+    with pytest.raises(RuntimeError, match="differs from transform"):
+        to_onnx(pipe)
+
+
 def _snippet(readme):
     (code,) = re.findall(r"```python\n(.*?)```", readme, flags=re.S)
     return code

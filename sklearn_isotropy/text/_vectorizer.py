@@ -174,8 +174,9 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         faster (see :doc:`/user_guide/onnx_runtime`); equal to ``"torch"``
         up to float32 round-off (checked at each export). ``"onnx-int8"``:
         that graph with its matrix products dynamically quantised to int8,
-        faster again but not equal: embeddings move by about 1% and STS
-        correlations by a fraction of a point (measured in the guide).
+        faster again but not equal (the cosine of an int8 embedding with its
+        float32 one is about 0.99, and STS correlations move by a fraction
+        of a point: measured in the guide).
         Exports are cached on disk, keyed by the weights, under
         ``$SKLEARN_ISOTROPY_ONNX_CACHE`` (default
         ``~/.cache/sklearn_isotropy/onnx``). Both need the ``onnx`` extra and
