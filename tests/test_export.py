@@ -545,7 +545,7 @@ def test_deploying_page_runs(default_model_path, stsb_dir, tmp_path, monkeypatch
 
     page = Path(__file__).resolve().parents[1] / "docs/user_guide/deploying.rst"
     blocks = _python_blocks(page)
-    assert len(blocks) == 6
+    assert len(blocks) == 8
     home = tmp_path / "data"
     home.mkdir()
     (home / "stsb").symlink_to(Path(stsb_dir).resolve())
@@ -560,5 +560,7 @@ def test_deploying_page_runs(default_model_path, stsb_dir, tmp_path, monkeypatch
     expected = pipe.transform(queries)
     assert_allclose(namespace["served"], expected, rtol=0, atol=1e-5)
     assert_allclose(namespace["Z"], expected, rtol=0, atol=1e-5)
+    assert_allclose(namespace["onnx_served"], expected, rtol=0, atol=1e-4)
+    assert (tmp_path / "whitened-minilm-onnx" / "tokenizer.json").is_file()
     assert (tmp_path / "whitened-minilm" / "modules.json").is_file()
     assert namespace["ids"].shape == (2, 5)

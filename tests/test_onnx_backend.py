@@ -3,7 +3,7 @@
 The reference of every comparison is the torch backend, whose pooling the
 tests of ``test_vectorizer.py`` check against Hugging Face's own
 ``output_hidden_states``. Exported models go to a temporary directory
-(``$SKLEARN_ISOTROPY_ONNX_CACHE``) shared by the tests of this module.
+(``$SKLEARN_ISOTROPY_ONNX_CACHE``, see ``conftest.onnx_model_cache``).
 """
 
 from __future__ import annotations
@@ -47,17 +47,6 @@ POOLINGS = [
     {"layers": (0, 1)},
     {"layers": (0, -1)},
 ]
-
-
-@pytest.fixture(scope="session")
-def shared_onnx_cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("onnx_cache")
-
-
-@pytest.fixture(autouse=True)
-def onnx_cache(shared_onnx_cache, monkeypatch):
-    monkeypatch.setenv(_onnx.CACHE_ENV, str(shared_onnx_cache))
-    return shared_onnx_cache
 
 
 @pytest.fixture

@@ -33,15 +33,9 @@ from sklearn_isotropy import (  # noqa: E402
 )
 from sklearn_isotropy._utils import normalize_rows  # noqa: E402
 from sklearn_isotropy.export import save_onnx_pipeline, to_onnx  # noqa: E402
-from sklearn_isotropy.text import _onnx  # noqa: E402
 
 WORDS = "the a cat dog sat on mat ran fast man woman is big red blue walk ##ing".split()
 QUERIES = ["the cat sat on the mat", "", "a big red dog is walking fast !", "xyzzy"]
-
-
-@pytest.fixture(autouse=True)
-def onnx_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv(_onnx.CACHE_ENV, str(tmp_path_factory.getbasetemp() / "onnx"))
 
 
 @pytest.fixture(scope="module")

@@ -806,6 +806,15 @@ TruncationWarning` per call says how many. ``None`` uses the model's
             new._sklearn_output_config = dict(self._sklearn_output_config)
         return new
 
+    #: parameters added after release 0.1.0.dev0, with the values that
+    #: describe a vectorizer pickled by that release
+    _LEGACY_DEFAULTS = {"backend": "torch"}
+
+    def __setstate__(self, state):
+        for key, value in self._LEGACY_DEFAULTS.items():
+            state.setdefault(key, value)
+        super().__setstate__(state)
+
     def __getstate__(self):
         state = super().__getstate__()
         # Never pickle loaded weights: names reload on first use; model
