@@ -20,7 +20,7 @@ from sklearn.pipeline import Pipeline
 from .._utils import import_optional
 from ..exceptions import TruncationWarning
 from ..text import BertPoolingVectorizer
-from ._affine import check_fitted, split_steps
+from ._affine import split_steps, split_text_pipeline
 from ._files import staged_directory
 from ._onnx import to_onnx
 
@@ -49,28 +49,11 @@ def starts_with_vectorizer(obj):
     """True for a vectorizer, or a Pipeline or list whose first step is one."""
     if isinstance(obj, BertPoolingVectorizer):
         return True
-    steps = getattr(obj, "steps", obj)
-    if not isinstance(steps, (list, tuple)) or not steps:
+    try:
+        steps = split_steps(obj, what="to_onnx")
+    except (TypeError, ValueError):  # not a chain of estimators: to_onnx says
         return False
-    first = steps[0]
-    first = first[1] if isinstance(first, tuple) and len(first) == 2 else first
-    return isinstance(first, BertPoolingVectorizer)
-
-
-def _split(pipeline):
-    if isinstance(pipeline, BertPoolingVectorizer):
-        steps = [("vectorizer", pipeline)]
-    else:
-        steps = split_steps(pipeline, what=_WHAT)
-    name, vec = steps[0]
-    check_fitted(name, vec, what=_WHAT)
-    for step_name, est in steps[1:]:
-        if isinstance(est, BertPoolingVectorizer):
-            raise TypeError(
-                f"{_WHAT}: step {step_name!r} is a second text vectorizer; a text "
-                "pipeline has one, as its first step."
-            )
-    return vec, steps[1:]
+    return isinstance(steps[0][1], BertPoolingVectorizer)
 
 
 def _rename_output(graph, old, new):
@@ -161,7 +144,7 @@ def text_pipeline_to_onnx(
     """:func:`~sklearn_isotropy.export.to_onnx` of a pipeline starting with
     a vectorizer; see :func:`save_onnx_pipeline` for the graph."""
     onnx = import_optional("onnx", purpose="to_onnx", extra="onnx")
-    vec, post = _split(pipeline)
+    vec, post = split_text_pipeline(pipeline, what=_WHAT)
     if n_features is not None:
         raise ValueError(
             f"n_features={n_features!r} is the width of embeddings, but this "
@@ -413,7 +396,7 @@ def save_onnx_pipeline(pipeline, path, *, overwrite=False, X_check=None):
     >>> save_onnx_pipeline(pipe, "whitened-minilm-onnx")  # doctest: +SKIP
     """
     onnx = import_optional("onnx", purpose=_WHAT, extra="onnx")
-    vec, post = _split(pipeline)
+    vec, post = split_text_pipeline(pipeline, what=_WHAT)
     with staged_directory(path, overwrite=overwrite) as staging:
         model = text_pipeline_to_onnx(pipeline, X_check=X_check)
         onnx.save(model, str(staging / "model.onnx"))
