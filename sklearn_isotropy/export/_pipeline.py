@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import textwrap
 import warnings
 from pathlib import Path
 
@@ -32,6 +33,11 @@ OUTPUT = "sentence_embedding"
 _POOLED = "pooled_embedding"
 _PREFIX = "post_"
 _SETTINGS_FILE = "sklearn_isotropy_onnx.json"
+# The session options of the vectorizer's ONNX backends (text/_onnx.py):
+# onnxruntime's SkipLayerNormalization fusion is slower on the int8 graph,
+# and an int8 graph is only reproduced exactly by the same fusions (a
+# rounding upstream of a quantisation can move an activation by one step).
+SERVING_DISABLED_OPTIMIZERS = ["SkipLayerNormFusion"]
 
 # Texts of the parity check when none are given: several lengths, an empty
 # one, words and punctuation any vocabulary splits somehow.
@@ -215,7 +221,9 @@ def _check_parity(model, vec, post, texts):
     """
     ort = import_optional("onnxruntime", purpose="to_onnx", extra="onnx")
     session = ort.InferenceSession(
-        model.SerializeToString(), providers=["CPUExecutionProvider"]
+        model.SerializeToString(),
+        providers=["CPUExecutionProvider"],
+        disabled_optimizers=SERVING_DISABLED_OPTIMIZERS,
     )
     names = [i.name for i in session.get_inputs()]
     encoder = copy.copy(vec)
@@ -252,24 +260,47 @@ _ENCODING_FIELDS = {
 def _readme(settings, has_tokenizer_json):
     names = settings["input_names"]
     steps = ", ".join(settings["steps"]) or "none"
+    about = (
+        "`model.onnx` computes what the fitted scikit-learn pipeline's "
+        f"`transform(texts)` returned, from token ids: the encoder "
+        f"`{settings['model']}`, pooling `{settings['pooling']}` (Hugging Face "
+        f"`hidden_states` {settings['layers']}), unit-norm rows: "
+        f"{settings['normalize']}, then the post-processors: {steps}. Inputs: "
+        f"{', '.join(f'`{n}`' for n in names)} (int64, shape `(batch, tokens)`); "
+        f"output `{OUTPUT}` (float32, shape `(batch, width)`). Texts longer than "
+        f"{settings['max_length']} tokens are truncated, as in the pipeline. The "
+        "tokenizer files beside it are the encoder's, and "
+        f"`{_SETTINGS_FILE}` repeats these settings for programs."
+    )
+    transformers = (
+        "With transformers installed, the tokenizer can also be "
+        "`AutoTokenizer.from_pretrained(folder)`, and the inputs "
+        "`tokenizer(texts, padding=True, truncation=True, "
+        f'max_length={settings["max_length"]}, return_tensors="np")`.'
+    )
+    parts = ["# Text pipeline as one ONNX graph (sklearn-isotropy)", _fill(about)]
     if has_tokenizer_json:
         feed = "\n".join(
             f'    "{n}": np.array([e.{_ENCODING_FIELDS[n]} for e in encodings], '
             "dtype=np.int64),"
             for n in names
         )
-        snippet = f"""Serving it needs onnxruntime, numpy and the `tokenizers` package,
-not torch:
-
-```python
+        parts += [
+            _fill(
+                "Serving it needs onnxruntime, numpy and the `tokenizers` "
+                "package, not torch:"
+            ),
+            f"""```python
 import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
 folder = "path/to/this/folder"
 tokenizer = Tokenizer.from_file(f"{{folder}}/tokenizer.json")  # pads, truncates
+# the vectorizer's settings: faster for int8, and the same numbers
 session = ort.InferenceSession(f"{{folder}}/model.onnx",
-                               providers=["CPUExecutionProvider"])
+                               providers=["CPUExecutionProvider"],
+                               disabled_optimizers=["SkipLayerNormFusion"])
 
 texts = ["A man is playing a guitar.", "A woman slices an onion."]
 encodings = tokenizer.encode_batch(texts)
@@ -277,28 +308,14 @@ feed = {{
 {feed}
 }}
 embeddings = session.run(["{OUTPUT}"], feed)[0]
-```
+```""",
+        ]
+    parts.append(_fill(transformers))
+    return "\n\n".join(parts) + "\n"
 
-With transformers"""
-    else:
-        snippet = "Serving it needs onnxruntime, numpy and, with transformers"
-    return f"""# Text pipeline as one ONNX graph (sklearn-isotropy)
 
-`model.onnx` computes what the fitted scikit-learn pipeline's
-`transform(texts)` returned, from token ids: the encoder `{settings["model"]}`,
-pooling `{settings["pooling"]}` (Hugging Face `hidden_states`
-{settings["layers"]}), unit-norm rows: {settings["normalize"]}, then the
-post-processors: {steps}. Inputs: {", ".join(f"`{n}`" for n in names)} (int64,
-shape `(batch, tokens)`); output `{OUTPUT}` (float32, shape `(batch, width)`).
-Texts longer than {settings["max_length"]} tokens are truncated, as in the
-pipeline. The tokenizer files beside it are the encoder's, and
-`{_SETTINGS_FILE}` repeats these settings for programs.
-
-{snippet} installed, the tokenizer is `AutoTokenizer.from_pretrained(folder)`
-and the inputs are
-`tokenizer(texts, padding=True, truncation=True, max_length={settings["max_length"]},
-return_tensors="np")`.
-"""
+def _fill(text):
+    return textwrap.fill(text, width=79, break_on_hyphens=False)
 
 
 def _save_tokenizer(vec, directory):
@@ -378,12 +395,20 @@ def save_onnx_pipeline(pipeline, path, *, overwrite=False, X_check=None):
     The encoder and pooling are the graph ``backend="onnx"`` runs, traced by
     ``torch.onnx.export`` and checked against the torch model (see
     :doc:`/user_guide/onnx_runtime`); a vectorizer with
-    ``backend="onnx-int8"`` gives the int8 graph. The check runs one text at
-    a time on both sides: an int8 embedding moves a little with the other
-    texts of its batch (its activations are quantised per batch). ``normalize=True``
-    becomes ``ReduceMax``/``ReduceL2``/``Div`` nodes (rows of zeros stay
-    zero); the post-processors are :func:`to_onnx`'s graph of them, joined
-    with ``onnx.compose.merge_models``.
+    ``backend="onnx-int8"`` gives the int8 graph. ``normalize=True`` becomes
+    ``ReduceMax``/``ReduceL2``/``Div`` nodes (rows of zeros stay zero); the
+    post-processors are :func:`to_onnx`'s graph of them, joined with
+    ``onnx.compose.merge_models``.
+
+    The check runs one text at a time, on a session with the vectorizer's
+    options (onnxruntime's ``SkipLayerNormFusion`` off, as the README's
+    snippet has it). An int8 graph needs both to give the pipeline's numbers
+    exactly: its activations are quantised with one scale per batch, so an
+    embedding moves a little with the other texts of its batch, and a
+    rounding difference upstream of a quantisation (another fusion) can move
+    an activation by one step. Otherwise an int8 graph differs from
+    ``transform`` by quantisation noise, which a whitening amplifies in its
+    weakest directions; a float32 graph is unaffected.
 
     Examples
     --------
