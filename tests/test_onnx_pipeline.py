@@ -213,3 +213,30 @@ def test_text_pipeline_errors(tiny_bert, corpus):
         from sklearn.preprocessing import StandardScaler
 
         to_onnx(make_pipeline(vec, StandardScaler().fit(vec.transform(corpus))))
+
+
+@pytest.mark.slow
+def test_default_model_int8_pipeline_is_exact_one_text_at_a_time(
+    default_model_path, stsb_dir
+):
+    # whitening to 128 dimensions amplifies int8 noise: a graph fusion other
+    # than the vectorizer's moved this pipeline by far more than 1e-4
+    from sklearn_isotropy.datasets import load_sts
+
+    data = load_sts(stsb_dir, split="dev")
+    sentences = list(dict.fromkeys(data.sentences1 + data.sentences2))[:400]
+    vec = BertPoolingVectorizer(
+        default_model_path, pooling="first_last_avg", backend="onnx-int8"
+    )
+    pipe = make_pipeline(vec, WhiteningTransformer(n_components=128)).fit(sentences)
+    model = to_onnx(pipe, X_check=sentences[:8])  # checked to 1e-4 inside
+    session = ort.InferenceSession(
+        model.SerializeToString(),
+        providers=["CPUExecutionProvider"],
+        disabled_optimizers=["SkipLayerNormFusion"],
+    )
+    for text in sentences[8:12]:
+        enc = vec.tokenizer_([text], return_tensors="np")
+        feed = {i.name: enc[i.name].astype(np.int64) for i in session.get_inputs()}
+        got = session.run(["sentence_embedding"], feed)[0]
+        assert_allclose(got, pipe.transform([text]), rtol=0, atol=1e-3)

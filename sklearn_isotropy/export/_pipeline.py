@@ -37,7 +37,7 @@ _SETTINGS_FILE = "sklearn_isotropy_onnx.json"
 # onnxruntime's SkipLayerNormalization fusion is slower on the int8 graph,
 # and an int8 graph is only reproduced exactly by the same fusions (a
 # rounding upstream of a quantisation can move an activation by one step).
-SERVING_DISABLED_OPTIMIZERS = ["SkipLayerNormFusion"]
+_DISABLED_OPTIMIZERS = ["SkipLayerNormFusion"]
 
 # Texts of the parity check when none are given: several lengths, an empty
 # one, words and punctuation any vocabulary splits somehow.
@@ -223,7 +223,7 @@ def _check_parity(model, vec, post, texts):
     session = ort.InferenceSession(
         model.SerializeToString(),
         providers=["CPUExecutionProvider"],
-        disabled_optimizers=SERVING_DISABLED_OPTIMIZERS,
+        disabled_optimizers=_DISABLED_OPTIMIZERS,
     )
     names = [i.name for i in session.get_inputs()]
     encoder = copy.copy(vec)
