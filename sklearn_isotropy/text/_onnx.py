@@ -382,8 +382,8 @@ def _ensure_model(loaded, spec):
 
 # ------------------------------------------------------------- running
 # onnxruntime's fusion of the residual Add into its SkipLayerNormalization
-# kernel made the int8 graph slower: 2,100 texts/s with it, 2,612 without
-# (the float32 graph is not fused so: 790 and 786;
+# kernel made the int8 graph slower: 2,351 texts/s with it, 2,926 without
+# (the float32 graph is not fused so: 902 and 904;
 # ``benchmarks/bench_encoder.py --ablation``).
 _DISABLED_OPTIMIZERS = ["SkipLayerNormFusion"]
 
@@ -397,10 +397,10 @@ class EncoderSession:
     activations, the attention of short texts) that gain little from
     splitting each across threads and pay a synchronisation at each; whole
     batches on separate threads scale better. On 2 CPUs, the default
-    encoder ran 2,000 STS-B sentences in batches of 32 at 790 texts/s in
-    float32 and 2,100 in int8, against 708 and 1,665 on one session of two
-    intra-op threads (best of 5 rounds, other processes running;
-    ``benchmarks/bench_encoder.py --ablation``).
+    encoder ran 2,000 STS-B sentences in batches of 32 at 902 texts/s in
+    float32 and 2,351 in int8, against 815 and 1,877 on one session of two
+    intra-op threads (best of 5 rounds; ``benchmarks/bench_encoder.py
+    --ablation``).
     """
 
     def __init__(self, path, input_names):
