@@ -1,6 +1,8 @@
 """Shared pytest fixtures. Tests never reach a model hub.
 
 - ``tiny_bert`` / ``tiny_bert_objects``: a 2-block BERT saved locally (fast).
+- ``onnx_model_cache`` (automatic): the directory of exported ONNX encoders,
+  a temporary one shared by the session.
 - ``default_model_path``: the embedded all-MiniLM-L6-v2, or skip.
 - ``make_cone``: a factory of anisotropic embeddings (offset + decaying
   spectrum in a random basis), the synthetic data of the linear and flow tests.
@@ -71,6 +73,15 @@ def _build_tiny_bert(path):
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def onnx_model_cache(tmp_path_factory):
+    """Exported ONNX encoders go to a temporary directory, never ~/.cache."""
+    with pytest.MonkeyPatch.context() as patch:
+        directory = tmp_path_factory.mktemp("onnx_cache")
+        patch.setenv("SKLEARN_ISOTROPY_ONNX_CACHE", str(directory))
+        yield directory
 
 
 @pytest.fixture(scope="session")

@@ -766,9 +766,11 @@ def test_onnx_errors(tiny_bert, cone):
         to_onnx(whiten, n_features=5)
     with pytest.raises(ValueError, match="float32 or numpy.float64"):
         to_onnx(whiten, dtype=np.float16)
+    # a text pipeline is exported whole (tests/test_onnx_pipeline.py); a
+    # vectorizer anywhere else is refused
     vec = BertPoolingVectorizer(tiny_bert)
     with pytest.raises(TypeError, match="to_sentence_transformers"):
-        to_onnx(make_pipeline(vec, whiten))
+        to_onnx([whiten, vec])
     with pytest.raises(TypeError, match="StandardScaler"):
         to_onnx([whiten, StandardScaler().fit(cone)])
     with pytest.raises(ValueError, match="expects 12 features"):
@@ -847,7 +849,7 @@ def test_deploying_page_runs(default_model_path, stsb_dir, tmp_path, monkeypatch
 
     page = Path(__file__).resolve().parents[1] / "docs/user_guide/deploying.rst"
     blocks = _python_blocks(page)
-    assert len(blocks) == 6
+    assert len(blocks) == 8
     home = tmp_path / "data"
     home.mkdir()
     (home / "stsb").symlink_to(Path(stsb_dir).resolve())
@@ -862,5 +864,7 @@ def test_deploying_page_runs(default_model_path, stsb_dir, tmp_path, monkeypatch
     expected = pipe.transform(queries)
     assert_allclose(namespace["served"], expected, rtol=0, atol=1e-5)
     assert_allclose(namespace["Z"], expected, rtol=0, atol=1e-5)
+    assert_allclose(namespace["onnx_served"], expected, rtol=0, atol=1e-4)
+    assert (tmp_path / "whitened-minilm-onnx" / "tokenizer.json").is_file()
     assert (tmp_path / "whitened-minilm" / "modules.json").is_file()
     assert namespace["ids"].shape == (2, 5)

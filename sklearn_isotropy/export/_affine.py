@@ -19,6 +19,7 @@ from sklearn.pipeline import Pipeline
 from sklearn.utils.validation import check_is_fitted
 
 from ..linear import NATSVTransformer, StandardNormalizer, WhiteningTransformer
+from ..text import BertPoolingVectorizer
 
 __all__ = [
     "AffineMap",
@@ -27,6 +28,7 @@ __all__ = [
     "fold_affine",
     "is_affine",
     "split_steps",
+    "split_text_pipeline",
 ]
 
 
@@ -158,6 +160,28 @@ def split_steps(obj, *, what):
                 f"{est!r:.80} of type {type(est).__name__}."
             )
     return steps
+
+
+def split_text_pipeline(pipeline, *, what):
+    """``(vectorizer, [(name, step), ...])`` of a fitted text pipeline.
+
+    ``pipeline`` is a Pipeline (or list) whose first step is a fitted
+    :class:`~sklearn_isotropy.BertPoolingVectorizer`, or such a vectorizer
+    alone; the other steps are returned as they are, unchecked.
+    """
+    if isinstance(pipeline, BertPoolingVectorizer):
+        steps = [("vectorizer", pipeline)]
+    else:
+        steps = split_steps(pipeline, what=what)
+    name, vec = steps[0]
+    if not isinstance(vec, BertPoolingVectorizer):
+        raise TypeError(
+            f"{what} exports a pipeline that starts with a BertPoolingVectorizer; "
+            f"its first step {name!r} is a {type(vec).__name__}. To export "
+            "post-processors of precomputed embeddings, use to_onnx or to_faiss."
+        )
+    check_fitted(name, vec, what=what)
+    return vec, steps[1:]
 
 
 def check_fitted(name, estimator, *, what):

@@ -7,8 +7,8 @@ import tempfile
 import numpy as np
 
 from .._utils import check_target, import_optional, publish_directory
-from ..text import POOLING_PRESETS, BertPoolingVectorizer
-from ._affine import check_fitted, fold_affine, split_steps
+from ..text import POOLING_PRESETS
+from ._affine import fold_affine, split_text_pipeline
 
 __all__ = ["to_sentence_transformers"]
 
@@ -119,22 +119,6 @@ def _dense_modules(modules, torch, affine):
         out.append(_dense(modules, torch, np.eye(d), -affine.center))
     out.append(_dense(modules, torch, affine.weight, affine.bias))
     return out
-
-
-def _split_pipeline(pipeline):
-    if isinstance(pipeline, BertPoolingVectorizer):
-        steps = [("vectorizer", pipeline)]
-    else:
-        steps = split_steps(pipeline, what=_WHAT)
-    name, vec = steps[0]
-    if not isinstance(vec, BertPoolingVectorizer):
-        raise TypeError(
-            f"{_WHAT} exports a pipeline that starts with a BertPoolingVectorizer; "
-            f"its first step {name!r} is a {type(vec).__name__}. To export "
-            "post-processors of precomputed embeddings, use to_onnx or to_faiss."
-        )
-    check_fitted(name, vec, what=_WHAT)
-    return vec, steps[1:]
 
 
 def _model_card(vec, pooling_text, affine, normalize):
@@ -277,7 +261,7 @@ def to_sentence_transformers(pipeline, path, *, overwrite=False):
     (1, 128)
     """
     st, modules, torch = _import_st()
-    vec, post = _split_pipeline(pipeline)
+    vec, post = split_text_pipeline(pipeline, what=_WHAT)
     affine = fold_affine(post, what=_WHAT) if post else None
     if affine is not None and affine.n_features_in != vec.hidden_size_:
         raise ValueError(

@@ -4,9 +4,10 @@
 (``_loading.py``), the hidden-state taps that read intermediate layers
 (``_taps.py``), the pooling presets (``_pooling.py``, the registry
 :data:`POOLING_PRESETS`, extended with :func:`register_pooling`), the
-per-sentence embedding cache (``_cache.py``) and the partition-wise embedding
-of dask collections (``_dask.py``). torch and transformers are imported only
-when a model is loaded.
+per-sentence embedding cache (``_cache.py``), the encoder exported to ONNX
+and run by onnxruntime for ``backend="onnx"`` (``_onnx.py``) and the
+partition-wise embedding of dask collections (``_dask.py``). torch and
+transformers are imported only when a model is loaded.
 """
 
 from __future__ import annotations

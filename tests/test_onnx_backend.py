@@ -1,0 +1,409 @@
+"""BertPoolingVectorizer(backend="onnx" | "onnx-int8"): parity, cache, errors.
+
+The reference of every comparison is the torch backend, whose pooling the
+tests of ``test_vectorizer.py`` check against Hugging Face's own
+``output_hidden_states``. Exported models go to a temporary directory
+(``$SKLEARN_ISOTROPY_ONNX_CACHE``, see ``conftest.onnx_model_cache``).
+"""
+
+from __future__ import annotations
+
+import pickle
+import sys
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose
+from sklearn.base import clone
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+from sklearn_isotropy import BertPoolingVectorizer  # noqa: E402
+from sklearn_isotropy.exceptions import CacheWarning  # noqa: E402
+from sklearn_isotropy.text import _onnx  # noqa: E402
+
+# several lengths (so several padded batches), an empty text, word pieces
+TEXTS = [
+    "a small blue cat sat on the red mat",
+    "the dog ran",
+    "",
+    "walking , reading and playing !",
+    "qwerty",
+    "the man is big and the woman is fast .",
+    "a cat",
+    "walked",
+]
+
+POOLINGS = [
+    {"pooling": "mean"},
+    {"pooling": "cls"},
+    {"pooling": "first_last_avg"},
+    {"pooling": "last2_avg"},
+    {"pooling": "embeddings_avg"},
+    {"pooling": "pooler"},
+    {"layers": (0, 1)},
+    {"layers": (0, -1)},
+]
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    """An empty cache directory of this test's own."""
+    monkeypatch.setenv(_onnx.CACHE_ENV, str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _copy_of(tiny_bert_objects):
+    """A private copy of the tiny model (its weights are changed by the test)."""
+    import copy
+
+    model, tokenizer = tiny_bert_objects
+    return copy.deepcopy(model), tokenizer
+
+
+class _CountExports:
+    def __init__(self, monkeypatch):
+        self.calls = 0
+        original = _onnx._export
+
+        def counted(*args, **kwargs):
+            self.calls += 1
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(_onnx, "_export", counted)
+
+
+# ------------------------------------------------------------------ parity
+@pytest.mark.parametrize("params", POOLINGS, ids=str)
+def test_every_pooling_matches_torch(tiny_bert, params):
+    # batch_size=3: several batches, each padded to its own longest text
+    torch_vec = BertPoolingVectorizer(tiny_bert, batch_size=3, **params)
+    onnx_vec = BertPoolingVectorizer(tiny_bert, batch_size=3, backend="onnx", **params)
+    expected = torch_vec.fit_transform(TEXTS)
+    got = onnx_vec.fit_transform(TEXTS)
+    assert got.dtype == np.float32 and got.shape == expected.shape
+    assert_allclose(got, expected, rtol=0, atol=1e-4)
+    assert onnx_vec.layers_ == torch_vec.layers_
+
+
+def test_normalize_and_batches_do_not_change_onnx_results(tiny_bert):
+    one_batch = BertPoolingVectorizer(tiny_bert, backend="onnx", batch_size=64)
+    small = BertPoolingVectorizer(
+        tiny_bert, backend="onnx", batch_size=2, normalize=True
+    )
+    raw = one_batch.fit_transform(TEXTS)
+    unit = small.fit_transform(TEXTS)
+    norms = np.linalg.norm(raw, axis=1, keepdims=True)
+    assert_allclose(unit, raw / norms, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_batches_on_several_threads_give_the_same_rows(tiny_bert, monkeypatch, workers):
+    monkeypatch.setattr(_onnx, "worker_threads", lambda: workers)
+    expected = BertPoolingVectorizer(tiny_bert).fit_transform(TEXTS)
+    # many batches (at most two per thread in flight), and one batch cut in
+    # row slices so that every thread has one
+    for batch_size in (1, 3, 64):
+        vec = BertPoolingVectorizer(tiny_bert, backend="onnx", batch_size=batch_size)
+        assert_allclose(vec.fit_transform(TEXTS), expected, rtol=0, atol=1e-4)
+
+
+def test_a_failing_batch_fails_the_transform(tiny_bert, monkeypatch):
+    monkeypatch.setattr(_onnx, "worker_threads", lambda: 2)
+    vec = BertPoolingVectorizer(tiny_bert, backend="onnx", batch_size=2).fit(["a"])
+    calls = []
+    original = _onnx.EncoderSession.run
+
+    def flaky(self, inputs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("out of memory in batch 3")
+        return original(self, inputs)
+
+    monkeypatch.setattr(_onnx.EncoderSession, "run", flaky)
+    with pytest.raises(RuntimeError, match="batch 3"):
+        vec.transform(TEXTS)
+
+
+def test_the_progress_bar_counts_every_text(tiny_bert, monkeypatch):
+    from sklearn_isotropy.text import _vectorizer
+
+    counted = []
+
+    class Bar:
+        def __init__(self, total, **kwargs):
+            self.total = total
+
+        def update(self, n):
+            counted.append(n)
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(_vectorizer, "progress_bar", Bar)
+    vec = BertPoolingVectorizer(
+        tiny_bert, backend="onnx", batch_size=3, show_progress_bar=True
+    )
+    vec.fit(["a"]).transform(TEXTS)
+    assert sum(counted) == len(TEXTS)
+
+
+def _matmul_blocks(model):
+    """Transformer blocks in a graph: each has 6 weight MatMuls (Q, K, V, out,
+    intermediate, output) besides the two of attention scores."""
+    weights = {init.name for init in model.graph.initializer}
+    products = [
+        n for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in weights
+    ]
+    return len(products) / 6
+
+
+def test_the_graph_stops_after_the_deepest_block_needed(tiny_bert):
+    # the tiny BERT has 2 blocks: hidden_states[1] is block 0's output
+    blocks = {}
+    for params in (
+        {"pooling": "mean"},
+        {"layers": (0, 1)},
+        {"pooling": "embeddings_avg"},
+    ):
+        vec = BertPoolingVectorizer(tiny_bert, backend="onnx", **params).fit(["a"])
+        blocks[str(params)] = _matmul_blocks(vec.get_onnx_encoder())
+    assert list(blocks.values()) == [2, 1, 0]
+
+
+def test_the_graph_inputs_and_output(tiny_bert):
+    vec = BertPoolingVectorizer(tiny_bert, backend="onnx").fit(["a"])
+    model = vec.get_onnx_encoder()
+    names = [i.name for i in model.graph.input]
+    assert names == ["input_ids", "attention_mask", "token_type_ids"]
+    assert [o.name for o in model.graph.output] == ["sentence_embedding"]
+    # batch and sequence axes are dynamic
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    assert [d.dim_param for d in dims] == ["batch", "tokens"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("params", POOLINGS + [{"layers": (0, 2, 6)}], ids=str)
+def test_default_model_matches_torch(default_model_path, params):
+    torch_vec = BertPoolingVectorizer(default_model_path, **params)
+    sentences = [
+        "A man is playing a guitar.",
+        "A woman is slicing an onion with a very sharp knife in a small kitchen.",
+        "",
+        "Two dogs run on the beach.",
+    ]
+    expected = torch_vec.fit_transform(sentences)
+    got = BertPoolingVectorizer(
+        default_model_path, backend="onnx", **params
+    ).fit_transform(sentences)
+    assert_allclose(got, expected, rtol=0, atol=1e-4)
+
+
+# -------------------------------------------------------------------- int8
+def test_int8_is_quantised_and_close(tiny_bert):
+    torch_vec = BertPoolingVectorizer(tiny_bert, pooling="mean")
+    int8 = BertPoolingVectorizer(tiny_bert, pooling="mean", backend="onnx-int8")
+    expected = torch_vec.fit_transform(TEXTS)
+    got = int8.fit_transform(TEXTS)
+    ops = {n.op_type for n in int8.get_onnx_encoder().graph.node}
+    assert {"DynamicQuantizeLinear", "MatMulInteger"} <= ops
+    assert "MatMul" not in ops or _matmul_blocks(int8.get_onnx_encoder()) == 0
+    error = np.abs(got - expected).max()
+    scale = np.abs(expected).max()
+    assert 0 < error < 0.05 * scale
+
+
+def test_int8_never_shares_cached_embeddings(tiny_bert, tmp_path, monkeypatch):
+    memory = tmp_path / "memory"
+    fp32 = BertPoolingVectorizer(tiny_bert, memory=memory).fit(TEXTS)
+    from_torch = fp32.transform(TEXTS)
+    runs = []
+    original = _onnx.EncoderSession.run
+
+    def counted(self, inputs):
+        runs.append(self.path.name)
+        return original(self, inputs)
+
+    monkeypatch.setattr(_onnx.EncoderSession, "run", counted)
+    # fp32 ONNX equals torch to round-off: it reads torch's cached rows
+    onnx_vec = BertPoolingVectorizer(tiny_bert, memory=memory, backend="onnx")
+    assert_allclose(onnx_vec.fit(TEXTS).transform(TEXTS), from_torch, rtol=0, atol=0)
+    assert runs == []
+    # int8 does not: it encodes, and its rows differ
+    int8 = BertPoolingVectorizer(tiny_bert, memory=memory, backend="onnx-int8")
+    got = int8.fit(TEXTS).transform(TEXTS)
+    assert runs and all("int8" in name for name in runs)
+    assert np.abs(got - from_torch).max() > 0
+    # and a second int8 transform reads its own cached rows
+    n_runs = len(runs)
+    assert_allclose(int8.transform(TEXTS), got, rtol=0, atol=0)
+    assert len(runs) == n_runs
+
+
+# ------------------------------------------------------- the model's cache
+def test_exported_once_per_model_and_cached_on_disk(
+    tiny_bert_objects, fresh_cache, monkeypatch
+):
+    exports = _CountExports(monkeypatch)
+    model, tokenizer = _copy_of(tiny_bert_objects)
+    first = BertPoolingVectorizer((model, tokenizer), backend="onnx").fit(["a"])
+    out = first.transform(TEXTS)
+    # a new vectorizer of the same weights (a new loaded encoder, new session)
+    # reads the file; so does int8, which quantises that file
+    again = BertPoolingVectorizer((model, tokenizer), backend="onnx").fit(["a"])
+    assert_allclose(again.transform(TEXTS), out, rtol=0, atol=0)
+    BertPoolingVectorizer((model, tokenizer), backend="onnx-int8").fit(["a"])
+    assert exports.calls == 1
+    files = [p.name for p in fresh_cache.iterdir()]
+    assert sorted(name.rpartition("-")[2] for name in files) == [
+        "fp32.onnx",
+        "int8.onnx",
+    ]
+
+
+def test_a_changed_model_is_exported_again(tiny_bert_objects, fresh_cache, monkeypatch):
+    exports = _CountExports(monkeypatch)
+    model, tokenizer = _copy_of(tiny_bert_objects)
+    vec = BertPoolingVectorizer((model, tokenizer), backend="onnx").fit(["a"])
+    before = vec.transform(TEXTS)
+    with torch.no_grad():
+        for p in model.encoder.layer[-1].parameters():
+            p.mul_(1.5)
+    after = vec.transform(TEXTS)  # the same fitted vectorizer sees the change
+    expected = BertPoolingVectorizer((model, tokenizer)).fit_transform(TEXTS)
+    assert exports.calls == 2
+    assert np.abs(after - before).max() > 1e-3
+    assert_allclose(after, expected, rtol=0, atol=1e-4)
+    assert len(list(fresh_cache.glob("*-fp32.onnx"))) == 2
+
+
+def test_a_killed_export_leaves_nothing_behind(
+    tiny_bert_objects, fresh_cache, monkeypatch
+):
+    model, tokenizer = _copy_of(tiny_bert_objects)
+
+    def killed(torch, loaded, spec, path):
+        path.write_bytes(b"half a model")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_onnx, "_export", killed)
+    with pytest.raises(KeyboardInterrupt):
+        BertPoolingVectorizer((model, tokenizer), backend="onnx").fit(["a"])
+    assert list(fresh_cache.iterdir()) == []  # no model, no staging directory
+    monkeypatch.undo()
+    monkeypatch.setenv(_onnx.CACHE_ENV, str(fresh_cache))
+    got = BertPoolingVectorizer((model, tokenizer), backend="onnx").fit_transform(TEXTS)
+    expected = BertPoolingVectorizer((model, tokenizer)).fit_transform(TEXTS)
+    assert_allclose(got, expected, rtol=0, atol=1e-4)
+
+
+def test_a_damaged_cached_model_is_exported_again(tiny_bert_objects, fresh_cache):
+    model, tokenizer = _copy_of(tiny_bert_objects)
+    BertPoolingVectorizer((model, tokenizer), backend="onnx").fit(["a"])
+    (path,) = fresh_cache.glob("*.onnx")
+    path.write_bytes(path.read_bytes()[:1000])  # damaged on disk
+    with pytest.warns(CacheWarning, match="cannot load"):
+        vec = BertPoolingVectorizer((model, tokenizer), backend="onnx").fit(["a"])
+    expected = BertPoolingVectorizer((model, tokenizer)).fit_transform(TEXTS)
+    assert_allclose(vec.transform(TEXTS), expected, rtol=0, atol=1e-4)
+    assert path.stat().st_size > 100_000
+
+
+def test_an_unwritable_cache_warns_and_still_encodes(
+    tiny_bert_objects, tmp_path, monkeypatch
+):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv(_onnx.CACHE_ENV, str(blocker / "cache"))
+    model, tokenizer = _copy_of(tiny_bert_objects)
+    with pytest.warns(CacheWarning, match=_onnx.CACHE_ENV):
+        vec = BertPoolingVectorizer((model, tokenizer), backend="onnx").fit(["a"])
+    expected = BertPoolingVectorizer((model, tokenizer)).fit_transform(TEXTS)
+    assert_allclose(vec.transform(TEXTS), expected, rtol=0, atol=1e-4)
+
+
+def test_cache_directory_default(monkeypatch, tmp_path):
+    monkeypatch.delenv(_onnx.CACHE_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert _onnx.cache_dir() == tmp_path / "sklearn_isotropy" / "onnx"
+    monkeypatch.setenv(_onnx.CACHE_ENV, str(tmp_path / "mine"))
+    assert _onnx.cache_dir() == tmp_path / "mine"
+
+
+# ----------------------------------------------------- estimator contract
+def test_pickle_and_clone_keep_the_backend(tiny_bert):
+    vec = BertPoolingVectorizer(tiny_bert, backend="onnx", pooling="first_last_avg")
+    expected = vec.fit_transform(TEXTS)
+    restored = pickle.loads(pickle.dumps(vec))
+    assert restored.backend == "onnx"
+    assert_allclose(restored.transform(TEXTS), expected, rtol=0, atol=0)
+    assert clone(vec).get_params()["backend"] == "onnx"
+
+
+# ------------------------------------------------------------------ errors
+def test_unknown_backend_lists_the_choices(tiny_bert):
+    with pytest.raises(ValueError, match="backend.*onnx-int8"):
+        BertPoolingVectorizer(tiny_bert, backend="tensorrt").fit(["a"])
+
+
+def test_onnx_backend_needs_the_cpu(tiny_bert, monkeypatch):
+    from sklearn_isotropy.text import _vectorizer
+
+    monkeypatch.setattr(_vectorizer, "_resolve_device", lambda d: torch.device("cuda"))
+    with pytest.raises(ValueError, match="device='cpu', or backend='torch'"):
+        BertPoolingVectorizer(tiny_bert, backend="onnx", device="cuda").fit(["a"])
+
+
+def test_a_model_that_cannot_be_exported(tiny_bert_objects, fresh_cache):
+    from transformers import BertModel
+
+    model, tokenizer = tiny_bert_objects
+
+    class CumulativeBert(BertModel):  # aten::cummax has no ONNX export
+        def forward(self, *args, **kwargs):
+            out = super().forward(*args, **kwargs)
+            out.last_hidden_state = torch.cummax(out.last_hidden_state, dim=1)[0]
+            return out
+
+    net = CumulativeBert(model.config).eval()
+    net.load_state_dict(model.state_dict())
+    with pytest.raises(ValueError, match="Cannot export.*backend='torch'"):
+        BertPoolingVectorizer((net, tokenizer), backend="onnx").fit(["a"])
+    assert list(fresh_cache.iterdir()) == []
+    # the torch backend runs it
+    assert BertPoolingVectorizer((net, tokenizer)).fit_transform(["a"]).shape == (
+        1,
+        32,
+    )
+
+
+def test_an_export_that_computes_something_else_is_refused(
+    tiny_bert_objects, fresh_cache
+):
+    from transformers import BertModel
+
+    model, tokenizer = tiny_bert_objects
+
+    class ShapeBranchingBert(BertModel):
+        # a Python branch on the sequence length: the tracer keeps the branch
+        # taken for the example it traces, so the graph is wrong on others
+        def forward(self, input_ids=None, **kwargs):
+            out = super().forward(input_ids=input_ids, **kwargs)
+            if input_ids.shape[1] > 8:
+                out.last_hidden_state = out.last_hidden_state * 2
+            return out
+
+    net = ShapeBranchingBert(model.config).eval()
+    net.load_state_dict(model.state_dict())
+    with pytest.raises(ValueError, match="does not reproduce.*backend='torch'"):
+        BertPoolingVectorizer((net, tokenizer), backend="onnx").fit(["a"])
+    assert list(fresh_cache.iterdir()) == []
+
+
+def test_missing_onnxruntime_names_the_extra(tiny_bert, monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    with pytest.raises(ImportError, match=r"sklearn-isotropy\[onnx\]"):
+        BertPoolingVectorizer(tiny_bert, backend="onnx").fit(["a"])
