@@ -109,7 +109,8 @@ def _add_task_parser(sub, task):
     epilog = "methods:\n" + "\n".join(
         f"  {m.name:<10} {m.help}" for m in offered.values()
     )
-    if task.name == "retrieval":
+    options = EvaluationSettings.options(task.name)
+    if any(f.metadata["cli"]["parser"] == "quantizations" for f in options):
         from .evaluation import QUANTIZATIONS
 
         epilog += "\n\nprecisions:\n" + "\n".join(
@@ -137,9 +138,8 @@ def _add_task_parser(sub, task):
         "--data",
         default="stsb",
         help="STS directory with train/dev/test files, a single file (used as "
-        "test), or 'stsb' to download the STS Benchmark"
-        + (", or a BEIR folder" if task.name == "retrieval" else "")
-        + " (default: stsb)",
+        "test), 'stsb' to download the STS Benchmark, or other data the task "
+        "reads (see above; default: stsb)",
     )
     parser.add_argument(
         "--methods",
@@ -156,7 +156,7 @@ def _add_task_parser(sub, task):
         + "; ".join(f"{name}: {text}" for name, text in task.protocols.items()),
     )
     types = _argument_types()
-    for f in EvaluationSettings.options(task.name):
+    for f in options:
         cli = f.metadata["cli"]
         flag = "--" + f.name.replace("_", "-") if cli["flag"] is True else cli["flag"]
         help_text = (cli["help"] or f.metadata["doc"].rstrip(".")).replace("%", "%%")
@@ -234,13 +234,31 @@ def _old_task_flag(argv):
             f"argument --task: invalid choice {name!r}; each task is a command: "
             f"{PROG} evaluate (STS) or {PROG} retrieval"
         )
-    command = "evaluate" if name == "sts" else "retrieval"
-    rest = [a.replace("--retrieval-methods", "--methods", 1) for a in rest]
-    new = [command, *rest]
+    if name == "sts":
+        return ["evaluate", *rest], (
+            f"{PROG}: warning: '--task sts' is deprecated and will be removed; "
+            f"type: {PROG} evaluate {' '.join(rest)}"
+        )
+    # the old command took the STS flags with any task and ignored them for
+    # retrieval, whose methods were --retrieval-methods: so do we
+    kept, ignored = [], []
+    args = iter(rest)
+    for arg in args:
+        flag, has_value, _ = arg.partition("=")
+        if flag in _STS_ONLY_FLAGS:
+            ignored.append(arg if has_value else f"{arg} {next(args, '')}".strip())
+        else:
+            kept.append(arg.replace("--retrieval-methods", "--methods", 1))
+    new = ["retrieval", *kept]
+    note = f" ({', '.join(ignored)}: not used by retrieval, dropped)" if ignored else ""
     return new, (
-        f"{PROG}: warning: 'evaluate --task {name}' is deprecated and will be "
-        f"removed; type: {PROG} {' '.join(new)}"
+        f"{PROG}: warning: 'evaluate --task retrieval' is deprecated and will be "
+        f"removed; type: {PROG} {' '.join(new)}{note}"
     )
+
+
+#: flags of the old ``evaluate`` that only its STS task read (each takes a value)
+_STS_ONLY_FLAGS = ("--methods", "--n-components", "--cv")
 
 
 def _check_writable(out):
@@ -385,9 +403,9 @@ def main(argv=None):
     from .exceptions import EvaluationError
 
     argv, deprecation = _old_task_flag(list(sys.argv[1:] if argv is None else argv))
-    args = build_parser().parse_args(argv)
-    if deprecation:
+    if deprecation:  # before parsing: a bad argument exits there
         print(deprecation, file=sys.stderr, flush=True)
+    args = build_parser().parse_args(argv)
     level = logging.WARNING if args.quiet else logging.INFO
     try:
         with _package_log_on_stderr(level), _one_line_warnings():

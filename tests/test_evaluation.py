@@ -162,3 +162,21 @@ def test_a_warning_repeated_with_other_figures_is_shown_once():
         "[mean] grid: RankDeficiencyWarning: float32 overflow",
         "[mean] grid: RankDeficiencyWarning: float64 overflow",
     ]
+
+
+def test_custom_transformers_keep_their_own_diagnostics():
+    from sklearn.preprocessing import Normalizer, StandardScaler
+
+    rng = np.random.default_rng(3)
+    emb, bunch = _splits(rng, 40, 6)
+    ev = evaluate(
+        STSTask({"test": bunch}),
+        methods=["raw"],
+        embeddings={"mean": {"test": emb}},
+        transformers={"scaler": StandardScaler(), "l2": Normalizer()},
+    )
+    payload = json.loads(to_json(ev))
+    assert set(payload["diagnostics"]["mean"]) == {"raw", "scaler", "l2"}
+    # each run's report is its own: the scaler's output is not the l2's
+    scaler, l2 = (payload["diagnostics"]["mean"][k] for k in ("scaler", "l2"))
+    assert scaler["mean_pair_cosine"] != l2["mean_pair_cosine"]

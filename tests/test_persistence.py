@@ -97,6 +97,18 @@ def test_legacy_vectorizer_reloads_the_default_model(legacy):
     )
 
 
+def test_legacy_vectorizer_has_every_parameter(legacy):
+    # parameters added since (backend, output) get the values that describe
+    # the old vectorizer, so get_params, clone and repr work on it
+    from sklearn.base import clone
+
+    vec = _load(legacy["pickles"]["vectorizer"])
+    params = vec.get_params()
+    assert params["backend"] == "torch" and params["output"] == "numpy"
+    assert clone(vec).get_params() == params
+    assert "BertPoolingVectorizer" in repr(vec)
+
+
 def test_old_names_leave_the_real_modules_intact():
     # in a fresh process: importing an old name must not change the spec of
     # the module it maps to (its relative imports would then raise an

@@ -435,6 +435,22 @@ def test_sts_task_and_fitting_sentences(tiny_sts_dir):
     assert task.fit_on == "corpus" and len(task.fit_texts) == len(every)
 
 
+def test_sts_task_refuses_a_split_it_cannot_read(tiny_sts_dir, tmp_path):
+    # a missing split is left out; a damaged one is an error naming the file,
+    # never a smaller corpus without a word
+    import shutil
+
+    data = tmp_path / "sts"
+    shutil.copytree(tiny_sts_dir, data)
+    with open(data / "dev.csv", "ab") as fh:
+        fh.write("un caf\xe9,cr\xe8me,3.0\n".encode("cp1252"))
+    with pytest.raises(EvaluationError, match=r"dev.csv:\d+: byte 0xe9"):
+        RetrievalTask.load(data, EvaluationSettings(min_score=3.0))
+    (data / "dev.csv").unlink()
+    task = RetrievalTask.load(data, EvaluationSettings(min_score=3.0))
+    assert task.notes["corpus_splits"] == ["test", "train"]
+
+
 # -------------------------------------------------------- exact search
 def _dense_reference(q_codes, c_codes, metric):
     if metric == "hamming":
@@ -680,6 +696,32 @@ def test_study_records_failures_and_registered_precisions(cone_task):
         score_retrieval(queries, docs, task, quantizations=["int4"])
 
 
+def test_warnings_name_the_run_as_its_row_does(cone_task):
+    # the full-width PCA of 5 rows keeps 4 directions: its row is PCA-4, and
+    # so is the prefix of its warning (not the width it asked for)
+    task, queries, docs, fit = cone_task
+    settings = EvaluationSettings(
+        dimensions=(2,), latency_queries=0, quantizations=("float32",)
+    )
+    with pytest.warns(EvaluationWarning) as caught:
+        records = run_study(
+            queries, docs, task, fit_emb=fit[:5], methods=["pca"], settings=settings
+        )
+    labels = {r["label"] for r in records}
+    assert labels == {"PCA-2", "PCA-4"}
+    prefixes = {str(w.message).split(":")[0] for w in caught}
+    assert prefixes and prefixes <= {f"[mean] {label}" for label in labels}
+
+
+def test_empty_precisions_or_metrics_are_refused(cone_task):
+    task, queries, docs, fit = cone_task
+    embeddings = {"queries": queries, "corpus": docs, "fit": fit}
+    for field in ("quantizations", "metrics"):
+        settings = EvaluationSettings(**{field: ()})
+        with pytest.raises(ValueError, match=f"settings.{field} is empty"):
+            task.score("passthrough", embeddings, settings)
+
+
 def test_registries_list_the_documented_methods():
     assert {"raw", "pca", "whitening", "natsv", "truncate"} <= set(METHODS)
     assert {"float32", "int8", "binary"} <= set(QUANTIZATIONS)
@@ -809,11 +851,14 @@ def test_cli_old_task_flag_is_an_alias_that_says_what_to_type(
     argv = _retrieval_argv(tiny_sts_dir, tiny_bert, tmp_path, "--no-figures")
     old = ["evaluate", "--task", "retrieval", *argv[1:]]
     old += ["--retrieval-methods", "raw", "--quantize", "float32"]
+    # flags the old command took and ignored for retrieval are dropped
+    old += ["--methods", "raw,grid", "--n-components=16", "--cv", "3"]
     assert main(old) == 0
     err = capsys.readouterr().err
     assert "'evaluate --task retrieval' is deprecated" in err
     assert "type: sklearn-isotropy retrieval --data" in err
-    assert "--methods raw" in err and "--retrieval-methods" not in err
+    assert "--methods raw " in err and "--retrieval-methods" not in err
+    assert "(--methods raw,grid, --n-components=16, --cv 3: not used" in err
     payload = json.loads((tmp_path / "retrieval.json").read_text())
     assert payload["task"] == "retrieval" and payload["methods"] == ["raw"]
 

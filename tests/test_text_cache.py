@@ -407,6 +407,19 @@ def test_damaged_database_is_set_aside_and_a_new_one_started(
     assert_allclose(X, expected, rtol=1e-6, atol=1e-7)
 
 
+def test_damage_is_told_apart_without_error_codes():
+    # Python 3.10's sqlite3 errors carry no sqlite_errorcode: the message of
+    # SQLite's two damage codes decides, and any other error is not damage
+    from sklearn_isotropy.text import _cache
+
+    for text in ("file is not a database", "database disk image is malformed"):
+        exc = sqlite3.DatabaseError(text)
+        assert getattr(exc, "sqlite_errorcode", None) is None
+        assert _cache._is_damage(exc)
+    assert not _cache._is_damage(sqlite3.OperationalError("unable to open database"))
+    assert not _cache._is_damage(sqlite3.OperationalError("database is locked"))
+
+
 def _set_row(db, index, change):
     with contextlib.closing(sqlite3.connect(db, isolation_level=None)) as conn:
         key, vector = conn.execute(

@@ -63,10 +63,9 @@ class RetrievalTask(Task):
         How reports name the task.
     notes : dict, default={}
         How it was made (counts of pairs, queries dropped, ...).
-    fit_texts : list of str, default=None
-        The sentences the post-processors are fitted on; the corpus when None.
-    fit_on : {"train", "corpus"}, default="corpus"
-        What `fit_texts` are, for reports.
+    fit_texts, fit_on : list of str and {"train", "corpus"}, default=None, "corpus"
+        The sentences the post-processors are fitted on (the corpus when
+        None), and what they are.
 
     Raises
     ------
@@ -358,8 +357,16 @@ class RetrievalTask(Task):
                         format=s.format,
                     )
                 )
-            except EvaluationError:
-                if split in s.query_splits or (split == "train" and fit_on == "train"):
+            except EvaluationError as exc:
+                # a split the data lacks is left out; one it holds but
+                # cannot read (malformed, not UTF-8) is an error
+                absent = exc.__cause__ is None or isinstance(
+                    exc.__cause__, FileNotFoundError
+                )
+                needed = split in s.query_splits or (
+                    split == "train" and fit_on == "train"
+                )
+                if needed or not absent:
                     raise
         fit_on = fit_on or ("train" if "train" in splits else "corpus")
         queries_from = list(s.query_splits)
@@ -412,6 +419,9 @@ class RetrievalTask(Task):
         return ks + ([None] if method.full_width else [])
 
     def check(self, settings):
+        for name in ("quantizations", "metrics"):
+            if not getattr(settings, name):
+                raise ValueError(f"settings.{name} is empty; name at least one")
         unknown = [q for q in settings.quantizations if q not in QUANTIZATIONS]
         if unknown:
             raise ValueError(
@@ -614,9 +624,8 @@ class RetrievalTask(Task):
             + "; ".join(f"`{q}`: {QUANTIZATIONS[q].help}" for q in s.quantizations),
             "- Index = documents x bytes per vector. Latency: median of one-query "
             "top-k searches on one thread; batch: the best of three searches of "
-            "every query, per query. int8 codes are searched as float32 numbers "
-            "(exact), so their latency is float32's at the same width: the int8 "
-            "index saves memory here, not time.",
+            "every query, per query. int8 codes are searched as exact float32 "
+            "numbers: they save memory here, not time.",
         ]
 
     def json_fields(self, evaluation):

@@ -17,17 +17,15 @@ from ..metrics import DEFAULT_RETRIEVAL_METRICS, SEARCH_BACKENDS
 
 __all__ = ["EvaluationSettings"]
 
-_BOTH = ("sts", "retrieval")
-_TASK_NAMES = {"sts": "STS", "retrieval": "Retrieval"}
+_TASK_NAMES = {"sts": "STS", "retrieval": "Retrieval"}  # for the docstring
 
 
-def _option(
-    default, doc, *, tasks=_BOTH, flag=None, parser=None, help=None, shown=None
-):
+def _option(default, doc, *, tasks=None, flag=None, parser=None, help=None, shown=None):
     """A settings field: its default, its documentation, its command line.
 
     A field with a ``flag`` (True: ``--`` and the field name with dashes)
-    is a command-line option of the tasks that read it: ``parser`` names how
+    is a command-line option of the ``tasks`` that read it (None: every
+    task, a new one included): ``parser`` names how
     its text is read (``"positive_int"``, ``"ints"``, ``"number>=0"``...) or
     is a tuple of the choices; ``help`` is its help line (``doc`` when
     None) and ``shown`` how the help names the default, if not its value.
@@ -212,7 +210,8 @@ class EvaluationSettings:
         return [
             f
             for f in fields(cls)
-            if f.metadata["cli"] is not None and task in f.metadata["tasks"]
+            if f.metadata["cli"] is not None
+            and (f.metadata["tasks"] is None or task in f.metadata["tasks"])
         ]
 
 
@@ -231,7 +230,8 @@ def _docstring():
         kind = re.sub(r"tuple\[(\w+), \.\.\.\]", r"tuple of \1", str(f.type))
         lines.append(f"{f.name} : {kind.replace(' | ', ' or ')}, default={f.default!r}")
         only = f.metadata["tasks"]
-        where = "" if only == _BOTH else f" ({_TASK_NAMES[only[0]]} only.)"
+        names = ", ".join(_TASK_NAMES.get(t, t) for t in only or ())
+        where = f" ({names} only.)" if names else ""
         lines.append(f"    {f.metadata['doc']}{where}")
     return "\n".join(lines) + "\n"
 

@@ -158,17 +158,7 @@ class STSTask(Task):
     data_name : str, default="splits passed in"
         How reports name the data.
 
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from sklearn.utils import Bunch
-    >>> from sklearn_isotropy.evaluation import STSTask, evaluate
-    >>> rng = np.random.default_rng(0)
-    >>> pairs = rng.normal(size=(50, 2, 8))
-    >>> task = STSTask({"test": Bunch(pairs=None, scores=rng.uniform(0, 5, 50))})
-    >>> ev = evaluate(task, methods=["raw", "sn"], embeddings={"mean": {"test": pairs}})
-    >>> [r["label"] for r in ev.records]
-    ['raw', 'SN (standard normalisation)']
+    See :mod:`sklearn_isotropy.evaluation` for an example.
     """
 
     name = "sts"
@@ -285,7 +275,7 @@ class STSTask(Task):
         diagnostics = {}
         for r in evaluation.records:
             if "diagnostics" in r:
-                diagnostics.setdefault(r["pooling"], {})[r["method"]] = r["diagnostics"]
+                diagnostics.setdefault(r["pooling"], {})[_name(r)] = r["diagnostics"]
         splits = {s: len(b.scores) for s, b in self.splits.items()}
         return {"splits": splits, "diagnostics": diagnostics}
 
@@ -301,7 +291,7 @@ class STSTask(Task):
             if "diagnostics" in r:
                 d = r["diagnostics"]
                 md.append(
-                    f"| {r['pooling']} | {r['method']} | {d['mean_pair_cosine']:.3f} "
+                    f"| {r['pooling']} | {_name(r)} | {d['mean_pair_cosine']:.3f} "
                     f"| {d['isotropy_score']:.3g} | {d['effective_rank']:.1f} | "
                     f"{d['top_component_variance_ratio']:.3f} |"
                 )
@@ -352,3 +342,7 @@ class STSTask(Task):
                 fig.savefig(path, dpi=110)
                 files.append(str(path))
         return files
+
+
+def _name(record):  # a run's name in the reports (a custom run's is its label)
+    return record["label"] if record["method"] == "custom" else record["method"]

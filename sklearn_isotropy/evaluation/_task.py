@@ -169,10 +169,9 @@ class Evaluation:
         ``method``, its table ``label``, ``k``, ``pooling``, ``params``, the
         task's scores, ``fit_seconds`` and the ``warnings`` the fit raised;
         a failed run has an ``error`` instead of scores.
-    encodings : dict
-        Per pooling: distinct texts encoded and seconds.
-    artifacts : dict
-        ``(pooling, label) ->`` what the task keeps for its figures.
+    encodings, artifacts : dict
+        Per pooling, distinct texts encoded and seconds; per ``(pooling,
+        label)``, what the task keeps for its figures.
     """
 
     task: Task
@@ -342,9 +341,7 @@ def evaluate(
     log : callable, default=None
         Called with one line of progress text after each step.
 
-    Returns
-    -------
-    evaluation : Evaluation
+    Returns an :class:`Evaluation`.
     """
     settings = settings or EvaluationSettings()
     log = log or (lambda line: None)
@@ -379,6 +376,7 @@ def evaluate(
                     log(f"[{pooling}] {where} failed: {msg}")
                     failed = {"method": name, "label": where, "k": k, "params": {}}
                     records, artifact = [{**failed, "error": msg}], None
+            where = records[0]["label"] if n_ks > 1 else name  # k may be capped
             messages = reraise_once(caught, f"[{pooling}] {where}", EvaluationWarning)
             for record in records:
                 record.update(pooling=pooling, warnings=messages)

@@ -225,9 +225,18 @@ class _NewerLayout(Exception):
     """A database whose layout this release does not know."""
 
 
+# SQLite's own messages for its two codes of damaged content, for Pythons
+# whose sqlite3 errors carry no code (before 3.11)
+_DAMAGE_MESSAGES = ("database disk image is malformed", "file is not a database")
+
+
 def _is_damage(exc):
-    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
-    return code in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None:
+        return isinstance(exc, sqlite3.DatabaseError) and any(
+            text in str(exc) for text in _DAMAGE_MESSAGES
+        )
+    return code & 0xFF in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
 
 
 def _reason(exc, path=None):

@@ -648,7 +648,7 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         result = out[inverse]
         if self.normalize:
             result, _ = normalize_rows(result, dtype=np.float32)
-        if getattr(self, "output", "numpy") == "torch":  # absent: older pickles
+        if self.output == "torch":
             torch, _ = _loading.import_text_deps()
             return torch.from_numpy(result).to(self.device_)
         return result
@@ -859,7 +859,7 @@ TruncationWarning` per call says how many. ``None`` uses the model's
 
     #: parameters added after release 0.1.0.dev0, with the values that
     #: describe a vectorizer pickled by that release
-    _LEGACY_DEFAULTS = {"backend": "torch"}
+    _LEGACY_DEFAULTS = {"backend": "torch", "output": "numpy"}
 
     def __setstate__(self, state):
         for key, value in self._LEGACY_DEFAULTS.items():
