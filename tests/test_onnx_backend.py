@@ -111,6 +111,27 @@ def test_batches_on_several_threads_give_the_same_rows(tiny_bert, monkeypatch, w
         assert_allclose(vec.fit_transform(TEXTS), expected, rtol=0, atol=1e-4)
 
 
+def test_large_batches_run_in_slices_of_few_tokens(tiny_bert, monkeypatch):
+    expected = BertPoolingVectorizer(tiny_bert).fit_transform(TEXTS)
+    vec = BertPoolingVectorizer(tiny_bert, backend="onnx", batch_size=64).fit(["a"])
+    shapes = []
+    original = _onnx.EncoderSession.run
+
+    def recorded(self, inputs):
+        shapes.append(inputs["attention_mask"].shape)
+        return original(self, inputs)
+
+    monkeypatch.setattr(_onnx.EncoderSession, "run", recorded)
+    monkeypatch.setattr(_onnx, "TOKENS_PER_RUN", 30)
+    assert_allclose(vec.transform(TEXTS), expected, rtol=0, atol=1e-4)
+    # one batch of 8 texts padded to 14 tokens (112): 4 slices of 2 rows,
+    # each trimmed to its longer text
+    widths = sorted(len(ids) for ids in vec.tokenizer_(TEXTS)["input_ids"])[::-1]
+    assert widths[0] == 14
+    assert shapes == [(2, width) for width in widths[::2]]
+    assert all(rows * width <= 30 for rows, width in shapes)
+
+
 def test_a_failing_batch_fails_the_transform(tiny_bert, monkeypatch):
     monkeypatch.setattr(_onnx, "worker_threads", lambda: 2)
     vec = BertPoolingVectorizer(tiny_bert, backend="onnx", batch_size=2).fit(["a"])

@@ -425,6 +425,17 @@ class EncoderSession:
         return self._session.run([OUTPUT_NAME], feed)[0]
 
 
+#: Most padded tokens (rows x width) of one session run: a larger batch runs
+#: in row slices, each trimmed of the padding it does not need. onnxruntime's
+#: matrix products slow down as their operands outgrow the CPU's L2 cache
+#: (one core here: a feed-forward product of 224 tokens at 201 GFLOP/s, of
+#: 960 at 184, of 1,472 at 166); on the default encoder, 2,000 STS-B
+#: sentences in batches of 32 (the longest 46 tokens) ran 3% faster in
+#: float32 and 4% in int8 than in whole batches (320 and 640 did about as
+#: well; ``benchmarks/bench_encoder.py --ablation``).
+TOKENS_PER_RUN = 448
+
+
 def worker_threads():
     """Batches run at once: as many as the threads torch runs the encoder on."""
     torch = import_optional("torch", purpose=_PURPOSE, extra="text")
@@ -436,10 +447,12 @@ class BatchRunner:
 
     :meth:`submit` a batch's row indices and padded inputs, in any number;
     each is run on one of :func:`worker_threads` threads and written to
-    ``out[rows]`` by the submitting thread (at most two batches per thread
-    are in flight), and :meth:`close` waits for the rest. With fewer batches
-    than threads, each batch is split into row slices (each trimmed of the
-    padding it does not need), so that a small call uses every thread too.
+    ``out[rows]`` by the submitting thread (at most two runs per thread
+    are in flight), and :meth:`close` waits for the rest. A batch of more
+    than :data:`TOKENS_PER_RUN` padded tokens is run in row slices of at
+    most that many, and with fewer batches than threads each batch is split
+    so that a small call uses every thread too; each slice is trimmed of
+    the padding it does not need.
 
     Parameters
     ----------
@@ -467,7 +480,9 @@ class BatchRunner:
             )
 
     def submit(self, rows, inputs):
-        for piece, piece_inputs in _row_slices(rows, inputs, self.slices):
+        n_tokens = inputs["attention_mask"].size
+        slices = max(self.slices, -(-n_tokens // TOKENS_PER_RUN))
+        for piece, piece_inputs in _row_slices(rows, inputs, slices):
             if self.pool is None:
                 self._write(piece, self.session.run(piece_inputs))
                 continue
