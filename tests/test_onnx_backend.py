@@ -195,6 +195,18 @@ def test_the_graph_stops_after_the_deepest_block_needed(tiny_bert):
     assert list(blocks.values()) == [2, 1, 0]
 
 
+def test_the_export_traces_the_eager_attention(tiny_bert_objects, fresh_cache):
+    model, tokenizer = _copy_of(tiny_bert_objects)
+    model.set_attn_implementation("sdpa")
+    vec = BertPoolingVectorizer((model, tokenizer), backend="onnx").fit(["a"])
+    ops = {node.op_type for node in vec.get_onnx_encoder().graph.node}
+    # traced SDPA guards its softmax against NaN rows; the eager attention not
+    assert "Softmax" in ops and "IsNaN" not in ops
+    assert model.config._attn_implementation == "sdpa"  # the model as it was
+    expected = BertPoolingVectorizer((model, tokenizer)).fit_transform(TEXTS)
+    assert_allclose(vec.transform(TEXTS), expected, rtol=0, atol=1e-4)
+
+
 def test_the_graph_inputs_and_output(tiny_bert):
     vec = BertPoolingVectorizer(tiny_bert, backend="onnx").fit(["a"])
     model = vec.get_onnx_encoder()

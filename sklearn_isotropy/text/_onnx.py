@@ -62,7 +62,7 @@ OPSET = 18
 
 #: Version of the exported graphs (layout, export and quantisation
 #: settings); part of every file's name, so a change is exported anew.
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 OUTPUT_NAME = "sentence_embedding"
@@ -183,7 +183,12 @@ def _export(torch, loaded, spec, path):
     names = spec.input_names()
     axes = {name: {0: "batch", 1: "tokens"} for name in names}
     axes[OUTPUT_NAME] = {0: "batch"}
-    with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
+    with (
+        torch.inference_mode(False),
+        torch.no_grad(),
+        warnings.catch_warnings(),
+        _eager_attention(loaded.model),
+    ):
         # TorchScript's tracer notes the Python branches on shapes of the
         # attention code; the check below runs the graph on other shapes.
         # Its exporter is deprecated in favour of torch.export, whose graphs
@@ -211,6 +216,32 @@ def _export(torch, loaded, spec, path):
                 f"{loaded.source!r}) to ONNX: {type(exc).__name__}: {text}. Use "
                 "backend='torch' for this model."
             ) from exc
+
+
+@contextlib.contextmanager
+def _eager_attention(model):
+    """Switch a Hugging Face model to its plain ("eager") attention meanwhile.
+
+    Traced, torch's fused attention (SDPA) becomes a boolean mask and a NaN
+    guard after the softmax (``IsNaN``, ``Where``) in every block; the eager
+    attention computes the same (the export is checked against the model as
+    it runs, restored) with fewer operations, and its graph of the default
+    encoder ran 1% faster in onnxruntime. A model without the switch, or
+    without an eager attention, is traced as it is.
+    """
+    before = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    switched = False
+    if before not in (None, "eager") and hasattr(model, "set_attn_implementation"):
+        try:
+            model.set_attn_implementation("eager")
+            switched = True
+        except (ValueError, ImportError, NotImplementedError):
+            pass
+    try:
+        yield
+    finally:
+        if switched:
+            model.set_attn_implementation(before)
 
 
 def _has_dynamo_flag(torch):
