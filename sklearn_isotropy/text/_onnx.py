@@ -462,9 +462,12 @@ class EncoderSession:
 #: (one core here: a feed-forward product of 224 tokens at 201 GFLOP/s, of
 #: 960 at 184, of 1,472 at 166); on the default encoder, 2,000 STS-B
 #: sentences in batches of 32 (the longest 46 tokens) ran 3% faster in
-#: float32 and 4% in int8 than in whole batches (320 and 640 did about as
-#: well; ``benchmarks/bench_encoder.py --ablation``).
-TOKENS_PER_RUN = 448
+#: float32 and 4% in int8 than in whole batches, and anything from 320 to
+#: 512 did as well (``benchmarks/bench_encoder.py --ablation``). int8's
+#: STS-B correlation moves by a few hundredths with the grouping of its rows
+#: (the scale of each product's input is shared by a run): 81.89 in whole
+#: batches, from 81.83 to 81.91 with caps from 320 to 640, 81.91 with this.
+TOKENS_PER_RUN = 384
 
 
 def worker_threads():
