@@ -33,9 +33,12 @@ Run from the repository root::
 exported graphs (fp32 and int8) run by onnxruntime on the same padded,
 length-sorted batches (the 2,000 sentences, and one batch of 32), with
 onnxruntime's defaults (one batch at a time on one session of N intra-op
-threads, every graph fusion), with N one-thread batches at once (one batch
-of 32 texts cut in N slices), and with that and the SkipLayerNormalization
-fusion off, which is how the vectorizer runs them::
+threads, every graph fusion), with N one-thread batches at once, with that
+and the SkipLayerNormalization fusion off, and with that and the batches
+run in row slices of at most ``TOKENS_PER_RUN`` padded tokens, which is how
+the vectorizer runs them; then the same with the graph traced with the
+model's SDPA attention instead of the eager one; and one batch of 32 texts
+with onnxruntime's defaults and cut in N slices run at once::
 
     python benchmarks/bench_encoder.py --ablation --rounds 7
 
@@ -235,6 +238,7 @@ def bench_ablation(args):
     import torch
 
     from sklearn_isotropy import BertPoolingVectorizer
+    from sklearn_isotropy.text import _onnx
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -260,40 +264,66 @@ def bench_ablation(args):
     def side_by_side(sess, batches):
         return lambda: list(pool.map(lambda item: sess.run(None, item[1]), batches))
 
+    def graph(backend, attention):
+        """The exported graph, traced with the given attention."""
+        traced, _onnx.EXPORT_ATTENTION = _onnx.EXPORT_ATTENTION, attention
+        try:
+            vec = BertPoolingVectorizer(path, backend=backend).fit(texts[:1])
+            return vec, vec.get_onnx_encoder().SerializeToString()
+        finally:
+            _onnx.EXPORT_ATTENTION = traced
+
+    def sliced(batches, n_slices=1):
+        return [
+            piece
+            for rows, feed in batches
+            for piece in _onnx.row_slices(rows, feed, n_slices)
+        ]
+
     candidates = {}
+    cap = _onnx.TOKENS_PER_RUN
     for backend in ("onnx", "onnx-int8"):
-        vec = BertPoolingVectorizer(path, backend=backend).fit(texts[:1])
-        model = vec.get_onnx_encoder().SerializeToString()
+        vec, model = graph(backend, _onnx.EXPORT_ATTENTION)
+        _, sdpa_model = graph(backend, None)
         default = session(model, n_threads)
         single = session(model, 1)
         ours = session(model, 1, ["SkipLayerNormFusion"])
+        sdpa = session(sdpa_model, 1, ["SkipLayerNormFusion"])
         every = _padded_batches(vec, texts, args.batch_size)
-        ((rows, feed),) = _padded_batches(vec, texts[:32], 32)
-        sliced = [
-            (part, {k: v[part] for k, v in feed.items()})
-            for part in np.array_split(np.arange(len(rows)), n_threads)
-        ]
+        one = _padded_batches(vec, texts[:32], 32)
         n = len(texts)
+        label = f"{backend}, {n} texts:"
         candidates.update(
             {
-                f"{backend}, {n} texts: defaults, {n_threads} intra-op threads": (
+                f"{label} defaults, {n_threads} intra-op threads": (
                     one_after_another(default, every),
                     n,
                 ),
-                f"{backend}, {n} texts: {n_threads} batches at once": (
+                f"{label} {n_threads} batches at once": (
                     side_by_side(single, every),
                     n,
                 ),
-                f"{backend}, {n} texts: and no SkipLayerNorm fusion": (
+                f"{label} and no SkipLayerNorm fusion": (
                     side_by_side(ours, every),
                     n,
                 ),
+                f"{label} and runs of at most {cap} tokens": (
+                    side_by_side(ours, sliced(every)),
+                    n,
+                ),
+                f"{label} the same, graph traced with SDPA": (
+                    side_by_side(sdpa, sliced(every)),
+                    n,
+                ),
                 f"{backend}, 32 texts: defaults, {n_threads} intra-op threads": (
-                    one_after_another(default, [(rows, feed)]),
+                    one_after_another(default, one),
                     32,
                 ),
                 f"{backend}, 32 texts: {n_threads} slices at once, "
-                "no SkipLayerNorm fusion": (side_by_side(ours, sliced), 32),
+                "no SkipLayerNorm fusion": (
+                    side_by_side(ours, sliced(one, n_threads)),
+                    32,
+                ),
             }
         )
     # the one-batch calls are short: repeat them to time as long as the others

@@ -64,6 +64,15 @@ OPSET = 18
 #: settings); part of every file's name, so a change is exported anew.
 FORMAT_VERSION = 4
 
+#: The Hugging Face attention implementation the export traces (None: the
+#: model's own). Traced, torch's fused attention (SDPA) becomes a boolean
+#: mask and a NaN guard after the softmax (``IsNaN``, ``Where``) in every
+#: block; the plain ("eager") attention computes the same (each export is
+#: checked against the model as it runs) with fewer operations, and its
+#: graph of the default encoder ran 1% faster in float32 and 4% in int8
+#: (``benchmarks/bench_encoder.py --ablation``).
+EXPORT_ATTENTION = "eager"
+
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 OUTPUT_NAME = "sentence_embedding"
 
@@ -115,6 +124,7 @@ class EncoderSpec:
     def file_name(self, fingerprint):
         spec = dict(asdict(self), model=fingerprint, format=FORMAT_VERSION)
         spec["opset"] = OPSET
+        spec["attention"] = EXPORT_ATTENTION
         digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode())
         return f"encoder-{digest.hexdigest()[:32]}-{self.precision}.onnx"
 
@@ -187,7 +197,7 @@ def _export(torch, loaded, spec, path):
         torch.inference_mode(False),
         torch.no_grad(),
         warnings.catch_warnings(),
-        _eager_attention(loaded.model),
+        _traced_attention(loaded.model, EXPORT_ATTENTION),
     ):
         # TorchScript's tracer notes the Python branches on shapes of the
         # attention code; the check below runs the graph on other shapes.
@@ -219,21 +229,18 @@ def _export(torch, loaded, spec, path):
 
 
 @contextlib.contextmanager
-def _eager_attention(model):
-    """Switch a Hugging Face model to its plain ("eager") attention meanwhile.
-
-    Traced, torch's fused attention (SDPA) becomes a boolean mask and a NaN
-    guard after the softmax (``IsNaN``, ``Where``) in every block; the eager
-    attention computes the same (the export is checked against the model as
-    it runs, restored) with fewer operations, and its graph of the default
-    encoder ran 1% faster in onnxruntime. A model without the switch, or
-    without an eager attention, is traced as it is.
-    """
+def _traced_attention(model, implementation):
+    """Switch a Hugging Face model to another attention meanwhile (see
+    :data:`EXPORT_ATTENTION`); a model without it is traced as it is."""
     before = getattr(getattr(model, "config", None), "_attn_implementation", None)
     switched = False
-    if before not in (None, "eager") and hasattr(model, "set_attn_implementation"):
+    if (
+        implementation is not None
+        and before not in (None, implementation)
+        and hasattr(model, "set_attn_implementation")
+    ):
         try:
-            model.set_attn_implementation("eager")
+            model.set_attn_implementation(implementation)
             switched = True
         except (ValueError, ImportError, NotImplementedError):
             pass
@@ -514,9 +521,7 @@ class BatchRunner:
             )
 
     def submit(self, rows, inputs):
-        n_tokens = inputs["attention_mask"].size
-        slices = max(self.slices, -(-n_tokens // TOKENS_PER_RUN))
-        for piece, piece_inputs in _row_slices(rows, inputs, slices):
+        for piece, piece_inputs in row_slices(rows, inputs, self.slices):
             if self.pool is None:
                 self._write(piece, self.session.run(piece_inputs))
                 continue
@@ -544,8 +549,14 @@ class BatchRunner:
                 self.pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _row_slices(rows, inputs, n_slices):
-    """``(rows, inputs)`` cut into ``n_slices`` row slices without extra padding."""
+def row_slices(rows, inputs, n_slices=1):
+    """``(rows, inputs)`` cut into runs of the session, each without extra padding.
+
+    ``n_slices`` slices of rows at least, and at least as many as runs of
+    :data:`TOKENS_PER_RUN` padded tokens the batch fills (one row each at
+    most); each is trimmed to its longest row.
+    """
+    n_slices = max(n_slices, -(-inputs["attention_mask"].size // TOKENS_PER_RUN))
     if n_slices == 1 or len(rows) == 1:
         yield rows, inputs
         return
@@ -574,7 +585,7 @@ def session_for(loaded, reader, layers, n_layers, precision):
     import_onnx_deps()  # a clear ImportError, even with a session at hand
     spec = EncoderSpec.of(loaded, reader, layers, n_layers, precision)
     fingerprint = _cache.fingerprint(loaded)
-    key = spec
+    key = (spec, EXPORT_ATTENTION)
     with _LOCK:
         sessions = _SESSIONS.setdefault(loaded, {})
         found = sessions.get(key)
