@@ -320,6 +320,14 @@ def bench_ablation(args):
         sdpa = session(sdpa_model, 1, ["SkipLayerNormFusion"])
         every = _padded_batches(vec, texts, args.batch_size)
         one = _padded_batches(vec, texts[:32], 32)
+        if backend == "onnx":
+            tokens = sum(int(feed["attention_mask"].sum()) for _, feed in every)
+            for how, runs in (("whole batches", every), ("slices", sliced(every))):
+                padded = sum(feed["attention_mask"].size for _, feed in runs)
+                print(
+                    f"{len(runs)} runs in {how}: {padded} padded tokens for "
+                    f"{tokens}, {100 * (1 - tokens / padded):.1f}% padding"
+                )
         n = len(texts)
         label = f"{backend}, {n} texts:"
         candidates.update(

@@ -69,8 +69,8 @@ FORMAT_VERSION = 4
 #: mask and a NaN guard after the softmax (``IsNaN``, ``Where``) in every
 #: block; the plain ("eager") attention computes the same (each export is
 #: checked against the model as it runs) with fewer operations, and its
-#: graph of the default encoder ran 1% faster in float32 and 4% in int8
-#: (``benchmarks/bench_encoder.py --ablation``).
+#: graph of the default encoder ran about 1% faster in float32 and 5% in
+#: int8 (``benchmarks/bench_encoder.py --ablation``).
 EXPORT_ATTENTION = "eager"
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
@@ -421,8 +421,8 @@ def _ensure_model(loaded, spec):
 
 # ------------------------------------------------------------- running
 # onnxruntime's fusion of the residual Add into its SkipLayerNormalization
-# kernel made the int8 graph slower: 2,351 texts/s with it, 2,926 without
-# (the float32 graph is not fused so: 902 and 904;
+# kernel made the int8 graph slower: 2,513 texts/s with it, 3,151 without
+# (float32: 974 and 997;
 # ``benchmarks/bench_encoder.py --ablation``).
 _DISABLED_OPTIMIZERS = ["SkipLayerNormFusion"]
 
@@ -436,8 +436,8 @@ class EncoderSession:
     activations, the attention of short texts) that gain little from
     splitting each across threads and pay a synchronisation at each; whole
     batches on separate threads scale better. On 2 CPUs, the default
-    encoder ran 2,000 STS-B sentences in batches of 32 at 902 texts/s in
-    float32 and 2,351 in int8, against 815 and 1,877 on one session of two
+    encoder ran 2,000 STS-B sentences in batches of 32 at 974 texts/s in
+    float32 and 2,513 in int8, against 926 and 2,075 on one session of two
     intra-op threads (best of 5 rounds; ``benchmarks/bench_encoder.py
     --ablation``).
     """
@@ -465,15 +465,13 @@ class EncoderSession:
 
 #: Most padded tokens (rows x width) of one session run: a larger batch runs
 #: in row slices, each trimmed of the padding it does not need. onnxruntime's
-#: matrix products slow down as their operands outgrow the CPU's L2 cache
-#: (one core here: a feed-forward product of 224 tokens at 201 GFLOP/s, of
-#: 960 at 184, of 1,472 at 166); on the default encoder, 2,000 STS-B
-#: sentences in batches of 32 (the longest 46 tokens) ran 3% faster in
-#: float32 and 4% in int8 than in whole batches, and anything from 320 to
-#: 512 did as well (``benchmarks/bench_encoder.py --ablation``). int8's
-#: STS-B correlation moves by a few hundredths with the grouping of its rows
-#: (the scale of each product's input is shared by a run): 81.89 in whole
-#: batches, from 81.83 to 81.91 with caps from 320 to 640, 81.91 with this.
+#: matrix products slow down as their operands outgrow the CPU's L2 cache;
+#: on the default encoder, 2,000 STS-B sentences in batches of 32 (the
+#: longest 46 tokens) ran 2 to 4% faster in float32 and 5 to 6% in int8 than
+#: in whole batches (``benchmarks/bench_encoder.py --ablation``). Caps from
+#: 320 to 512 tokens ran as fast; int8's STS-B correlation moves by a few
+#: hundredths with the grouping of its rows (a run shares the scale of each
+#: product's input), and is 81.91 with this cap (``bench_encoder.py``).
 TOKENS_PER_RUN = 384
 
 
