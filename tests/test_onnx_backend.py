@@ -111,6 +111,27 @@ def test_batches_on_several_threads_give_the_same_rows(tiny_bert, monkeypatch, w
         assert_allclose(vec.fit_transform(TEXTS), expected, rtol=0, atol=1e-4)
 
 
+def test_large_batches_run_in_slices_of_few_tokens(tiny_bert, monkeypatch):
+    expected = BertPoolingVectorizer(tiny_bert).fit_transform(TEXTS)
+    vec = BertPoolingVectorizer(tiny_bert, backend="onnx", batch_size=64).fit(["a"])
+    shapes = []
+    original = _onnx.EncoderSession.run
+
+    def recorded(self, inputs):
+        shapes.append(inputs["attention_mask"].shape)
+        return original(self, inputs)
+
+    monkeypatch.setattr(_onnx.EncoderSession, "run", recorded)
+    monkeypatch.setattr(_onnx, "TOKENS_PER_RUN", 30)
+    assert_allclose(vec.transform(TEXTS), expected, rtol=0, atol=1e-4)
+    # one batch of 8 texts padded to 14 tokens (112): 4 slices of 2 rows,
+    # each trimmed to its longer text
+    widths = sorted(len(ids) for ids in vec.tokenizer_(TEXTS)["input_ids"])[::-1]
+    assert widths[0] == 14
+    assert shapes == [(2, width) for width in widths[::2]]
+    assert all(rows * width <= 30 for rows, width in shapes)
+
+
 def test_a_failing_batch_fails_the_transform(tiny_bert, monkeypatch):
     monkeypatch.setattr(_onnx, "worker_threads", lambda: 2)
     vec = BertPoolingVectorizer(tiny_bert, backend="onnx", batch_size=2).fit(["a"])
@@ -172,6 +193,18 @@ def test_the_graph_stops_after_the_deepest_block_needed(tiny_bert):
         vec = BertPoolingVectorizer(tiny_bert, backend="onnx", **params).fit(["a"])
         blocks[str(params)] = _matmul_blocks(vec.get_onnx_encoder())
     assert list(blocks.values()) == [2, 1, 0]
+
+
+def test_the_export_traces_the_eager_attention(tiny_bert_objects, fresh_cache):
+    model, tokenizer = _copy_of(tiny_bert_objects)
+    model.set_attn_implementation("sdpa")
+    vec = BertPoolingVectorizer((model, tokenizer), backend="onnx").fit(["a"])
+    ops = {node.op_type for node in vec.get_onnx_encoder().graph.node}
+    # traced SDPA guards its softmax against NaN rows; the eager attention not
+    assert "Softmax" in ops and "IsNaN" not in ops
+    assert model.config._attn_implementation == "sdpa"  # the model as it was
+    expected = BertPoolingVectorizer((model, tokenizer)).fit_transform(TEXTS)
+    assert_allclose(vec.transform(TEXTS), expected, rtol=0, atol=1e-4)
 
 
 def test_the_graph_inputs_and_output(tiny_bert):

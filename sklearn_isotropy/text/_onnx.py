@@ -62,7 +62,16 @@ OPSET = 18
 
 #: Version of the exported graphs (layout, export and quantisation
 #: settings); part of every file's name, so a change is exported anew.
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
+
+#: The Hugging Face attention implementation the export traces (None: the
+#: model's own). Traced, torch's fused attention (SDPA) becomes a boolean
+#: mask and a NaN guard after the softmax (``IsNaN``, ``Where``) in every
+#: block; the plain ("eager") attention computes the same (each export is
+#: checked against the model as it runs) with fewer operations, and its
+#: graph of the default encoder ran about 1% faster in float32 and 5% in
+#: int8 (``benchmarks/bench_encoder.py --ablation``).
+EXPORT_ATTENTION = "eager"
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 OUTPUT_NAME = "sentence_embedding"
@@ -115,6 +124,7 @@ class EncoderSpec:
     def file_name(self, fingerprint):
         spec = dict(asdict(self), model=fingerprint, format=FORMAT_VERSION)
         spec["opset"] = OPSET
+        spec["attention"] = EXPORT_ATTENTION
         digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode())
         return f"encoder-{digest.hexdigest()[:32]}-{self.precision}.onnx"
 
@@ -183,7 +193,12 @@ def _export(torch, loaded, spec, path):
     names = spec.input_names()
     axes = {name: {0: "batch", 1: "tokens"} for name in names}
     axes[OUTPUT_NAME] = {0: "batch"}
-    with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
+    with (
+        torch.inference_mode(False),
+        torch.no_grad(),
+        warnings.catch_warnings(),
+        _traced_attention(loaded.model, EXPORT_ATTENTION),
+    ):
         # TorchScript's tracer notes the Python branches on shapes of the
         # attention code; the check below runs the graph on other shapes.
         # Its exporter is deprecated in favour of torch.export, whose graphs
@@ -211,6 +226,29 @@ def _export(torch, loaded, spec, path):
                 f"{loaded.source!r}) to ONNX: {type(exc).__name__}: {text}. Use "
                 "backend='torch' for this model."
             ) from exc
+
+
+@contextlib.contextmanager
+def _traced_attention(model, implementation):
+    """Switch a Hugging Face model to another attention meanwhile (see
+    :data:`EXPORT_ATTENTION`); a model without it is traced as it is."""
+    before = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    switched = False
+    if (
+        implementation is not None
+        and before not in (None, implementation)
+        and hasattr(model, "set_attn_implementation")
+    ):
+        try:
+            model.set_attn_implementation(implementation)
+            switched = True
+        except (ValueError, ImportError, NotImplementedError):
+            pass
+    try:
+        yield
+    finally:
+        if switched:
+            model.set_attn_implementation(before)
 
 
 def _has_dynamo_flag(torch):
@@ -383,8 +421,8 @@ def _ensure_model(loaded, spec):
 
 # ------------------------------------------------------------- running
 # onnxruntime's fusion of the residual Add into its SkipLayerNormalization
-# kernel made the int8 graph slower: 2,351 texts/s with it, 2,926 without
-# (the float32 graph is not fused so: 902 and 904;
+# kernel made the int8 graph slower: 2,513 texts/s with it, 3,151 without
+# (float32: 974 and 997;
 # ``benchmarks/bench_encoder.py --ablation``).
 _DISABLED_OPTIMIZERS = ["SkipLayerNormFusion"]
 
@@ -398,8 +436,8 @@ class EncoderSession:
     activations, the attention of short texts) that gain little from
     splitting each across threads and pay a synchronisation at each; whole
     batches on separate threads scale better. On 2 CPUs, the default
-    encoder ran 2,000 STS-B sentences in batches of 32 at 902 texts/s in
-    float32 and 2,351 in int8, against 815 and 1,877 on one session of two
+    encoder ran 2,000 STS-B sentences in batches of 32 at 974 texts/s in
+    float32 and 2,513 in int8, against 926 and 2,075 on one session of two
     intra-op threads (best of 5 rounds; ``benchmarks/bench_encoder.py
     --ablation``).
     """
@@ -425,6 +463,18 @@ class EncoderSession:
         return self._session.run([OUTPUT_NAME], feed)[0]
 
 
+#: Most padded tokens (rows x width) of one session run: a larger batch runs
+#: in row slices, each trimmed of the padding it does not need. onnxruntime's
+#: matrix products slow down as their operands outgrow the CPU's L2 cache;
+#: on the default encoder, 2,000 STS-B sentences in batches of 32 (the
+#: longest 46 tokens) ran 2 to 4% faster in float32 and 5 to 6% in int8 than
+#: in whole batches (``benchmarks/bench_encoder.py --ablation``). Caps from
+#: 320 to 512 tokens ran as fast; int8's STS-B correlation moves by a few
+#: hundredths with the grouping of its rows (a run shares the scale of each
+#: product's input), and is 81.91 with this cap (``bench_encoder.py``).
+TOKENS_PER_RUN = 384
+
+
 def worker_threads():
     """Batches run at once: as many as the threads torch runs the encoder on."""
     torch = import_optional("torch", purpose=_PURPOSE, extra="text")
@@ -436,10 +486,12 @@ class BatchRunner:
 
     :meth:`submit` a batch's row indices and padded inputs, in any number;
     each is run on one of :func:`worker_threads` threads and written to
-    ``out[rows]`` by the submitting thread (at most two batches per thread
-    are in flight), and :meth:`close` waits for the rest. With fewer batches
-    than threads, each batch is split into row slices (each trimmed of the
-    padding it does not need), so that a small call uses every thread too.
+    ``out[rows]`` by the submitting thread (at most two runs per thread
+    are in flight), and :meth:`close` waits for the rest. A batch of more
+    than :data:`TOKENS_PER_RUN` padded tokens is run in row slices of at
+    most that many, and with fewer batches than threads each batch is split
+    so that a small call uses every thread too; each slice is trimmed of
+    the padding it does not need.
 
     Parameters
     ----------
@@ -467,7 +519,7 @@ class BatchRunner:
             )
 
     def submit(self, rows, inputs):
-        for piece, piece_inputs in _row_slices(rows, inputs, self.slices):
+        for piece, piece_inputs in row_slices(rows, inputs, self.slices):
             if self.pool is None:
                 self._write(piece, self.session.run(piece_inputs))
                 continue
@@ -495,8 +547,14 @@ class BatchRunner:
                 self.pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _row_slices(rows, inputs, n_slices):
-    """``(rows, inputs)`` cut into ``n_slices`` row slices without extra padding."""
+def row_slices(rows, inputs, n_slices=1):
+    """``(rows, inputs)`` cut into runs of the session, each without extra padding.
+
+    ``n_slices`` slices of rows at least, and at least as many as runs of
+    :data:`TOKENS_PER_RUN` padded tokens the batch fills (one row each at
+    most); each is trimmed to its longest row.
+    """
+    n_slices = max(n_slices, -(-inputs["attention_mask"].size // TOKENS_PER_RUN))
     if n_slices == 1 or len(rows) == 1:
         yield rows, inputs
         return
@@ -525,7 +583,7 @@ def session_for(loaded, reader, layers, n_layers, precision):
     import_onnx_deps()  # a clear ImportError, even with a session at hand
     spec = EncoderSpec.of(loaded, reader, layers, n_layers, precision)
     fingerprint = _cache.fingerprint(loaded)
-    key = spec
+    key = (spec, EXPORT_ATTENTION)
     with _LOCK:
         sessions = _SESSIONS.setdefault(loaded, {})
         found = sessions.get(key)
