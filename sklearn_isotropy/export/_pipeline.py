@@ -20,22 +20,17 @@ from sklearn.pipeline import Pipeline
 
 from .._utils import check_target, import_optional, publish_directory
 from ..exceptions import TruncationWarning
-from ..text import BertPoolingVectorizer
+from ..text import ONNX_OUTPUT_NAME, ONNX_SESSION_OPTIONS, BertPoolingVectorizer
 from ._affine import split_steps, split_text_pipeline
 from ._onnx import to_onnx
 
 __all__ = ["save_onnx_pipeline"]
 
 _WHAT = "save_onnx_pipeline"
-OUTPUT = "sentence_embedding"
+OUTPUT = ONNX_OUTPUT_NAME
 _POOLED = "pooled_embedding"
 _PREFIX = "post_"
 _SETTINGS_FILE = "sklearn_isotropy_onnx.json"
-# The session options of the vectorizer's ONNX backends (text/_onnx.py):
-# onnxruntime's SkipLayerNormalization fusion is slower on the int8 graph,
-# and an int8 graph is only reproduced exactly by the same fusions (a
-# rounding upstream of a quantisation can move an activation by one step).
-_DISABLED_OPTIMIZERS = ["SkipLayerNormFusion"]
 
 # Texts of the parity check when none are given: several lengths, an empty
 # one, words and punctuation any vocabulary splits somehow.
@@ -231,11 +226,7 @@ def _check_parity(model, vec, post, texts):
     than read rows cached from other batches.
     """
     ort = import_optional("onnxruntime", purpose="to_onnx", extra="onnx")
-    session = ort.InferenceSession(
-        model.SerializeToString(),
-        providers=["CPUExecutionProvider"],
-        disabled_optimizers=_DISABLED_OPTIMIZERS,
-    )
+    session = ort.InferenceSession(model.SerializeToString(), **ONNX_SESSION_OPTIONS)
     names = [i.name for i in session.get_inputs()]
     encoder = copy.copy(vec)
     encoder.memory = None
@@ -289,6 +280,7 @@ def _readme(settings, has_tokenizer_json):
         "`tokenizer(texts, padding=True, truncation=True, "
         f'max_length={settings["max_length"]}, return_tensors="np")`.'
     )
+    disabled = ONNX_SESSION_OPTIONS["disabled_optimizers"]
     parts = ["# Text pipeline as one ONNX graph (sklearn-isotropy)", _fill(about)]
     if has_tokenizer_json:
         feed = "\n".join(
@@ -310,8 +302,8 @@ folder = "path/to/this/folder"
 tokenizer = Tokenizer.from_file(f"{{folder}}/tokenizer.json")  # pads, truncates
 # the vectorizer's settings: faster for int8, and the same numbers
 session = ort.InferenceSession(f"{{folder}}/model.onnx",
-                               providers=["CPUExecutionProvider"],
-                               disabled_optimizers=["SkipLayerNormFusion"])
+                               providers={ONNX_SESSION_OPTIONS["providers"]!r},
+                               disabled_optimizers={disabled!r})
 
 texts = ["A man is playing a guitar.", "A woman slices an onion."]
 encodings = tokenizer.encode_batch(texts)

@@ -13,10 +13,16 @@ transformers are imported only when a model is loaded.
 from __future__ import annotations
 
 from ._dask import embed_partitions
+from ._onnx import OUTPUT_NAME as ONNX_OUTPUT_NAME
+from ._onnx import SESSION_OPTIONS as ONNX_SESSION_OPTIONS
 from ._pooling import POOLING_PRESETS, PoolingPreset, register_pooling
 from ._vectorizer import BertPoolingVectorizer
 
+#: The output of the exported encoder graphs, and the keyword arguments of
+#: ``onnxruntime.InferenceSession`` that run them as the vectorizer does.
 __all__ = [
+    "ONNX_OUTPUT_NAME",
+    "ONNX_SESSION_OPTIONS",
     "POOLING_PRESETS",
     "BertPoolingVectorizer",
     "PoolingPreset",

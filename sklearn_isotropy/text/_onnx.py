@@ -423,8 +423,13 @@ def _ensure_model(loaded, spec):
 # onnxruntime's fusion of the residual Add into its SkipLayerNormalization
 # kernel made the int8 graph slower: 2,513 texts/s with it, 3,151 without
 # (float32: 974 and 997;
-# ``benchmarks/bench_encoder.py --ablation``).
-_DISABLED_OPTIMIZERS = ["SkipLayerNormFusion"]
+# ``benchmarks/bench_encoder.py --ablation``). An int8 graph is reproduced
+# exactly only with the same fusions, so every session of an exported graph
+# (the pipeline export's check, its README) takes these options.
+SESSION_OPTIONS = {
+    "providers": ["CPUExecutionProvider"],
+    "disabled_optimizers": ["SkipLayerNormFusion"],
+}
 
 
 class EncoderSession:
@@ -453,8 +458,7 @@ class EncoderSession:
         self._session = ort.InferenceSession(
             str(path),
             options,
-            providers=["CPUExecutionProvider"],
-            disabled_optimizers=_DISABLED_OPTIMIZERS,
+            **SESSION_OPTIONS,
         )
 
     def run(self, inputs):
