@@ -26,7 +26,7 @@ from .metrics import (
     cosine_spearman_scorer,
     make_retrieval_scorer,
 )
-from .text import BertPoolingVectorizer
+from .text import BertPoolingVectorizer, StaticEmbeddingVectorizer
 
 _compat.install()  # pickles of 0.1.0.dev0 name the modules of the flat layout
 
@@ -39,6 +39,7 @@ __all__ = [
     "NATSVTransformer",
     "PairedCosineSimilarity",
     "StandardNormalizer",
+    "StaticEmbeddingVectorizer",
     "WhiteningTransformer",
     "cosine_spearman_score",
     "cosine_spearman_scorer",

@@ -372,8 +372,16 @@ def to_onnx(
     >>> bool(np.allclose(Z, whiten.transform(X), atol=1e-5))
     True
     """
-    from . import _pipeline  # the whole text pipeline: see save_onnx_pipeline
+    from . import _pipeline, _static  # whole text pipelines: save_onnx_pipeline
 
+    if _static.starts_with_static(estimator_or_pipeline):
+        return _static.static_to_onnx(
+            estimator_or_pipeline,
+            n_features=n_features,
+            dtype=dtype,
+            target_opset=target_opset,
+            X_check=X_check,
+        )
     if _pipeline.starts_with_vectorizer(estimator_or_pipeline):
         return _pipeline.text_pipeline_to_onnx(
             estimator_or_pipeline,

@@ -427,6 +427,12 @@ def save_onnx_pipeline(pipeline, path, *, overwrite=False, X_check=None):
     >>> pipe.fit(sentences)  # doctest: +SKIP
     >>> save_onnx_pipeline(pipe, "whitened-minilm-onnx")  # doctest: +SKIP
     """
+    from . import _static
+
+    if _static.starts_with_static(pipeline):
+        return _static.save_static_onnx(
+            pipeline, path, overwrite=overwrite, X_check=X_check
+        )
     onnx = import_optional("onnx", purpose=_WHAT, extra="onnx")
     vec, post = split_text_pipeline(pipeline, what=_WHAT)
     check_target(path, overwrite=overwrite, what=_WHAT)  # before the work

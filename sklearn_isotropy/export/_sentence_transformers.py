@@ -260,6 +260,12 @@ def to_sentence_transformers(pipeline, path, *, overwrite=False):
     >>> model.encode(["A man is playing a guitar."]).shape  # doctest: +SKIP
     (1, 128)
     """
+    from . import _static
+
+    if _static.starts_with_static(pipeline):
+        return _static.static_to_sentence_transformers(
+            pipeline, path, overwrite=overwrite
+        )
     st, modules, torch = _import_st()
     vec, post = split_text_pipeline(pipeline, what=_WHAT)
     affine = fold_affine(post, what=_WHAT) if post else None

@@ -6,8 +6,10 @@
 :data:`POOLING_PRESETS`, extended with :func:`register_pooling`), the
 per-sentence embedding cache (``_cache.py``), the encoder exported to ONNX
 and run by onnxruntime for ``backend="onnx"`` (``_onnx.py``) and the
-partition-wise embedding of dask collections (``_dask.py``). torch and
-transformers are imported only when a model is loaded.
+partition-wise embedding of dask collections (``_dask.py``).
+:class:`StaticEmbeddingVectorizer` averages static token vectors
+(``_static*.py``). torch and transformers are imported only when a model is
+loaded.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from ._dask import embed_partitions
 from ._onnx import OUTPUT_NAME as ONNX_OUTPUT_NAME
 from ._onnx import SESSION_OPTIONS as ONNX_SESSION_OPTIONS
 from ._pooling import POOLING_PRESETS, PoolingPreset, register_pooling
+from ._static import StaticEmbeddingVectorizer
 from ._vectorizer import BertPoolingVectorizer
 
 #: The output of the exported encoder graphs, and the keyword arguments of
@@ -26,6 +29,7 @@ __all__ = [
     "POOLING_PRESETS",
     "BertPoolingVectorizer",
     "PoolingPreset",
+    "StaticEmbeddingVectorizer",
     "embed_partitions",
     "register_pooling",
 ]

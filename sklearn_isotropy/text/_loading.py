@@ -263,3 +263,18 @@ def unpack_model_object(obj):
         f"a sentence_transformers.SentenceTransformer; got {type(obj).__name__}: "
         f"{obj!r:.80}."
     )
+
+
+def load_encoder(model, device):
+    """A :class:`LoadedEncoder` for a name, a path, None or a model object."""
+    if model is None or isinstance(model, (str, os.PathLike)):
+        return load_by_name(model, device)
+    net, tokenizer, sbert_len, description = unpack_model_object(model)
+    net.to(device)
+    return LoadedEncoder(
+        net,
+        tokenizer,
+        description,
+        has_pooler=getattr(net, "pooler", None) is not None,
+        sbert_max_length=sbert_len,
+    )

@@ -6,7 +6,6 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import KeysView, Mapping, Set
 from numbers import Integral
 
 import numpy as np
@@ -24,6 +23,7 @@ from .._utils import (
 )
 from ..exceptions import DeviceWarning, TruncationWarning
 from . import _cache, _loading, _onnx
+from ._base import clone_sharing_model, validate_texts
 from ._pooling import POOLING_PRESETS, pooled_batch
 
 logger = logging.getLogger(__name__)
@@ -35,85 +35,8 @@ AUTO_PROGRESS_MIN_BATCHES = 4
 __all__ = ["BertPoolingVectorizer"]
 
 
-def _validate_texts(X):
-    """Return ``X`` as a list of str, with sklearn's text-vectorizer errors."""
-    if isinstance(X, (str, bytes)):
-        # the exact error of sklearn's CountVectorizer for a bare string
-        raise ValueError(
-            "Iterable over raw text documents expected, string object received."
-        )
-    if isinstance(X, Mapping):
-        raise TypeError(
-            "Expected a sequence of texts (list, tuple, 1-D array or pandas "
-            f"Series); got a {type(X).__name__}, whose rows would be its keys. "
-            "Pass list(X.values()) to encode the texts it maps to, or list(X) "
-            "for its keys."
-        )
-    if isinstance(X, Set) and not isinstance(X, KeysView):
-        raise TypeError(
-            "Expected a sequence of texts in a fixed order (list, tuple, 1-D "
-            f"array or pandas Series); got a {type(X).__name__}, whose order is "
-            "arbitrary, so the output rows could not be matched to the texts. "
-            "Pass a list, e.g. sorted(X)."
-        )
-    ndim = getattr(X, "ndim", 1)
-    if ndim != 1:
-        raise ValueError(
-            "Expected a 1-D sequence of texts (list, tuple, 1-D array or pandas "
-            f"Series); got an object of type {type(X).__name__} with "
-            f"shape {getattr(X, 'shape', None)}. Select the text column first, "
-            "e.g. X['sentence'] or X[:, 0]."
-        )
-    try:
-        texts = list(X)
-    except TypeError as exc:
-        raise TypeError(
-            "Expected an iterable of texts (list, tuple, 1-D array or pandas "
-            f"Series of str); got {type(X).__name__}."
-        ) from exc
-    if not texts:
-        raise ValueError(
-            "Received an empty sequence of texts; pass at least one string "
-            "(empty strings are fine and are encoded)."
-        )
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise TypeError(
-                f"All texts must be str; the item at index {i} is "
-                f"{type(text).__name__} ({text!r:.60}). Convert or drop "
-                "non-string items (e.g. missing values) first."
-            )
-    texts = [str(t) for t in texts]
-    try:  # one pass over all texts; the loop below runs only on failure
-        "".join(texts).encode("utf-8")
-    except UnicodeEncodeError:
-        _raise_unencodable(texts)
-    return texts
-
-
-def _raise_unencodable(texts):
-    """Name the first text that is not valid Unicode (a lone surrogate)."""
-    for i, text in enumerate(texts):
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            char = text[exc.start]
-            raise ValueError(
-                f"The text at index {i} is not valid Unicode: it holds a lone "
-                f"surrogate {char!r} at character {exc.start} ({text!r:.60}), "
-                "which no tokenizer can encode. Such characters come from "
-                "decoding bytes with errors='surrogateescape' or from broken "
-                "\\u escapes in JSON; re-decode the source bytes correctly, or "
-                "replace them: text.encode('utf-8', 'replace').decode('utf-8')."
-            ) from None
-
-
 def _resolve_device(device):
     return resolve_device(device, owner="BertPoolingVectorizer")[0]
-
-
-def _is_name(model):
-    return model is None or isinstance(model, (str, os.PathLike))
 
 
 class BertPoolingVectorizer(TransformerMixin, BaseEstimator):
@@ -419,7 +342,7 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         self : BertPoolingVectorizer
             The fitted vectorizer.
         """
-        _validate_texts(X)
+        validate_texts(X)
         device = _resolve_device(self.device)
         if self.backend != "torch" and device.type != "cpu":
             raise ValueError(
@@ -492,19 +415,7 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         )
 
     def _load(self, device):
-        if _is_name(self.model):
-            return _loading.load_by_name(self.model, device)
-        net, tokenizer, sbert_len, description = _loading.unpack_model_object(
-            self.model
-        )
-        net.to(device)
-        return _loading.LoadedEncoder(
-            net,
-            tokenizer,
-            description,
-            has_pooler=getattr(net, "pooler", None) is not None,
-            sbert_max_length=sbert_len,
-        )
+        return _loading.load_encoder(self.model, device)
 
     def _resolve_layers(self, n_layers):
         if self.layers is None:
@@ -611,7 +522,7 @@ TruncationWarning` per call says how many. ``None`` uses the model's
             ``output="torch"``.
         """
         check_is_fitted(self)
-        texts = _validate_texts(X)
+        texts = validate_texts(X)
         start = time.perf_counter()
         unique, inverse = {}, np.empty(len(texts), dtype=np.intp)
         for i, text in enumerate(texts):
@@ -841,21 +752,7 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         return tags
 
     def __sklearn_clone__(self):
-        # Share a model object instead of deep-copying its weights into every
-        # clone (clone() deep-copies non-estimator parameters); inference never
-        # modifies it. Names and paths are cloned as usual.
-        from sklearn.base import clone
-
-        if _is_name(self.model):
-            return super().__sklearn_clone__()
-        params = {
-            name: value if name == "model" else clone(value, safe=False)
-            for name, value in self.get_params(deep=False).items()
-        }
-        new = type(self)(**params)
-        if hasattr(self, "_sklearn_output_config"):
-            new._sklearn_output_config = dict(self._sklearn_output_config)
-        return new
+        return clone_sharing_model(self)
 
     #: parameters added after release 0.1.0.dev0, with the values that
     #: describe a vectorizer pickled by that release

@@ -1,0 +1,347 @@
+"""A fitted static pipeline as one token table, with the whitening folded in.
+
+A :class:`~sklearn_isotropy.StaticEmbeddingVectorizer` computes the weighted
+mean ``m = sum_t w_t e_t / sum_t w_t`` of its table rows ``e_t``, and the
+linear post-processors after it an affine map ``A(m) = (m - c) @ W + b``.
+Since the weights sum to one, ``A(m) = sum_t w_t A(e_t) / sum_t w_t``: the
+pipeline is the same weighted mean over the table of the rows' affine
+images. :func:`fold_static` computes that table (in float64), and the
+exporters write it:
+
+- to sentence-transformers, as a ``StaticEmbedding`` module, which can only
+  take a plain mean: each row is multiplied by its token's weight, so the
+  exported model returns ``sum_t w_t A(e_t) / n``, the pipeline's output
+  times ``sum_t w_t / n``, a positive number per text. Cosines (and any
+  other scale-free comparison) are the pipeline's; lengths are not;
+- to ONNX, as a ``Gather`` of rows and weights and their weighted mean:
+  the pipeline's output itself.
+
+``to_sentence_transformers``, ``to_onnx`` and ``save_onnx_pipeline``
+dispatch here when a pipeline starts with the static vectorizer.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._utils import check_target, import_optional, publish_directory
+from ..text import StaticEmbeddingVectorizer
+from ._affine import check_fitted, fold_affine, split_steps
+from ._onnx import _check_opset, _finish
+from ._pipeline import _CHECK_TEXTS
+from ._sentence_transformers import _import_st
+
+__all__ = [
+    "FoldedTable",
+    "fold_static",
+    "starts_with_static",
+    "static_to_onnx",
+    "static_to_sentence_transformers",
+    "save_static_onnx",
+]
+
+OUTPUT = "sentence_embedding"
+INPUTS = ("input_ids", "attention_mask")
+_SETTINGS_FILE = "sklearn_isotropy_onnx.json"
+# ReduceSum, Squeeze and Unsqueeze take their axes as an input from opset 13
+_MIN_OPSET = 13
+
+
+def starts_with_static(obj):
+    """True for a static vectorizer, or a Pipeline or list starting with one."""
+    if isinstance(obj, StaticEmbeddingVectorizer):
+        return True
+    try:
+        steps = split_steps(obj, what="export")
+    except (TypeError, ValueError):  # not a chain of estimators: the caller says
+        return False
+    return isinstance(steps[0][1], StaticEmbeddingVectorizer)
+
+
+@dataclass(frozen=True)
+class FoldedTable:
+    """A fitted static pipeline as one table: ``out = sum_t w_t table[t] / sum_t
+    w_t`` over a text's tokens ``t``, and ``empty`` for a text without any.
+
+    Attributes
+    ----------
+    table : ndarray of shape (n_tokens, n_features_out), float64
+    weights : ndarray of shape (n_tokens,), float64
+    empty : ndarray of shape (n_features_out,), float64
+    vectorizer : StaticEmbeddingVectorizer
+    steps : tuple of str
+        The names of the folded post-processors.
+    """
+
+    table: np.ndarray
+    weights: np.ndarray
+    empty: np.ndarray
+    vectorizer: StaticEmbeddingVectorizer
+    steps: tuple[str, ...]
+
+
+def fold_static(pipeline, *, what):
+    """The :class:`FoldedTable` of a fitted static vectorizer and the linear
+    post-processors after it."""
+    if isinstance(pipeline, StaticEmbeddingVectorizer):
+        steps = [("vectorizer", pipeline)]
+    else:
+        steps = split_steps(pipeline, what=what)
+    name, vec = steps[0]
+    check_fitted(name, vec, what=what)
+    table = vec.embeddings_.astype(np.float64)
+    empty = np.zeros(vec.hidden_size_)
+    post = steps[1:]
+    if post:
+        affine = fold_affine(post, what=what)
+        if affine.n_features_in != vec.hidden_size_:
+            raise ValueError(
+                f"{what}: the post-processors expect {affine.n_features_in} "
+                f"features but the vectorizer outputs {vec.hidden_size_}; refit "
+                "the pipeline."
+            )
+        table, empty = affine.apply(table), affine.apply(empty[None])[0]
+    weights = vec.token_weights_.astype(np.float64)
+    return FoldedTable(table, weights, empty, vec, tuple(n for n, _ in post))
+
+
+# ---------------------------------------------------- sentence-transformers
+def _model_card(folded):
+    vec = folded.vectorizer
+    steps = ", ".join(folded.steps) or "none"
+    return (
+        "\n## Exported from a scikit-learn pipeline (sklearn-isotropy)\n\n"
+        "A `StaticEmbedding` table written by `sklearn_isotropy.export."
+        "to_sentence_transformers` from a fitted pipeline: "
+        f"`StaticEmbeddingVectorizer(weighting={vec.weighting!r})` over a "
+        f"{vec.table_kind_} table of `{vec.model_name_}`, then the "
+        f"post-processors: {steps}, folded into the table's rows.\n\n"
+        "`StaticEmbedding` returns the plain mean of a text's rows, so each "
+        "row is multiplied by its token's weight: `encode(texts)` is the "
+        "pipeline's `transform(texts)` times a positive number per text (the "
+        "mean weight of its tokens). Cosine similarities are the pipeline's "
+        "(to about 1e-6); vector lengths are not. A text without tokens is a "
+        "row of zeros.\n"
+    )
+
+
+def static_to_sentence_transformers(pipeline, path, *, overwrite=False):
+    """:func:`~sklearn_isotropy.export.to_sentence_transformers` of a static
+    pipeline: one ``StaticEmbedding`` module (see the module's notes)."""
+    what = "to_sentence_transformers"
+    st, modules, _ = _import_st()
+    tokenizers = import_optional("tokenizers", purpose=what, extra="export")
+    folded = fold_static(pipeline, what=what)
+    check_target(path, overwrite=overwrite, what=what)
+    rows = folded.table * folded.weights[:, None]
+    tokenizer = tokenizers.Tokenizer.from_str(folded.vectorizer.tokenizer_.to_str())
+    module = modules.StaticEmbedding(
+        tokenizer, embedding_weights=np.ascontiguousarray(rows, dtype=np.float32)
+    )
+    model = st.SentenceTransformer(modules=[module], device="cpu")
+    model.eval()
+
+    def write(directory):
+        model.save(str(directory))
+        with open(directory / "README.md", "a", encoding="utf-8") as fh:
+            fh.write(_model_card(folded))
+
+    publish_directory(path, write, overwrite=overwrite, what=what)
+    return model
+
+
+# -------------------------------------------------------------------- ONNX
+def _graph(onnx, folded, opset):
+    """Gather rows and weights, their masked weighted mean, ``empty`` where a
+    text has no token."""
+    helper, numpy_helper = onnx.helper, onnx.numpy_helper
+    f32 = onnx.TensorProto.FLOAT
+
+    def const(name, value):
+        return numpy_helper.from_array(np.asarray(value, dtype=np.float32), name)
+
+    initializers = [
+        const("table", folded.table),
+        const("weights", folded.weights),
+        const("empty", folded.empty),
+        const("zero", 0.0),
+        const("one", 1.0),
+        numpy_helper.from_array(np.array([1], dtype=np.int64), "axis_1"),
+    ]
+    node = helper.make_node
+    nodes = [
+        node("Gather", ["table", "input_ids"], ["rows"], axis=0),
+        node("Gather", ["weights", "input_ids"], ["token_weights"], axis=0),
+        node("Cast", ["attention_mask"], ["mask"], to=f32),
+        node("Mul", ["token_weights", "mask"], ["w"]),
+        node("Unsqueeze", ["w", "axis_1"], ["w_row"]),
+        node("MatMul", ["w_row", "rows"], ["sum_row"]),
+        node("Squeeze", ["sum_row", "axis_1"], ["weighted_sum"]),
+        node("ReduceSum", ["w", "axis_1"], ["total"], keepdims=1),
+        node("Greater", ["total", "zero"], ["has_tokens"]),
+        node("Where", ["has_tokens", "total", "one"], ["divisor"]),
+        node("Div", ["weighted_sum", "divisor"], ["mean"]),
+        node("Where", ["has_tokens", "mean", "empty"], [OUTPUT]),
+    ]
+    width = folded.table.shape[1]
+    graph = helper.make_graph(
+        nodes,
+        "sklearn_isotropy_static",
+        [
+            helper.make_tensor_value_info(
+                n, onnx.TensorProto.INT64, ["batch", "tokens"]
+            )
+            for n in INPUTS
+        ],
+        [helper.make_tensor_value_info(OUTPUT, f32, ["batch", width])],
+        initializer=initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return _finish(
+        onnx,
+        model,
+        "sentence_embedding = the weighted mean of table rows over a text's "
+        "tokens (attention_mask 1), with the post-processors folded into the "
+        "rows; the row `empty` for a text without tokens",
+    )
+
+
+def _settings(folded):
+    vec = folded.vectorizer
+    return {
+        "input_names": list(INPUTS),
+        "output_name": OUTPUT,
+        "model": str(vec.model_name_),
+        "table": vec.table_kind_,
+        "weighting": vec.weighting,
+        "steps": list(folded.steps),
+        "add_special_tokens": False,
+    }
+
+
+def _feed(tokenizer, texts):
+    """The graph's inputs: token ids without special tokens, padded."""
+    tokenizers = import_optional("tokenizers", purpose="to_onnx", extra="onnx")
+    serving = tokenizers.Tokenizer.from_str(tokenizer.to_str())
+    serving.enable_padding(pad_id=0, pad_token=str(serving.id_to_token(0)))
+    encodings = serving.encode_batch(list(texts), add_special_tokens=False)
+    return {
+        "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
+        "attention_mask": np.array([e.attention_mask for e in encodings], np.int64),
+    }
+
+
+def _check_parity(model, pipeline, folded, texts):
+    ort = import_optional("onnxruntime", purpose="to_onnx", extra="onnx")
+    session = ort.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    got = session.run([OUTPUT], _feed(folded.vectorizer.tokenizer_, texts))[0]
+    expected = pipeline.transform(texts)
+    scale = max(1.0, float(np.max(np.abs(expected))))
+    error = np.inf
+    if got.shape == expected.shape:
+        error = float(np.max(np.abs(got - expected)))
+    if not error <= 1e-4 * scale:
+        raise RuntimeError(
+            f"to_onnx: the exported static pipeline differs from transform by up "
+            f"to {error:.3g} (tolerance {1e-4 * scale:.3g}) on {len(texts)} texts; "
+            "the export is wrong, please report it with the pipeline's parameters."
+        )
+
+
+def static_to_onnx(
+    pipeline, *, n_features=None, dtype=np.float32, target_opset=None, X_check=None
+):
+    """:func:`~sklearn_isotropy.export.to_onnx` of a static pipeline.
+
+    The graph's inputs are ``input_ids`` and ``attention_mask`` (int64,
+    ``(batch, tokens)``, tokenized without special tokens); its output
+    ``sentence_embedding`` (float32) equals the pipeline's ``transform``
+    to float32 round-off: the weighted mean of the folded table's rows.
+    """
+    onnx = import_optional("onnx", purpose="to_onnx", extra="onnx")
+    if n_features is not None:
+        raise ValueError(
+            f"n_features={n_features!r} is the width of embeddings, but this "
+            "pipeline starts from text (token ids); pass n_features=None."
+        )
+    if np.dtype(dtype) != np.float32:
+        raise ValueError(
+            "A static pipeline's graph computes in float32, as the vectorizer "
+            f"does; got dtype={np.dtype(dtype)}. Pass dtype=numpy.float32."
+        )
+    opset = _check_opset(
+        onnx, target_opset, minimum=_MIN_OPSET, graph="a static token table"
+    )
+    folded = fold_static(pipeline, what="to_onnx")
+    model = _graph(onnx, folded, opset)
+    onnx.helper.set_model_props(
+        model, {"sklearn_isotropy": json.dumps(_settings(folded), sort_keys=True)}
+    )
+    texts = _CHECK_TEXTS if X_check is None else list(X_check)
+    _check_parity(model, pipeline, folded, texts)
+    return model
+
+
+def _readme(settings):
+    steps = ", ".join(settings["steps"]) or "none"
+    return f"""# Static pipeline as one ONNX graph (sklearn-isotropy)
+
+`model.onnx` computes what the fitted scikit-learn pipeline's `transform(texts)`
+returned: the `{settings["weighting"]}`-weighted mean of a token table's rows
+(a {settings["table"]} table of `{settings["model"]}`), with the
+post-processors ({steps}) folded into the rows. Inputs: `input_ids` and
+`attention_mask` (int64, shape `(batch, tokens)`), from `tokenizer.json`
+beside it, which adds no special tokens and pads; output `{OUTPUT}`
+(float32, shape `(batch, width)`). Serving needs onnxruntime, numpy and the
+`tokenizers` package:
+
+```python
+import numpy as np
+import onnxruntime as ort
+from tokenizers import Tokenizer
+
+folder = "path/to/this/folder"
+tokenizer = Tokenizer.from_file(f"{{folder}}/tokenizer.json")
+session = ort.InferenceSession(f"{{folder}}/model.onnx",
+                               providers=["CPUExecutionProvider"])
+encodings = tokenizer.encode_batch(["A man is playing a guitar."])
+feed = {{
+    "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
+    "attention_mask": np.array([e.attention_mask for e in encodings],
+                               dtype=np.int64),
+}}
+embeddings = session.run(["{OUTPUT}"], feed)[0]
+```
+"""
+
+
+def save_static_onnx(pipeline, path, *, overwrite=False, X_check=None):
+    """:func:`~sklearn_isotropy.export.save_onnx_pipeline` of a static
+    pipeline: ``model.onnx``, a ``tokenizer.json`` that adds no special
+    tokens and pads, the settings and a README."""
+    what = "save_onnx_pipeline"
+    onnx = import_optional("onnx", purpose=what, extra="onnx")
+    tokenizers = import_optional("tokenizers", purpose=what, extra="onnx")
+    check_target(path, overwrite=overwrite, what=what)  # before the work
+    model = static_to_onnx(pipeline, X_check=X_check)
+    folded = fold_static(pipeline, what=what)
+    settings = _settings(folded)
+
+    def write(directory):
+        onnx.save(model, str(directory / "model.onnx"))
+        serving = tokenizers.Tokenizer.from_str(folded.vectorizer.tokenizer_.to_str())
+        serving.post_processor = None  # never adds special tokens
+        serving.enable_padding(pad_id=0, pad_token=str(serving.id_to_token(0)))
+        serving.save(str(directory / "tokenizer.json"))
+        (directory / _SETTINGS_FILE).write_text(
+            json.dumps(settings, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+        )
+        (directory / "README.md").write_text(_readme(settings), encoding="utf-8")
+
+    publish_directory(path, write, overwrite=overwrite, what=what)
+    return model

@@ -1,0 +1,490 @@
+"""Sentences to weighted means of static token vectors, a scikit-learn transformer."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Mapping
+from numbers import Integral, Real
+
+import numpy as np
+from scipy import sparse
+from sklearn.base import (
+    BaseEstimator,
+    ClassNamePrefixFeaturesOutMixin,
+    TransformerMixin,
+    _fit_context,
+)
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_is_fitted
+
+from .._utils import resolve_device
+from ._base import clone_sharing_model, validate_texts
+from ._static_table import DISTILL_POOLINGS, load_table
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["StaticEmbeddingVectorizer", "token_probabilities"]
+
+# The tolerance below which an eigenvalue of the frequency-weighted covariance
+# of the table counts as zero, relative to the largest (the table is float32,
+# whose round-off alone gives relative eigenvalues near 1e-14).
+_RANK_RTOL = 1e-10
+
+
+# ------------------------------------------------------------ tokenizing
+def token_ids(tokenizer, texts):
+    """``(ids, lengths)``: every text's token ids end to end, and their counts.
+
+    One batch call of the fast tokenizer, without special tokens (as
+    model2vec and sentence-transformers' ``StaticEmbedding`` tokenize).
+    """
+    encode = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
+    per_text = [encoding.ids for encoding in encode(texts, add_special_tokens=False)]
+    lengths = np.fromiter(map(len, per_text), dtype=np.intp, count=len(per_text))
+    ids = np.fromiter(
+        itertools.chain.from_iterable(per_text), dtype=np.intp, count=lengths.sum()
+    )
+    return ids, lengths
+
+
+def weighted_means(ids, lengths, weights, table):
+    """Rows ``sum_t w[t] table[t] / sum_t w[t]`` over each text's tokens ``t``.
+
+    One sparse product: a CSR matrix of normalised weights, a row per text,
+    times the table. A text without tokens gets a row of zeros.
+    """
+    n_texts = len(lengths)
+    indptr = np.zeros(n_texts + 1, dtype=np.intp)
+    np.cumsum(lengths, out=indptr[1:])
+    w = weights[ids].astype(np.float64)
+    rows = np.repeat(np.arange(n_texts), lengths)
+    totals = np.bincount(rows, weights=w, minlength=n_texts)
+    scale = np.divide(1.0, totals, out=np.zeros_like(totals), where=totals > 0)
+    data = (w * scale[rows]).astype(table.dtype)
+    mixing = sparse.csr_matrix((data, ids, indptr), shape=(n_texts, len(table)))
+    return np.asarray(mixing @ table, dtype=table.dtype)
+
+
+# -------------------------------------------------------------- weighting
+def token_probabilities(counts):
+    """Token probabilities from counts, the unseen tokens smoothed.
+
+    The unseen tokens (count 0) share the probability mass of a new token
+    that Good and Turing estimate from the rarest seen ones: ``n_min * c_min
+    / N``, where ``c_min`` is the smallest positive count, ``n_min`` how many
+    tokens have it and ``N`` the sum of the counts (with integer counts,
+    the share of the tokens seen once), capped at one half. The seen
+    tokens' relative frequencies are scaled down by that mass. The rule
+    depends only on ratios of counts, so relative frequencies work too.
+
+    Parameters
+    ----------
+    counts : ndarray of shape (n_tokens,)
+        Non-negative, finite, with a positive sum.
+
+    Returns
+    -------
+    probabilities : ndarray of shape (n_tokens,), float64
+        Positive, summing to one.
+    """
+    counts = np.asarray(counts, dtype=np.float64)
+    total = counts.sum()
+    seen = counts > 0
+    n_unseen = counts.size - np.count_nonzero(seen)
+    probabilities = counts / total
+    if n_unseen:
+        smallest = counts[seen].min()
+        new_mass = min(0.5, np.count_nonzero(counts == smallest) * smallest / total)
+        probabilities *= 1.0 - new_mass
+        probabilities[~seen] = new_mass / n_unseen
+    return probabilities
+
+
+def _uniform(embeddings, probabilities, vec):
+    return embeddings, np.ones(len(embeddings), dtype=np.float32)
+
+
+def _sif(embeddings, probabilities, vec):
+    a = vec.sif_coefficient
+    return embeddings, (a / (a + probabilities)).astype(np.float32)
+
+
+def _zipf(embeddings, probabilities, vec):
+    table = embeddings.astype(np.float64)
+    mean = probabilities @ table
+    table -= mean
+    covariance = table.T @ (table * probabilities[:, None])
+    evals, evecs = np.linalg.eigh(covariance)
+    evals, evecs = evals[::-1], evecs[:, ::-1]
+    keep = evals > _RANK_RTOL * max(evals[0], 0.0)
+    whitening = evecs[:, keep] / np.sqrt(evals[keep])
+    weights = np.ones(len(table), dtype=np.float32)
+    return (table @ whitening).astype(np.float32), weights
+
+
+#: ``weighting -> rule(embeddings, probabilities, vectorizer) -> (table,
+#: weights)``: the rows :meth:`transform` averages and their weights.
+WEIGHTINGS = {"uniform": _uniform, "sif": _sif, "zipf": _zipf}
+
+
+class StaticEmbeddingVectorizer(
+    ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
+):
+    """Encode texts as weighted means of static token vectors.
+
+    A text becomes the weighted mean of the rows of a token table over its
+    tokens: no transformer runs at :meth:`transform`, which is one call of
+    the fast tokenizer and one sparse matrix product, about two orders of
+    magnitude faster than encoding with the transformer (see
+    :doc:`/user_guide/static`). :meth:`fit` builds the table, either
+    distilled from a Hugging Face encoder (each vocabulary token alone
+    through the model) or read from a static model (model2vec,
+    sentence-transformers ``StaticEmbedding``), and estimates the token
+    frequencies the weighting needs from the texts it is given (no labels).
+
+    Static means are far more anisotropic than contextual embeddings, and
+    whitening helps them much more: ``make_pipeline(StaticEmbeddingVectorizer(),
+    WhiteningTransformer(...))`` is the intended use, and it exports as one
+    static table with the whitening folded in
+    (:func:`~sklearn_isotropy.export.to_sentence_transformers`,
+    :func:`~sklearn_isotropy.export.to_onnx`).
+
+    Parameters
+    ----------
+    model : None, str, os.PathLike, (model, tokenizer) or SentenceTransformer, \
+            default=None
+        Where the table comes from.
+
+        - an encoder, as for :class:`BertPoolingVectorizer`: ``None`` (the
+          default encoder, offline), a Hugging Face hub name or local
+          directory, a ``(model, tokenizer)`` pair or a
+          ``SentenceTransformer`` whose first module is a Transformer. Its
+          vocabulary is distilled into a table (see ``distill_pooling``),
+          which is cached on disk keyed by the encoder's weights.
+        - a static model: a folder holding ``model.safetensors`` and
+          ``tokenizer.json`` from model2vec (tensor ``embeddings``, and
+          ``mapping`` and ``weights`` if it has them, folded as
+          sentence-transformers folds them) or from sentence-transformers'
+          ``StaticEmbedding`` (tensor ``embedding.weight``), or a
+          sentence-transformers model folder or ``SentenceTransformer``
+          whose first module is a ``StaticEmbedding``. Its rows are read as
+          they are (float16 or int8 rows as float32).
+
+        The tokenizer must be a fast (Rust-backed) one.
+
+    weighting : {"uniform", "sif", "zipf"}, default="zipf"
+        How the token rows are combined.
+
+        - ``"uniform"``: the plain mean of the rows.
+        - ``"sif"``: smooth inverse frequency, each token weighted
+          ``a / (a + p(t))`` with ``a = sif_coefficient`` (Arora et al.).
+        - ``"zipf"``: Zipfian whitening (Yokoi et al.): the table is
+          centred and whitened under the token frequencies (mean and
+          covariance weighted by ``p(t)``), then rows are averaged
+          uniformly. A token's row norm then grows with its information
+          content, so rare tokens weigh more through their norms.
+          Directions in which the table does not vary under ``p(t)``
+          (eigenvalues below ``1e-10`` of the largest) are dropped, so the
+          output can be narrower than the table: 381 of 384 features for
+          the default encoder, whose mean-pooled outputs have three
+          features that are constant to 1e-7.
+
+        ``p(t)`` comes from ``frequencies``, or from the texts given to
+        :meth:`fit` (see :func:`token_probabilities` for the unseen
+        tokens). A full-rank whitening after the vectorizer makes
+        ``"zipf"`` and ``"uniform"`` give the same cosines (whitening is
+        invariant to an affine map of its input); they differ raw, and
+        with partial whitening such as ``noise_variance``.
+
+    sif_coefficient : float, default=1e-2
+        ``a`` of ``weighting="sif"``. Chosen on STS-B dev with the default
+        encoder (``benchmarks/bench_static.py``).
+
+    frequencies : None, dict or array-like of shape (n_tokens,), default=None
+        Token counts (or relative frequencies) for the weighting, e.g. from
+        a large corpus: a mapping from token strings (as
+        ``tokenizer.encode(text).tokens`` spells them) to counts, or one
+        count per token id. ``None`` counts the tokens of the texts given
+        to :meth:`fit`. Ignored with ``weighting="uniform"``.
+
+    distill_pooling : {"mean", "token"}, default="mean"
+        How a distilled token's outputs become its row: ``"mean"`` averages
+        the encoder's output over the whole input (``[CLS] token [SEP]``
+        for BERT: the mean-pooled embedding of the one-token text);
+        ``"token"`` takes the output at the token's position. ``"mean"``
+        was better on STS-B dev for every weighting. Ignored for a static
+        model.
+
+    batch_size : int, default=512
+        Vocabulary tokens per forward pass while distilling.
+
+    device : {"cpu", "cuda", "mps", "auto"} or str, default="cpu"
+        Where the encoder runs while distilling. :meth:`transform` runs on
+        the CPU.
+
+    verbose : int, default=0
+        If > 0, show a progress bar while distilling and log timings at
+        INFO level to the ``sklearn_isotropy`` logger.
+
+    Attributes
+    ----------
+    embeddings_ : ndarray of shape (n_tokens, hidden_size_), float32
+        The table :meth:`transform` averages, one row per token id (for
+        ``weighting="zipf"``, the whitened table).
+
+    token_weights_ : ndarray of shape (n_tokens,), float32
+        The weight of each token id in the mean (ones for ``"uniform"`` and
+        ``"zipf"``).
+
+    token_probabilities_ : ndarray of shape (n_tokens,) or None
+        The smoothed token probabilities the weighting used; None for
+        ``weighting="uniform"``.
+
+    tokenizer_ : tokenizers.Tokenizer
+        The fast tokenizer, without padding or truncation.
+
+    hidden_size_ : int
+        Width of the output.
+
+    model_name_ : str
+        Where the table came from: the encoder's directory or hub name, the
+        static model's folder, or a description of the object passed.
+
+    table_kind_ : {"distilled", "model2vec", "sentence-transformers"}
+        How the table was obtained.
+
+    See Also
+    --------
+    BertPoolingVectorizer : The contextual encoder itself, slower and better.
+    sklearn_isotropy.export.to_sentence_transformers : Export a fitted
+        static pipeline as a sentence-transformers ``StaticEmbedding``.
+
+    Notes
+    -----
+    Texts are tokenized without special tokens and without a length limit.
+    A text with no token at all (the empty string) is the mean of no rows,
+    taken as a row of zeros, as ``torch.nn.EmbeddingBag`` and model2vec
+    take it.
+
+    The distilled table of an encoder is cached under
+    ``$SKLEARN_ISOTROPY_STATIC_CACHE`` (default
+    ``~/.cache/sklearn_isotropy/static``), keyed by the encoder's weights,
+    configuration and tokenizer and by ``distill_pooling``: a second
+    :meth:`fit`, in this process or another, reads it.
+
+    References
+    ----------
+    .. [1] Arora, Liang and Ma, "A Simple but Tough-to-Beat Baseline for
+       Sentence Embeddings", ICLR 2017.
+    .. [2] Yokoi, Bao, Kurita and Shimodaira, "Zipfian Whitening", NeurIPS
+       2024, arXiv:2411.00680.
+    .. [3] Tulkens and van Dongen, "Model2Vec: Fast State-of-the-Art Static
+       Embeddings", 2024.
+
+    Examples
+    --------
+    A tiny randomly initialised BERT keeps this example offline and fast:
+
+    >>> from transformers import BertConfig, BertModel, BertTokenizerFast
+    >>> from sklearn_isotropy import StaticEmbeddingVectorizer
+    >>> words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat"]
+    >>> tokenizer = BertTokenizerFast(vocab={w: i for i, w in enumerate(words)})
+    >>> config = BertConfig(vocab_size=len(words), hidden_size=16,
+    ...                     num_hidden_layers=2, num_attention_heads=2,
+    ...                     intermediate_size=32)
+    >>> vec = StaticEmbeddingVectorizer((BertModel(config), tokenizer),
+    ...                                 weighting="sif")
+    >>> X = vec.fit_transform(["the cat sat", "the cat", "sat"])
+    >>> X.shape, X.dtype
+    ((3, 16), dtype('float32'))
+    >>> vec.embeddings_.shape
+    (8, 16)
+
+    With the default encoder and a whitening, fitted on unlabelled texts:
+
+    >>> from sklearn.pipeline import make_pipeline
+    >>> from sklearn_isotropy import WhiteningTransformer
+    >>> pipe = make_pipeline(StaticEmbeddingVectorizer(), WhiteningTransformer())
+    >>> embeddings = pipe.fit_transform(sentences)  # doctest: +SKIP
+    """
+
+    _parameter_constraints: dict = {
+        "model": "no_validation",  # resolved in fit, with a clear TypeError
+        "weighting": [StrOptions(set(WEIGHTINGS))],
+        "sif_coefficient": [Interval(Real, 0, None, closed="neither")],
+        "frequencies": [None, Mapping, "array-like"],
+        "distill_pooling": [StrOptions(set(DISTILL_POOLINGS))],
+        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "device": [str],
+        "verbose": ["verbose"],
+    }
+
+    def __init__(
+        self,
+        model=None,
+        *,
+        weighting="zipf",
+        sif_coefficient=1e-2,
+        frequencies=None,
+        distill_pooling="mean",
+        batch_size=512,
+        device="cpu",
+        verbose=0,
+    ):
+        self.model = model
+        self.weighting = weighting
+        self.sif_coefficient = sif_coefficient
+        self.frequencies = frequencies
+        self.distill_pooling = distill_pooling
+        self.batch_size = batch_size
+        self.device = device
+        self.verbose = verbose
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y=None):
+        """Build the token table and the token weights.
+
+        Parameters
+        ----------
+        X : iterable of str
+            Texts (a list, tuple, 1-D array or pandas Series) whose tokens
+            are counted for the weighting, unless ``frequencies`` is given.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        self : StaticEmbeddingVectorizer
+            The fitted vectorizer.
+        """
+        texts = validate_texts(X)
+        start = time.perf_counter()
+        device, _ = resolve_device(self.device, owner=type(self).__name__)
+        table = load_table(
+            self.model,
+            self.distill_pooling,
+            self.batch_size,
+            device,
+            verbose=self.verbose,
+        )
+        probabilities = None
+        if self.weighting != "uniform":
+            counts = self._token_counts(table.tokenizer, len(table.embeddings), texts)
+            probabilities = token_probabilities(counts)
+        embeddings, weights = WEIGHTINGS[self.weighting](
+            table.embeddings, probabilities, self
+        )
+        self.embeddings_ = np.ascontiguousarray(embeddings, dtype=np.float32)
+        self.token_weights_ = weights
+        self.token_probabilities_ = probabilities
+        self.tokenizer_ = table.tokenizer
+        self.hidden_size_ = int(self.embeddings_.shape[1])
+        self.model_name_ = table.source
+        self.table_kind_ = table.kind
+        if self.verbose:
+            logger.info(
+                "Fitted a %s table of %d tokens x %d in %.2f s",
+                table.kind,
+                *self.embeddings_.shape,
+                time.perf_counter() - start,
+            )
+        return self
+
+    def _token_counts(self, tokenizer, n_tokens, texts):
+        """Counts per token id: from ``frequencies``, or from ``texts``."""
+        if self.frequencies is None:
+            ids, _ = token_ids(tokenizer, texts)
+            if not len(ids):
+                raise ValueError(
+                    f"weighting={self.weighting!r} needs token frequencies, but "
+                    "the texts given to fit hold no token. Fit on texts "
+                    "(unlabelled ones from the domain are best) or pass "
+                    "frequencies=."
+                )
+            return np.bincount(ids, minlength=n_tokens)
+        if isinstance(self.frequencies, Mapping):
+            counts = np.zeros(n_tokens)
+            unknown = []
+            for token, count in self.frequencies.items():
+                index = tokenizer.token_to_id(str(token))
+                if index is None:
+                    unknown.append(token)
+                else:
+                    counts[index] = count
+            if unknown:
+                raise ValueError(
+                    f"frequencies names {len(unknown)} tokens that are not in the "
+                    f"tokenizer's vocabulary, such as {unknown[:5]!r}; give counts "
+                    "of its tokens, as tokenizer.encode(text).tokens spells them."
+                )
+        else:
+            counts = np.asarray(self.frequencies, dtype=np.float64)
+            if counts.shape != (n_tokens,):
+                raise ValueError(
+                    f"frequencies has shape {counts.shape}, but the tokenizer has "
+                    f"{n_tokens} token ids; pass one count per id, or a dict from "
+                    "token to count."
+                )
+        if not np.all(np.isfinite(counts)) or np.any(counts < 0):
+            raise ValueError(
+                "frequencies must be finite and non-negative; got values from "
+                f"{np.nanmin(counts)} to {np.nanmax(counts)}."
+            )
+        if not counts.sum() > 0:
+            raise ValueError(
+                "frequencies are all zero; pass the counts of at least one token."
+            )
+        return counts
+
+    def transform(self, X):
+        """Encode texts.
+
+        Parameters
+        ----------
+        X : iterable of str
+            Texts (a list, tuple, 1-D array or pandas Series).
+
+        Returns
+        -------
+        X_new : ndarray of shape (n_texts, hidden_size_), float32
+            The weighted mean of each text's token rows, in input order (a
+            row of zeros for a text without tokens).
+        """
+        check_is_fitted(self)
+        texts = validate_texts(X)
+        ids, lengths = token_ids(self.tokenizer_, texts)
+        return weighted_means(ids, lengths, self.token_weights_, self.embeddings_)
+
+    def fit_transform(self, X, y=None):
+        """Fit, then encode ``X``; same as ``fit(X).transform(X)``.
+
+        Parameters
+        ----------
+        X : iterable of str
+            Texts.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        X_new : ndarray of shape (n_texts, hidden_size_), float32
+            The encoded texts.
+        """
+        return self.fit(X, y).transform(X)
+
+    @property
+    def _n_features_out(self):
+        return self.hidden_size_
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.string = True
+        tags.input_tags.two_d_array = False
+        tags.requires_fit = True
+        tags.transformer_tags.preserves_dtype = []
+        return tags
+
+    def __sklearn_clone__(self):
+        return clone_sharing_model(self)

@@ -1,0 +1,285 @@
+"""The token table of :class:`~sklearn_isotropy.StaticEmbeddingVectorizer`.
+
+A table is one float32 row per token id of a fast tokenizer. It is either
+distilled from a Hugging Face encoder (every vocabulary token run alone
+through the model, in batches; :func:`distil`) or read from a folder that
+already holds one: a model2vec model (``model.safetensors`` with an
+``embeddings`` tensor, ``tokenizer.json``) or a sentence-transformers
+``StaticEmbedding`` module (``model.safetensors`` with ``embedding.weight``,
+``tokenizer.json``), alone or as the first module of a sentence-transformers
+model folder (``modules.json``). Distilled tables are cached on disk
+(``_static_cache.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .._utils import import_optional, progress_bar
+from . import _cache, _loading
+from ._base import is_model_name
+from ._static_cache import cached_table
+
+logger = logging.getLogger(__name__)
+
+#: How the outputs of a token run alone through the encoder become its row:
+#: ``"mean"``, the mean over every position (the special tokens around it
+#: included), which is the encoder's mean-pooled embedding of the one-token
+#: text; ``"token"``, the output at the token's own position.
+DISTILL_POOLINGS = ("mean", "token")
+
+#: Version of the distilled tables (input layout, pooling); part of the key
+#: of the cache, so a change is distilled anew.
+DISTILL_VERSION = 1
+
+_PURPOSE = "StaticEmbeddingVectorizer"
+_ST_KEY, _M2V_KEY = "embedding.weight", "embeddings"
+
+
+@dataclass
+class TokenTable:
+    """A token table and the tokenizer whose ids index its rows."""
+
+    embeddings: np.ndarray  # (n_tokens, dim) float32
+    tokenizer: object  # tokenizers.Tokenizer, without padding or truncation
+    kind: str  # "distilled", "model2vec" or "sentence-transformers"
+    source: str  # where it came from, for messages and model cards
+
+
+def plain_tokenizer(tokenizer):
+    """A copy of a fast tokenizer as a ``tokenizers.Tokenizer``, without the
+    padding or truncation it may carry (a static table has no length limit)."""
+    tokenizers = import_optional("tokenizers", purpose=_PURPOSE, extra="text")
+    backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
+    if not isinstance(backend, tokenizers.Tokenizer):
+        raise TypeError(
+            f"{_PURPOSE} needs a fast (Rust-backed) tokenizer, as model2vec and "
+            f"sentence-transformers' StaticEmbedding do; got "
+            f"{type(tokenizer).__name__}. Load the model's tokenizer with "
+            "AutoTokenizer.from_pretrained(..., use_fast=True)."
+        )
+    copy = tokenizers.Tokenizer.from_str(backend.to_str())
+    copy.no_padding()
+    copy.no_truncation()
+    return copy
+
+
+def vocabulary_size(tokenizer):
+    """One more than the largest token id of a ``tokenizers.Tokenizer``."""
+    return max(tokenizer.get_vocab(with_added_tokens=True).values()) + 1
+
+
+# ------------------------------------------------------------ static folders
+def _modules_folder(path):
+    """The folder of the first module of a sentence-transformers model folder
+    if that module is a ``StaticEmbedding``, else None."""
+    try:
+        modules = json.loads((path / "modules.json").read_text(encoding="utf-8"))
+        first = modules[0]
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return None
+    if not str(first.get("type", "")).endswith("StaticEmbedding"):
+        return None
+    return path / str(first.get("path", ""))
+
+
+def _tensor_names(file):
+    safetensors = import_optional("safetensors", purpose=_PURPOSE, extra="text")
+    try:
+        with safetensors.safe_open(str(file), framework="numpy") as handle:
+            return set(handle.keys())
+    except Exception:  # noqa: BLE001 - not a safetensors file: not a static model
+        return set()
+
+
+def static_folder(model):
+    """The folder holding a static table named by ``model``, or None.
+
+    A folder qualifies when it holds ``tokenizer.json`` and a
+    ``model.safetensors`` with an ``embeddings`` (model2vec) or
+    ``embedding.weight`` (``StaticEmbedding``) tensor, or is a
+    sentence-transformers model whose first module is a ``StaticEmbedding``.
+    """
+    if model is None or not isinstance(model, (str, os.PathLike)):
+        return None
+    path = Path(os.fspath(model)).expanduser()
+    if not path.is_dir():
+        return None
+    if (path / "modules.json").is_file():
+        path = _modules_folder(path)
+        if path is None:
+            return None
+    weights = path / "model.safetensors"
+    if not (weights.is_file() and (path / "tokenizer.json").is_file()):
+        return None
+    return path if _tensor_names(weights) & {_ST_KEY, _M2V_KEY} else None
+
+
+def _model2vec_rows(tensors):
+    """model2vec's rows per token id: ``embeddings[mapping] * weights``, as
+    sentence-transformers folds them (``mapping`` and ``weights`` are optional;
+    vocabulary-quantised models have them)."""
+    rows = np.asarray(tensors[_M2V_KEY], dtype=np.float32)
+    if "mapping" in tensors:
+        rows = rows[np.asarray(tensors["mapping"], dtype=np.intp)]
+    if "weights" in tensors:
+        rows = rows * np.asarray(tensors["weights"], dtype=np.float32)[:, None]
+    return rows
+
+
+def read_static_folder(folder):
+    """The :class:`TokenTable` of a folder found by :func:`static_folder`."""
+    tokenizers = import_optional("tokenizers", purpose=_PURPOSE, extra="text")
+    safetensors_numpy = import_optional(
+        "safetensors.numpy", purpose=_PURPOSE, extra="text"
+    )
+    tensors = safetensors_numpy.load_file(str(folder / "model.safetensors"))
+    if _ST_KEY in tensors:
+        kind, rows = "sentence-transformers", tensors[_ST_KEY]
+    else:
+        kind, rows = "model2vec", _model2vec_rows(tensors)
+    # float16 and int8 tables are read as float32: a common scale of the
+    # rows changes no cosine
+    rows = np.ascontiguousarray(rows, dtype=np.float32)
+    tokenizer = plain_tokenizer(
+        tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
+    )
+    n_tokens = vocabulary_size(tokenizer)
+    if rows.ndim != 2 or rows.shape[0] < n_tokens:
+        raise ValueError(
+            f"The static model in {str(folder)!r} has a table of shape "
+            f"{rows.shape}, but its tokenizer has {n_tokens} token ids: a table "
+            "needs one row per id. The folder is damaged or its files come from "
+            "different models."
+        )
+    if not np.all(np.isfinite(rows)):
+        raise ValueError(
+            f"The static model in {str(folder)!r} has non-finite values in its "
+            "table; the file is damaged."
+        )
+    return TokenTable(rows[:n_tokens], tokenizer, kind, str(folder))
+
+
+def _sentence_transformer_table(model):
+    """The table of a ``SentenceTransformer`` starting with a ``StaticEmbedding``."""
+    if type(model).__module__.split(".")[0] != "sentence_transformers":
+        return None
+    first = model[0]
+    if type(first).__name__ != "StaticEmbedding":
+        return None
+    rows = first.embedding.weight.detach().to("cpu").float().numpy()
+    tokenizer = plain_tokenizer(first.tokenizer)
+    description = f"SentenceTransformer(StaticEmbedding({rows.shape[1]}))"
+    return TokenTable(
+        np.ascontiguousarray(rows[: vocabulary_size(tokenizer)]),
+        tokenizer,
+        "sentence-transformers",
+        description,
+    )
+
+
+# -------------------------------------------------------------- distilling
+def _template(tokenizer):
+    """``(prefix, suffix)``: the special-token ids the tokenizer puts around a
+    one-token text (``[CLS]`` and ``[SEP]`` for BERT)."""
+    encoding = tokenizer.encode("a", add_special_tokens=True)
+    inner = [i for i, special in enumerate(encoding.special_tokens_mask) if not special]
+    if not inner:
+        raise ValueError(
+            "The tokenizer turns the text 'a' into special tokens only; cannot "
+            "find where a token goes between its special tokens."
+        )
+    ids = encoding.ids
+    return ids[: inner[0]], ids[inner[-1] + 1 :]
+
+
+def distil(loaded, pooling, batch_size, *, verbose=0):
+    """Run each vocabulary token alone through the encoder: the ``(n_tokens,
+    hidden_size)`` float32 table of :data:`DISTILL_POOLINGS` ``pooling``.
+
+    Each token id ``t`` becomes the input ``prefix + [t] + suffix`` (``[CLS] t
+    [SEP]`` for BERT, token type 0): inputs of one length, so batches have no
+    padding.
+    """
+    torch, _ = _loading.import_text_deps()
+    tokenizer = plain_tokenizer(loaded.tokenizer)
+    prefix, suffix = _template(tokenizer)
+    n_tokens = vocabulary_size(tokenizer)
+    model = loaded.model
+    n_rows = model.get_input_embeddings().num_embeddings
+    if n_tokens > n_rows:
+        raise ValueError(
+            f"The tokenizer has token ids up to {n_tokens - 1}, but the model "
+            f"embeds only {n_rows} ids; the tokenizer and the model do not match."
+        )
+    width = len(prefix) + 1 + len(suffix)
+    inputs = np.empty((n_tokens, width), dtype=np.int64)
+    inputs[:, : len(prefix)] = prefix
+    inputs[:, len(prefix)] = np.arange(n_tokens)
+    inputs[:, len(prefix) + 1 :] = suffix
+    needs_types = "token_type_ids" in getattr(loaded.tokenizer, "model_input_names", ())
+    device = next(model.parameters()).device
+    out = np.empty((n_tokens, model.config.hidden_size), dtype=np.float32)
+    start = time.perf_counter()
+    bar = progress_bar(
+        total=n_tokens, desc="Distilling", unit="token", enabled=bool(verbose)
+    )
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode(), bar:
+            for begin in range(0, n_tokens, batch_size):
+                ids = torch.from_numpy(inputs[begin : begin + batch_size]).to(device)
+                feed = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+                if needs_types:
+                    feed["token_type_ids"] = torch.zeros_like(ids)
+                output = model(**feed)
+                hidden = getattr(output, "last_hidden_state", None)
+                hidden = output[0] if hidden is None else hidden
+                rows = (
+                    hidden.mean(dim=1) if pooling == "mean" else hidden[:, len(prefix)]
+                )
+                out[begin : begin + len(ids)] = rows.float().cpu().numpy()
+                bar.update(len(ids))
+    finally:
+        if was_training:
+            model.train()
+    logger.info(
+        "Distilled %d tokens of %s in %.1f s",
+        n_tokens,
+        loaded.source,
+        time.perf_counter() - start,
+    )
+    return out, tokenizer
+
+
+def load_table(model, pooling, batch_size, device, *, verbose=0):
+    """The :class:`TokenTable` of ``model``: read from a static model, or
+    distilled from an encoder (read from the cache when distilled before)."""
+    folder = static_folder(model)
+    if folder is not None:
+        return read_static_folder(folder)
+    if not is_model_name(model):
+        table = _sentence_transformer_table(model)
+        if table is not None:
+            return table
+    loaded = _loading.load_encoder(model, device)
+    tokenizer = plain_tokenizer(loaded.tokenizer)  # fail before the work
+    key = {
+        "model": _cache.fingerprint(loaded),
+        "pooling": pooling,
+        "version": DISTILL_VERSION,
+    }
+
+    def compute():
+        return distil(loaded, pooling, batch_size, verbose=verbose)[0]
+
+    rows = cached_table(key, compute)
+    return TokenTable(rows, tokenizer, "distilled", loaded.source)

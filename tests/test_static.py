@@ -1,0 +1,452 @@
+"""Tests of StaticEmbeddingVectorizer and its exports.
+
+The tiny BERT of ``conftest.tiny_bert`` is distilled (well under a second).
+References are independent: the encoder run on each token by transformers,
+weighted means computed text by text in Python from transformers'
+tokenizer, sentence-transformers' own ``encode`` for the exported models
+and the model2vec / StaticEmbedding folders, and onnxruntime for the graphs.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose
+from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
+from sklearn.pipeline import make_pipeline
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from sklearn_isotropy import (  # noqa: E402
+    StandardNormalizer,
+    StaticEmbeddingVectorizer,
+    WhiteningTransformer,
+)
+from sklearn_isotropy.text._static import token_probabilities  # noqa: E402
+
+TEXTS = [
+    "the cat sat on the mat",
+    "a dog ran fast",
+    "the big red dog was playing !",
+    "xyzzy",
+    "the woman is reading , the man is walking .",
+    "a small blue cat sat",
+    "the dog and the cat",
+    "walking reads played",
+]
+
+FIT_TEXTS = [
+    f"{a} {b} {c} {d}"
+    for a, b, c, d in zip(
+        "the a the a the the a the".split() * 4,
+        "cat dog man woman mat cat dog man".split() * 4,
+        "sat ran is was sat walked read played".split() * 4,
+        "fast slow big small red blue on the".split() * 4,
+        strict=True,
+    )
+] + ["x y z"]  # tokens seen once
+
+
+@pytest.fixture(autouse=True)
+def static_cache(tmp_path, monkeypatch):
+    """Distilled tables go to a fresh directory per test, never ~/.cache."""
+    directory = tmp_path / "static_cache"
+    monkeypatch.setenv("SKLEARN_ISOTROPY_STATIC_CACHE", str(directory))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def hf(tiny_bert):
+    from transformers import AutoModel, AutoTokenizer
+
+    return AutoModel.from_pretrained(tiny_bert).eval(), AutoTokenizer.from_pretrained(
+        tiny_bert
+    )
+
+
+@pytest.fixture(scope="module")
+def fitted(tiny_bert, tmp_path_factory):
+    """One fitted vectorizer per weighting (shared; do not modify)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(
+            "SKLEARN_ISOTROPY_STATIC_CACHE", str(tmp_path_factory.mktemp("cache"))
+        )
+        return {
+            w: StaticEmbeddingVectorizer(tiny_bert, weighting=w).fit(FIT_TEXTS)
+            for w in ("uniform", "sif", "zipf")
+        }
+
+
+def token_rows(hf, ids, pooling="mean"):
+    """Each token run alone, ``[CLS] t [SEP]``, by transformers itself."""
+    model, tokenizer = hf
+    rows = []
+    for i in ids:
+        input_ids = torch.tensor([[tokenizer.cls_token_id, i, tokenizer.sep_token_id]])
+        with torch.no_grad():
+            hidden = model(input_ids=input_ids).last_hidden_state[0].double().numpy()
+        rows.append(hidden.mean(axis=0) if pooling == "mean" else hidden[1])
+    return np.array(rows)
+
+
+def loop_reference(hf, texts, table, weights):
+    """Weighted means computed text by text, token by token."""
+    _, tokenizer = hf
+    out = []
+    for text in texts:
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        total, acc = 0.0, np.zeros(table.shape[1])
+        for i in ids:
+            acc += weights[i] * table[i].astype(np.float64)
+            total += weights[i]
+        out.append(acc / total if ids else acc)
+    return np.array(out)
+
+
+def counts_of(hf, texts, n_tokens):
+    _, tokenizer = hf
+    counts = np.zeros(n_tokens)
+    for text in texts:
+        for i in tokenizer(text, add_special_tokens=False)["input_ids"]:
+            counts[i] += 1
+    return counts
+
+
+def cosine(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+# ------------------------------------------------------------- distillation
+@pytest.mark.parametrize("pooling", ["mean", "token"])
+def test_distilled_rows_are_each_token_alone_through_the_model(tiny_bert, hf, pooling):
+    vec = StaticEmbeddingVectorizer(
+        tiny_bert, weighting="uniform", distill_pooling=pooling, batch_size=7
+    ).fit(["a"])
+    n_tokens = max(hf[1].get_vocab().values()) + 1  # the tiny vocabulary has gaps
+    assert vec.embeddings_.shape == (n_tokens, 32)
+    assert vec.table_kind_ == "distilled" and vec.hidden_size_ == 32
+    assert_allclose(
+        vec.embeddings_, token_rows(hf, range(n_tokens), pooling), atol=2e-6
+    )
+
+
+def test_a_model_object_and_its_path_give_the_same_table(tiny_bert, hf):
+    by_path = StaticEmbeddingVectorizer(tiny_bert, weighting="uniform").fit(["a"])
+    by_object = StaticEmbeddingVectorizer(hf, weighting="uniform").fit(["a"])
+    assert_allclose(by_object.embeddings_, by_path.embeddings_, rtol=1e-6)
+
+
+# ------------------------------------------------------- transform, weights
+@pytest.mark.parametrize("weighting", ["uniform", "sif", "zipf"])
+def test_transform_is_the_weighted_mean_of_each_texts_rows(fitted, hf, weighting):
+    vec = fitted[weighting]
+    got = vec.transform(TEXTS)
+    assert got.dtype == np.float32 and got.shape == (len(TEXTS), vec.hidden_size_)
+    expected = loop_reference(hf, TEXTS, vec.embeddings_, vec.token_weights_)
+    assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_sif_weights_follow_the_counts_of_the_fit_texts(fitted, hf):
+    vec = fitted["sif"]
+    counts = counts_of(hf, FIT_TEXTS, len(vec.embeddings_))
+    total, n_once = counts.sum(), np.sum(counts == 1)
+    unseen = counts == 0
+    assert n_once > 0 and unseen.any()
+    p = counts / total * (1 - n_once / total)
+    p[unseen] = n_once / total / unseen.sum()
+    assert_allclose(vec.token_probabilities_, p, rtol=1e-12)
+    assert_allclose(vec.token_weights_, 1e-2 / (1e-2 + p), rtol=1e-6)
+    # the uniform table is the distilled one
+    assert_allclose(vec.embeddings_, fitted["uniform"].embeddings_)
+
+
+def test_token_probabilities_smoothing():
+    # N = 5, two tokens seen once: the unseen share 2/5
+    p = token_probabilities([3, 1, 1, 0, 0])
+    assert_allclose(p, [0.36, 0.12, 0.12, 0.2, 0.2])
+    assert_allclose(token_probabilities([6, 2, 2, 0, 0]), p)  # scale-free
+    assert_allclose(token_probabilities([2, 1, 1]), [0.5, 0.25, 0.25])
+    # all seen once: capped at half for the unseen
+    assert_allclose(token_probabilities([1, 1, 0]), [0.25, 0.25, 0.5])
+
+
+def test_zipf_table_is_white_under_the_token_frequencies(fitted):
+    vec = fitted["zipf"]
+    p, table = vec.token_probabilities_, vec.embeddings_.astype(np.float64)
+    assert_allclose(p @ table, 0, atol=1e-5)
+    covariance = table.T @ (table * p[:, None])
+    assert_allclose(covariance, np.eye(vec.hidden_size_), atol=1e-4)
+    assert_allclose(vec.token_weights_, 1.0)
+
+
+@pytest.mark.filterwarnings("ignore::sklearn_isotropy.exceptions.RankDeficiencyWarning")
+def test_zipf_and_uniform_agree_after_a_full_whitening(fitted):
+    # whitening is invariant to an affine map of its input, up to a rotation
+    fit_texts = FIT_TEXTS + TEXTS
+    cosines = []
+    for weighting in ("uniform", "zipf"):
+        whiten = WhiteningTransformer().fit(fitted[weighting].transform(fit_texts))
+        Z = whiten.transform(fitted[weighting].transform(TEXTS))
+        cosines.append(cosine(Z[:-1], Z[1:]))
+    assert_allclose(cosines[0], cosines[1], atol=1e-4)
+
+
+def test_user_frequencies_as_a_dict_or_an_array(fitted, tiny_bert, hf):
+    counts = counts_of(hf, FIT_TEXTS, len(fitted["sif"].embeddings_))
+    vocab = {i: t for t, i in hf[1].get_vocab().items()}
+    as_dict = {vocab[i]: c for i, c in enumerate(counts) if c}
+    for frequencies in (as_dict, counts, counts / counts.sum()):
+        vec = StaticEmbeddingVectorizer(
+            tiny_bert, weighting="sif", frequencies=frequencies
+        ).fit(["texts are ignored"])
+        assert_allclose(vec.token_weights_, fitted["sif"].token_weights_, rtol=1e-6)
+
+
+def test_empty_and_unknown_texts(fitted, hf):
+    vec = fitted["sif"]
+    got = vec.transform(["", "   ", "ω"])
+    assert_allclose(got[:2], 0)  # the mean of no rows
+    unk = hf[1].unk_token_id
+    assert_allclose(got[2], vec.embeddings_[unk], rtol=1e-6)
+
+
+def test_pickle_clone_and_feature_names(fitted, hf):
+    vec = fitted["zipf"]
+    back = pickle.loads(pickle.dumps(vec))
+    assert_allclose(back.transform(TEXTS), vec.transform(TEXTS))
+    names = vec.get_feature_names_out()
+    assert list(names[:2]) == [
+        "staticembeddingvectorizer0",
+        "staticembeddingvectorizer1",
+    ]
+    assert len(names) == vec.hidden_size_
+    shared = StaticEmbeddingVectorizer(hf)
+    assert clone(shared).model is hf  # the model object is shared, not copied
+    assert clone(vec).get_params() == vec.get_params()
+
+
+# ------------------------------------------------------------- bad input
+def test_bad_input(fitted, tiny_bert):
+    vec = fitted["sif"]
+    with pytest.raises(ValueError, match="string object received"):
+        vec.transform("the cat")
+    with pytest.raises(ValueError, match="empty sequence"):
+        vec.transform([])
+    with pytest.raises(TypeError, match="index 1"):
+        vec.transform(["a", None])
+    with pytest.raises(NotFittedError):
+        StaticEmbeddingVectorizer(tiny_bert).transform(["a"])
+    with pytest.raises(ValueError, match="weighting"):
+        StaticEmbeddingVectorizer(tiny_bert, weighting="tfidf").fit(["a"])
+    with pytest.raises(ValueError, match="hold no token"):
+        StaticEmbeddingVectorizer(tiny_bert, weighting="sif").fit(["", " "])
+    with pytest.raises(ValueError, match="not in the tokenizer's vocabulary"):
+        StaticEmbeddingVectorizer(tiny_bert, frequencies={"zebra": 3}).fit(["a"])
+    with pytest.raises(ValueError, match="one count per id"):
+        StaticEmbeddingVectorizer(tiny_bert, frequencies=np.ones(3)).fit(["a"])
+    n_tokens = len(vec.embeddings_)
+    with pytest.raises(ValueError, match="finite and non-negative"):
+        StaticEmbeddingVectorizer(tiny_bert, frequencies=-np.ones(n_tokens)).fit(["a"])
+    with pytest.raises(ValueError, match="all zero"):
+        StaticEmbeddingVectorizer(tiny_bert, frequencies=np.zeros(n_tokens)).fit(["a"])
+
+
+def test_a_tokenizer_that_is_not_fast_is_refused(hf):
+    def tokenizer(texts, **kwargs):  # callable, but not a fast tokenizer
+        return {}
+
+    with pytest.raises(TypeError, match="fast"):
+        StaticEmbeddingVectorizer((hf[0], tokenizer)).fit(["a"])
+
+
+# ---------------------------------------------------------- static models
+def _tokenizer_json(hf, folder):
+    hf[1].backend_tokenizer.save(str(folder / "tokenizer.json"))
+
+
+def test_reads_a_model2vec_folder(hf, tmp_path):
+    from safetensors.numpy import save_file
+
+    n_tokens = max(hf[1].get_vocab().values()) + 1
+    rng = np.random.default_rng(0)
+    embeddings = rng.normal(size=(40, 6)).astype(np.float32)
+    mapping = rng.integers(0, 40, size=n_tokens)
+    weights = rng.uniform(0.5, 2.0, size=n_tokens).astype(np.float32)
+    save_file(
+        {"embeddings": embeddings, "mapping": mapping, "weights": weights},
+        str(tmp_path / "model.safetensors"),
+    )
+    _tokenizer_json(hf, tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "model2vec"}))
+    vec = StaticEmbeddingVectorizer(tmp_path, weighting="uniform").fit(["a"])
+    assert vec.table_kind_ == "model2vec"
+    rows = embeddings[mapping] * weights[:, None]
+    assert_allclose(vec.embeddings_, rows, rtol=1e-6)
+    # model2vec's encoding: the plain mean of a text's rows
+    expected = loop_reference(hf, TEXTS, rows, np.ones(n_tokens))
+    assert_allclose(vec.transform(TEXTS), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_reads_a_sentence_transformers_static_model(hf, tmp_path):
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import StaticEmbedding
+
+    n_tokens = max(hf[1].get_vocab().values()) + 1
+    rows = np.random.default_rng(1).normal(size=(n_tokens, 5)).astype(np.float32)
+    model = SentenceTransformer(
+        modules=[StaticEmbedding(hf[1], embedding_weights=rows)], device="cpu"
+    )
+    model.save(str(tmp_path / "st"))
+    texts = [t for t in TEXTS if t]
+    expected = SentenceTransformer(str(tmp_path / "st"), device="cpu").encode(texts)
+    for source in (tmp_path / "st", model):
+        vec = StaticEmbeddingVectorizer(source, weighting="uniform").fit(["a"])
+        assert vec.table_kind_ == "sentence-transformers"
+        assert_allclose(vec.transform(texts), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_damaged_static_folder_is_named(hf, tmp_path):
+    from safetensors.numpy import save_file
+
+    save_file(
+        {"embeddings": np.ones((3, 4), np.float32)}, str(tmp_path / "model.safetensors")
+    )
+    _tokenizer_json(hf, tmp_path)
+    with pytest.raises(ValueError, match="one row per id"):
+        StaticEmbeddingVectorizer(tmp_path).fit(["a"])
+
+
+# ------------------------------------------------------------------ export
+@pytest.fixture(scope="module")
+def pipelines(fitted):
+    """Fitted static pipelines, one per weighting, with a whitening folded."""
+    out = {}
+    for weighting, vec in fitted.items():
+        X = vec.transform(FIT_TEXTS + TEXTS)
+        post = [StandardNormalizer().fit(X)]
+        post.append(WhiteningTransformer(n_components=8).fit(post[0].transform(X)))
+        out[weighting] = make_pipeline(vec, *post)
+    return out
+
+
+@pytest.mark.parametrize("weighting", ["uniform", "sif", "zipf"])
+def test_sentence_transformers_export_keeps_the_pipelines_cosines(
+    pipelines, weighting, tmp_path
+):
+    from sentence_transformers import SentenceTransformer
+
+    from sklearn_isotropy.export import to_sentence_transformers
+
+    pipe = pipelines[weighting]
+    to_sentence_transformers(pipe, tmp_path / "st")
+    loaded = SentenceTransformer(str(tmp_path / "st"), device="cpu")
+    got, expected = loaded.encode(TEXTS), pipe.transform(TEXTS)
+    assert got.shape == expected.shape == (len(TEXTS), 8)
+    for i, j in [(0, 1), (0, 2), (1, 5), (2, 6), (3, 7), (4, 0)]:
+        assert_allclose(
+            cosine(got[[i]], got[[j]]), cosine(expected[[i]], expected[[j]]), atol=1e-5
+        )
+    # each row is the pipeline's times the mean weight of the text's tokens
+    vec = pipe[0]
+    ids = [vec.tokenizer_.encode(t, add_special_tokens=False).ids for t in TEXTS]
+    scale = np.array([vec.token_weights_[i].mean() for i in ids])
+    assert_allclose(got, expected * scale[:, None], rtol=1e-4, atol=1e-5)
+    card = (tmp_path / "st" / "README.md").read_text()
+    assert "Cosine similarities are the pipeline's" in card
+
+
+def test_sentence_transformers_export_of_the_vectorizer_alone(fitted, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    from sklearn_isotropy.export import to_sentence_transformers
+
+    vec = fitted["sif"]
+    to_sentence_transformers(vec, tmp_path / "st")
+    got = SentenceTransformer(str(tmp_path / "st"), device="cpu").encode(TEXTS)
+    expected = vec.transform(TEXTS)
+    assert_allclose(cosine(got, expected), 1.0, atol=1e-6)
+
+
+@pytest.mark.parametrize("weighting", ["uniform", "sif", "zipf"])
+def test_onnx_export_equals_transform(fitted, pipelines, weighting):
+    ort = pytest.importorskip("onnxruntime")
+    from sklearn_isotropy.export import to_onnx
+
+    texts = [*TEXTS, "", "a"]
+    for model in (fitted[weighting], pipelines[weighting]):
+        graph = to_onnx(model)
+        session = ort.InferenceSession(
+            graph.SerializeToString(), providers=["CPUExecutionProvider"]
+        )
+        tokenizer = model_tokenizer(model)
+        tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+        encodings = tokenizer.encode_batch(texts, add_special_tokens=False)
+        feed = {
+            "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
+            "attention_mask": np.array(
+                [e.attention_mask for e in encodings], dtype=np.int64
+            ),
+        }
+        got = session.run(["sentence_embedding"], feed)[0]
+        # the empty text included: the affine image of a row of zeros
+        assert_allclose(got, model.transform(texts), rtol=1e-5, atol=1e-5)
+
+
+def model_tokenizer(model):
+    from tokenizers import Tokenizer
+
+    vec = model if isinstance(model, StaticEmbeddingVectorizer) else model[0]
+    return Tokenizer.from_str(vec.tokenizer_.to_str())
+
+
+def test_save_onnx_pipeline_of_a_static_pipeline(pipelines, tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    from tokenizers import Tokenizer
+
+    from sklearn_isotropy.export import save_onnx_pipeline
+
+    pipe = pipelines["sif"]
+    save_onnx_pipeline(pipe, tmp_path / "onnx")
+    folder = tmp_path / "onnx"
+    settings = json.loads((folder / "sklearn_isotropy_onnx.json").read_text())
+    assert settings["weighting"] == "sif" and settings["add_special_tokens"] is False
+    # served as the README says: the saved tokenizer pads and adds nothing
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    encodings = tokenizer.encode_batch(TEXTS)
+    session = ort.InferenceSession(
+        str(folder / "model.onnx"), providers=["CPUExecutionProvider"]
+    )
+    feed = {
+        "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
+        "attention_mask": np.array([e.attention_mask for e in encodings], np.int64),
+    }
+    got = session.run(["sentence_embedding"], feed)[0]
+    assert_allclose(got, pipe.transform(TEXTS), rtol=1e-5, atol=1e-5)
+    assert "encode_batch" in (folder / "README.md").read_text()
+
+
+def test_export_errors(fitted, pipelines, tmp_path, tiny_bert):
+    from sklearn_isotropy import GlowFlowTransformer
+    from sklearn_isotropy.export import to_onnx, to_sentence_transformers
+
+    with pytest.raises(NotFittedError, match="not fitted"):
+        to_onnx(StaticEmbeddingVectorizer(tiny_bert))
+    flow = make_pipeline(fitted["sif"], GlowFlowTransformer())
+    with pytest.raises(TypeError, match="GlowFlowTransformer"):
+        to_sentence_transformers(flow, tmp_path / "x")
+    with pytest.raises(ValueError, match="n_features"):
+        to_onnx(pipelines["sif"], n_features=8)
+    with pytest.raises(ValueError, match="float32"):
+        to_onnx(pipelines["sif"], dtype=np.float64)
+    with pytest.raises(ValueError, match="target_opset"):
+        to_onnx(pipelines["sif"], target_opset=11)
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "f").write_text("x")
+    with pytest.raises(FileExistsError):
+        to_sentence_transformers(pipelines["sif"], tmp_path / "full")
