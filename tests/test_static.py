@@ -450,3 +450,77 @@ def test_export_errors(fitted, pipelines, tmp_path, tiny_bert):
     (tmp_path / "full" / "f").write_text("x")
     with pytest.raises(FileExistsError):
         to_sentence_transformers(pipelines["sif"], tmp_path / "full")
+
+
+# ------------------------------------------------------------------- cache
+def _no_distillation(monkeypatch):
+    from sklearn_isotropy.text import _static_table
+
+    def fail(*args, **kwargs):
+        raise AssertionError("distilled although the table was cached")
+
+    monkeypatch.setattr(_static_table, "distil", fail)
+
+
+def test_a_second_fit_reads_the_verified_cache(tiny_bert, static_cache, monkeypatch):
+    first = StaticEmbeddingVectorizer(tiny_bert, weighting="uniform").fit(["a"])
+    (entry,) = static_cache.iterdir()
+    assert sorted(p.name for p in entry.iterdir()) == [
+        "spec.json",
+        "table.npy",
+        "table.npy.sha256",
+    ]
+    assert json.loads((entry / "spec.json").read_text())["pooling"] == "mean"
+    with monkeypatch.context() as patch:
+        _no_distillation(patch)
+        second = StaticEmbeddingVectorizer(tiny_bert, weighting="uniform").fit(["a"])
+    assert_allclose(second.embeddings_, first.embeddings_)
+    # another pooling is another entry
+    StaticEmbeddingVectorizer(tiny_bert, distill_pooling="token").fit(["a"])
+    assert len(list(static_cache.iterdir())) == 2
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "digest"])
+def test_a_damaged_cached_table_is_distilled_again(tiny_bert, static_cache, damage):
+    from sklearn_isotropy.exceptions import CacheWarning
+
+    first = StaticEmbeddingVectorizer(tiny_bert, weighting="uniform").fit(["a"])
+    (entry,) = static_cache.iterdir()
+    table = entry / "table.npy"
+    if damage == "flip":
+        data = bytearray(table.read_bytes())
+        data[-3] ^= 0xFF
+        table.write_bytes(bytes(data))
+    elif damage == "truncate":
+        table.write_bytes(table.read_bytes()[:100])
+    else:
+        (entry / "table.npy.sha256").unlink()
+    with pytest.warns(CacheWarning, match="damaged"):
+        again = StaticEmbeddingVectorizer(tiny_bert, weighting="uniform").fit(["a"])
+    assert_allclose(again.embeddings_, first.embeddings_)
+    # and replaced: the next fit reads it without a warning
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CacheWarning)
+        StaticEmbeddingVectorizer(tiny_bert, weighting="uniform").fit(["a"])
+
+
+def test_a_cache_that_cannot_be_written_is_read(tiny_bert, static_cache, monkeypatch):
+    from sklearn_isotropy.exceptions import CacheWarning
+    from sklearn_isotropy.text import _static_cache
+
+    def read_only(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    first = StaticEmbeddingVectorizer(tiny_bert, weighting="uniform").fit(["a"])
+    monkeypatch.setattr(_static_cache, "publish_directory", read_only)
+    with monkeypatch.context() as patch:  # a stored table is served
+        _no_distillation(patch)
+        served = StaticEmbeddingVectorizer(tiny_bert, weighting="uniform").fit(["a"])
+    assert_allclose(served.embeddings_, first.embeddings_)
+    # a new one is distilled, used and reported as not stored
+    with pytest.warns(CacheWarning, match="Cannot store"):
+        token = StaticEmbeddingVectorizer(tiny_bert, distill_pooling="token").fit(["a"])
+    assert token.embeddings_.shape == first.embeddings_.shape
+    assert len(list(static_cache.iterdir())) == 1

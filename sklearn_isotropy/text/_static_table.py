@@ -8,7 +8,7 @@ already holds one: a model2vec model (``model.safetensors`` with an
 ``StaticEmbedding`` module (``model.safetensors`` with ``embedding.weight``,
 ``tokenizer.json``), alone or as the first module of a sentence-transformers
 model folder (``modules.json``). Distilled tables are cached on disk
-(``_static_cache.py``).
+(``_static_cache.py``), keyed by the encoder's fingerprint.
 """
 
 from __future__ import annotations
@@ -272,7 +272,7 @@ def load_table(model, pooling, batch_size, device, *, verbose=0):
             return table
     loaded = _loading.load_encoder(model, device)
     tokenizer = plain_tokenizer(loaded.tokenizer)  # fail before the work
-    key = {
+    spec = {
         "model": _cache.fingerprint(loaded),
         "pooling": pooling,
         "version": DISTILL_VERSION,
@@ -281,5 +281,6 @@ def load_table(model, pooling, batch_size, device, *, verbose=0):
     def compute():
         return distil(loaded, pooling, batch_size, verbose=verbose)[0]
 
-    rows = cached_table(key, compute)
+    shape = (vocabulary_size(tokenizer), loaded.model.config.hidden_size)
+    rows = cached_table(spec, shape, compute)
     return TokenTable(rows, tokenizer, "distilled", loaded.source)
