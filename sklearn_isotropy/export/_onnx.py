@@ -26,6 +26,7 @@ from ._affine import (
     is_affine,
     split_steps,
 )
+from ._static import starts_with_static, static_to_onnx
 
 __all__ = ["register_skl2onnx_converters", "to_onnx"]
 
@@ -372,18 +373,13 @@ def to_onnx(
     >>> bool(np.allclose(Z, whiten.transform(X), atol=1e-5))
     True
     """
-    from . import _pipeline, _static  # whole text pipelines: save_onnx_pipeline
+    from . import _pipeline  # the whole text pipeline: see save_onnx_pipeline
 
-    if _static.starts_with_static(estimator_or_pipeline):
-        return _static.static_to_onnx(
-            estimator_or_pipeline,
-            n_features=n_features,
-            dtype=dtype,
-            target_opset=target_opset,
-            X_check=X_check,
-        )
-    if _pipeline.starts_with_vectorizer(estimator_or_pipeline):
-        return _pipeline.text_pipeline_to_onnx(
+    text = static_to_onnx if starts_with_static(estimator_or_pipeline) else None
+    if text is None and _pipeline.starts_with_vectorizer(estimator_or_pipeline):
+        text = _pipeline.text_pipeline_to_onnx
+    if text is not None:
+        return text(
             estimator_or_pipeline,
             n_features=n_features,
             dtype=dtype,

@@ -23,6 +23,7 @@ from ..exceptions import TruncationWarning
 from ..text import ONNX_OUTPUT_NAME, ONNX_SESSION_OPTIONS, BertPoolingVectorizer
 from ._affine import split_steps, split_text_pipeline
 from ._onnx import to_onnx
+from ._static import save_static_onnx, starts_with_static
 
 __all__ = ["save_onnx_pipeline"]
 
@@ -427,12 +428,8 @@ def save_onnx_pipeline(pipeline, path, *, overwrite=False, X_check=None):
     >>> pipe.fit(sentences)  # doctest: +SKIP
     >>> save_onnx_pipeline(pipe, "whitened-minilm-onnx")  # doctest: +SKIP
     """
-    from . import _static
-
-    if _static.starts_with_static(pipeline):
-        return _static.save_static_onnx(
-            pipeline, path, overwrite=overwrite, X_check=X_check
-        )
+    if starts_with_static(pipeline):
+        return save_static_onnx(pipeline, path, overwrite=overwrite, X_check=X_check)
     onnx = import_optional("onnx", purpose=_WHAT, extra="onnx")
     vec, post = split_text_pipeline(pipeline, what=_WHAT)
     check_target(path, overwrite=overwrite, what=_WHAT)  # before the work

@@ -9,6 +9,7 @@ import numpy as np
 from .._utils import check_target, import_optional, publish_directory
 from ..text import POOLING_PRESETS
 from ._affine import fold_affine, split_text_pipeline
+from ._static import starts_with_static, static_to_sentence_transformers
 
 __all__ = ["to_sentence_transformers"]
 
@@ -260,12 +261,8 @@ def to_sentence_transformers(pipeline, path, *, overwrite=False):
     >>> model.encode(["A man is playing a guitar."]).shape  # doctest: +SKIP
     (1, 128)
     """
-    from . import _static
-
-    if _static.starts_with_static(pipeline):
-        return _static.static_to_sentence_transformers(
-            pipeline, path, overwrite=overwrite
-        )
+    if starts_with_static(pipeline):
+        return static_to_sentence_transformers(pipeline, path, overwrite=overwrite)
     st, modules, torch = _import_st()
     vec, post = split_text_pipeline(pipeline, what=_WHAT)
     affine = fold_affine(post, what=_WHAT) if post else None

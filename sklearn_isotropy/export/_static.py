@@ -30,9 +30,6 @@ import numpy as np
 from .._utils import check_target, import_optional, publish_directory
 from ..text import StaticEmbeddingVectorizer
 from ._affine import check_fitted, fold_affine, split_steps
-from ._onnx import _check_opset, _finish
-from ._pipeline import _CHECK_TEXTS
-from ._sentence_transformers import _import_st
 
 __all__ = [
     "FoldedTable",
@@ -131,6 +128,8 @@ def _model_card(folded):
 def static_to_sentence_transformers(pipeline, path, *, overwrite=False):
     """:func:`~sklearn_isotropy.export.to_sentence_transformers` of a static
     pipeline: one ``StaticEmbedding`` module (see the module's notes)."""
+    from ._sentence_transformers import _import_st
+
     what = "to_sentence_transformers"
     st, modules, _ = _import_st()
     tokenizers = import_optional("tokenizers", purpose=what, extra="export")
@@ -157,6 +156,8 @@ def static_to_sentence_transformers(pipeline, path, *, overwrite=False):
 def _graph(onnx, folded, opset):
     """Gather rows and weights, their masked weighted mean, ``empty`` where a
     text has no token."""
+    from ._onnx import _finish
+
     helper, numpy_helper = onnx.helper, onnx.numpy_helper
     f32 = onnx.TensorProto.FLOAT
 
@@ -263,6 +264,9 @@ def static_to_onnx(
     ``sentence_embedding`` (float32) equals the pipeline's ``transform``
     to float32 round-off: the weighted mean of the folded table's rows.
     """
+    from ._onnx import _check_opset
+    from ._pipeline import _CHECK_TEXTS
+
     onnx = import_optional("onnx", purpose="to_onnx", extra="onnx")
     if n_features is not None:
         raise ValueError(

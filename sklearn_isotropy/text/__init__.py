@@ -1,15 +1,13 @@
-"""From texts to pooled transformer embeddings.
+"""From texts to pooled transformer embeddings, or static token means.
 
-:class:`BertPoolingVectorizer` is the estimator. Beside it: model loading
-(``_loading.py``), the hidden-state taps that read intermediate layers
-(``_taps.py``), the pooling presets (``_pooling.py``, the registry
-:data:`POOLING_PRESETS`, extended with :func:`register_pooling`), the
-per-sentence embedding cache (``_cache.py``), the encoder exported to ONNX
-and run by onnxruntime for ``backend="onnx"`` (``_onnx.py``) and the
-partition-wise embedding of dask collections (``_dask.py``).
-:class:`StaticEmbeddingVectorizer` averages static token vectors
-(``_static*.py``). torch and transformers are imported only when a model is
-loaded.
+:class:`BertPoolingVectorizer` and :class:`StaticEmbeddingVectorizer`
+(``_static*.py``) are the estimators. Beside them: model loading
+(``_loading.py``), hidden-state taps (``_taps.py``), the pooling presets
+(``_pooling.py``, :data:`POOLING_PRESETS`, extended with
+:func:`register_pooling`), the per-sentence embedding cache (``_cache.py``),
+the encoder run by onnxruntime for ``backend="onnx"`` (``_onnx.py``) and the
+embedding of dask collections (``_dask.py``). torch and transformers are
+imported only when a model is loaded.
 """
 
 from __future__ import annotations

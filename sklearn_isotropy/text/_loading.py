@@ -269,12 +269,9 @@ def load_encoder(model, device):
     """A :class:`LoadedEncoder` for a name, a path, None or a model object."""
     if model is None or isinstance(model, (str, os.PathLike)):
         return load_by_name(model, device)
-    net, tokenizer, sbert_len, description = unpack_model_object(model)
+    net, tokenizer, sbert_len, name = unpack_model_object(model)
+    pooler = getattr(net, "pooler", None) is not None
     net.to(device)
     return LoadedEncoder(
-        net,
-        tokenizer,
-        description,
-        has_pooler=getattr(net, "pooler", None) is not None,
-        sbert_max_length=sbert_len,
+        net, tokenizer, name, has_pooler=pooler, sbert_max_length=sbert_len
     )

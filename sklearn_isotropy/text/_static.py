@@ -195,8 +195,9 @@ class StaticEmbeddingVectorizer(
           features that are constant to 1e-7.
 
         ``p(t)`` comes from ``frequencies``, or from the texts given to
-        :meth:`fit` (see :func:`token_probabilities` for the unseen
-        tokens). A full-rank whitening after the vectorizer makes
+        :meth:`fit`; tokens never seen share the probability Good and
+        Turing give to an unseen token (the mass of the rarest seen ones).
+        A full-rank whitening after the vectorizer makes
         ``"zipf"`` and ``"uniform"`` give the same cosines (whitening is
         invariant to an affine map of its input); they differ raw, and
         with partial whitening such as ``noise_variance``.

@@ -350,7 +350,7 @@ TruncationWarning` per call says how many. ``None`` uses the model's
                 f"CPU, but device={self.device!r} resolved to {device}; pass "
                 "device='cpu', or backend='torch' to run on that device."
             )
-        loaded = self._load(device)
+        loaded = _loading.load_encoder(self.model, device)
         config = loaded.model.config
         n_layers = getattr(config, "num_hidden_layers", None)
         hidden_size = getattr(config, "hidden_size", None)
@@ -413,9 +413,6 @@ TruncationWarning` per call says how many. ``None`` uses the model's
                 self._get_loaded(), reader, self.layers_, self.n_layers_, precision
             )
         )
-
-    def _load(self, device):
-        return _loading.load_encoder(self.model, device)
 
     def _resolve_layers(self, n_layers):
         if self.layers is None:
@@ -491,7 +488,7 @@ TruncationWarning` per call says how many. ``None`` uses the model's
                     f"is not available here ({fallback}); encoding on the CPU.",
                     DeviceWarning,
                 )
-            loaded = self._load(device)
+            loaded = _loading.load_encoder(self.model, device)
             self._loaded = loaded
         return loaded
 
