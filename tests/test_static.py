@@ -524,3 +524,44 @@ def test_a_cache_that_cannot_be_written_is_read(tiny_bert, static_cache, monkeyp
         token = StaticEmbeddingVectorizer(tiny_bert, distill_pooling="token").fit(["a"])
     assert token.embeddings_.shape == first.embeddings_.shape
     assert len(list(static_cache.iterdir())) == 1
+
+
+# ---------------------------------------------------- evaluation, command line
+def test_evaluate_and_retrieval_with_the_static_encoder(
+    tiny_sts_dir, tiny_bert, tmp_path, capsys
+):
+    import csv
+
+    from scipy.stats import spearmanr
+
+    from sklearn_isotropy.cli import main
+
+    common = ["--data", str(tiny_sts_dir), "--model", str(tiny_bert), "--quiet"]
+    status = main(
+        ["evaluate", *common, "--encoder", "static", "--methods", "raw,whitening"]
+        + ["--out", str(tmp_path / "sts"), "--no-figures"]
+    )
+    assert status == 0, capsys.readouterr()
+    results = json.loads((tmp_path / "sts" / "results.json").read_text())["results"]
+    assert {r["pooling"] for r in results} == {"static"}
+    # raw: the default static vectorizer fitted on the task's sentences (by
+    # default the test split's, the 'target' protocol the report names)
+    with open(tiny_sts_dir / "test.csv", encoding="utf-8") as fh:
+        rows = list(csv.reader(fh))
+    assert "'target'" in capsys.readouterr().out
+    texts = list(dict.fromkeys(t for r in rows for t in r[:2]))
+    vec = StaticEmbeddingVectorizer(tiny_bert).fit(texts)
+    a, b = vec.transform([r[0] for r in rows]), vec.transform([r[1] for r in rows])
+    gold = [float(r[2]) for r in rows]
+    expected = 100 * spearmanr(cosine(a, b), gold).statistic
+    [raw] = [r for r in results if r["method"] == "raw"]
+    assert raw["spearman_x100"] == pytest.approx(expected, abs=1e-6)
+
+    status = main(
+        ["retrieval", *common, "--encoder", "static", "--methods", "raw"]
+        + ["--min-score", "3.0", "--quantize", "float32", "--latency-queries", "0"]
+        + ["--out", str(tmp_path / "retrieval"), "--no-figures"]
+    )
+    assert status == 0, capsys.readouterr()
+    payload = json.loads((tmp_path / "retrieval" / "retrieval.json").read_text())
+    assert {r["pooling"] for r in payload["results"]} == {"static"}

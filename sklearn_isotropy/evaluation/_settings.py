@@ -46,6 +46,15 @@ class EvaluationSettings:
         help="Hugging Face model name or local directory",
         shown=f"the embedded {DEFAULT_MODEL_NAME}",
     )
+    encoder: str = _option(
+        "transformer",
+        "``transformer`` encodes per pooling; ``static`` is "
+        ":class:`~sklearn_isotropy.StaticEmbeddingVectorizer` of ``model`` with "
+        "its defaults, fitted on the task's texts (the poolings are not used).",
+        flag=True,
+        parser=("transformer", "static"),
+        help="transformer (per pooling) or static token means (fitted on the texts)",
+    )
     poolings: tuple[str, ...] = _option(
         ("mean", "embeddings_avg"),
         "Pooling presets to evaluate, in order.",

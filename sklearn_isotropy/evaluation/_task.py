@@ -229,26 +229,29 @@ class Evaluation:
 
 
 def encode_texts(texts, settings=None, pooling="mean"):
-    """Encode texts with :class:`~sklearn_isotropy.BertPoolingVectorizer`.
+    """Encode texts with the vectorizer ``settings.encoder`` names.
 
     The settings name the encoder (``model``), ``batch_size``, ``device``,
     ``cache`` and ``progress``. Returns the embeddings, of shape (n_texts,
     d), and the seconds spent encoding (the model is loaded first, not
     counted). Raises ``EvaluationError`` if the model cannot be loaded.
     """
-    from ..text import BertPoolingVectorizer
+    from ..text import BertPoolingVectorizer, StaticEmbeddingVectorizer
 
     settings = settings or EvaluationSettings()
-    vec = BertPoolingVectorizer(
-        settings.model,
-        pooling=pooling,
-        batch_size=settings.batch_size,
-        device=settings.device,
-        memory=settings.cache,
-        show_progress_bar=settings.progress,
-    )
+    if settings.encoder == "static":  # fitted on every text: token frequencies
+        vec = StaticEmbeddingVectorizer(settings.model, device=settings.device)
+    else:
+        vec = BertPoolingVectorizer(
+            settings.model,
+            pooling=pooling,
+            batch_size=settings.batch_size,
+            device=settings.device,
+            memory=settings.cache,
+            show_progress_bar=settings.progress,
+        )
     try:
-        vec.fit(texts[:1])
+        vec.fit(texts if settings.encoder == "static" else texts[:1])
     except (OSError, ValueError, ImportError, RuntimeError) as exc:
         name = settings.model or f"the default {DEFAULT_MODEL_NAME}"
         lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
@@ -350,6 +353,8 @@ def evaluate(
     poolings = list(
         dict.fromkeys(settings.poolings if embeddings is None else embeddings)
     )
+    if embeddings is None and settings.encoder == "static":
+        poolings = ["static"]  # one table, whatever the poolings
     ev = Evaluation(task, settings, methods, poolings)
     for pooling in poolings:
         if embeddings is None:

@@ -240,18 +240,10 @@ def _check_parity(model, pipeline, folded, texts):
     session = ort.InferenceSession(
         model.SerializeToString(), providers=["CPUExecutionProvider"]
     )
+    from ._pipeline import check_close
+
     got = session.run([OUTPUT], _feed(folded.vectorizer.tokenizer_, texts))[0]
-    expected = pipeline.transform(texts)
-    scale = max(1.0, float(np.max(np.abs(expected))))
-    error = np.inf
-    if got.shape == expected.shape:
-        error = float(np.max(np.abs(got - expected)))
-    if not error <= 1e-4 * scale:
-        raise RuntimeError(
-            f"to_onnx: the exported static pipeline differs from transform by up "
-            f"to {error:.3g} (tolerance {1e-4 * scale:.3g}) on {len(texts)} texts; "
-            "the export is wrong, please report it with the pipeline's parameters."
-        )
+    check_close(got, pipeline.transform(texts), "static pipeline")
 
 
 def static_to_onnx(

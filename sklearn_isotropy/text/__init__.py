@@ -3,11 +3,10 @@
 :class:`BertPoolingVectorizer` and :class:`StaticEmbeddingVectorizer`
 (``_static*.py``) are the estimators. Beside them: model loading
 (``_loading.py``), hidden-state taps (``_taps.py``), the pooling presets
-(``_pooling.py``, :data:`POOLING_PRESETS`, extended with
-:func:`register_pooling`), the per-sentence embedding cache (``_cache.py``),
-the encoder run by onnxruntime for ``backend="onnx"`` (``_onnx.py``) and the
-embedding of dask collections (``_dask.py``). torch and transformers are
-imported only when a model is loaded.
+(``_pooling.py``, :data:`POOLING_PRESETS`, :func:`register_pooling`), the
+per-sentence embedding cache (``_cache.py``), the encoder run by onnxruntime
+(``_onnx.py``) and the embedding of dask collections (``_dask.py``). torch
+and transformers are imported only when a model is loaded.
 """
 
 from __future__ import annotations

@@ -89,12 +89,8 @@ def is_model_name(model):
 
 
 def clone_sharing_model(estimator):
-    """``clone(estimator)`` that shares a model object instead of copying it.
-
-    ``clone`` deep-copies non-estimator parameters; a model passed as an
-    object would have its weights copied into every clone, though inference
-    never modifies it. Names and paths are cloned as usual.
-    """
+    """``clone(estimator)`` sharing a model object: ``clone`` would deep-copy
+    its weights into every clone, though inference never modifies them."""
     if is_model_name(estimator.model):
         return BaseEstimator.__sklearn_clone__(estimator)
     params = {
