@@ -37,8 +37,9 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
     ),
     (
         "Text to embeddings",
-        "The first step of a text pipeline. See :doc:`/user_guide/pooling`.",
-        ["BertPoolingVectorizer"],
+        "The first step of a text pipeline. See :doc:`/user_guide/pooling` and, "
+        "for static token means, :doc:`/user_guide/static`.",
+        ["BertPoolingVectorizer", "StaticEmbeddingVectorizer"],
     ),
     (
         "Evaluation and model selection",
