@@ -113,10 +113,18 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--n-speed", type=int, default=2000)
     parser.add_argument("--no-docs", action="store_true")
+    parser.add_argument(
+        "--distil-only", action="store_true", help="time part 1 alone, print it"
+    )
     args = parser.parse_args(argv)
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench_static_") as tmp:
         distil_times, table_shape = _distil(args, tmp)
+        if args.distil_only:
+            print(
+                f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after"
+            )
+            return
         lines = _quality_and_speed(args, distil_times, table_shape, tmp)
     lines[-3] += (
         f" Load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after."
