@@ -12,7 +12,6 @@ the estimators that need them are used.
 
 from __future__ import annotations
 
-from . import _compat
 from .flow import GlowFlowTransformer
 from .linear import (
     MomentAccumulator,
@@ -27,8 +26,6 @@ from .metrics import (
     make_retrieval_scorer,
 )
 from .text import BertPoolingVectorizer
-
-_compat.install()  # pickles of 0.1.0.dev0 name the modules of the flat layout
 
 __version__ = "0.1.0.dev0"
 

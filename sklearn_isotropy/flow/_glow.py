@@ -947,16 +947,6 @@ class GlowFlowTransformer(
         return tags
 
     # ---------------------------------------------------------- persistence
-    #: parameters and attributes added after release 0.1.0.dev0, with the
-    #: values that describe a model pickled by that release
-    _LEGACY_DEFAULTS = {
-        "init": "bert-flow",
-        "shrinkage": "auto",
-        "whitener_": None,
-        "rank_": None,
-        "best_epoch_": None,
-    }
-
     def __getstate__(self):
         state = dict(super().__getstate__())  # object.__getstate__ is __dict__
         flow = state.pop("flow_", None)
@@ -970,13 +960,8 @@ class GlowFlowTransformer(
 
     def __setstate__(self, state):
         payload = state.pop("_flow_state_bytes", None)
-        fitted = payload is not None
-        for key, value in self._LEGACY_DEFAULTS.items():
-            if key.endswith("_") and not fitted:
-                continue
-            state.setdefault(key, value)
         super().__setstate__(state)
-        if not fitted:
+        if payload is None:
             return
         torch = _import_torch()
         state_dict = torch.load(
