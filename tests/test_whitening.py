@@ -1098,3 +1098,15 @@ def test_grid_search_selects_the_dimension_without_labels():
         WhiteningTransformer(), {"n_components": [1, 2, 3, 6, 9]}, cv=3
     ).fit(X)
     assert search.best_params_ == {"n_components": 3}
+
+
+def test_score_samples_is_the_untrained_flows_density(make_cone):
+    pytest.importorskip("torch")
+    from sklearn_isotropy import GlowFlowTransformer
+
+    X, held_out = make_cone(400, 6), make_cone(30, 6, seed=1)
+    flow = GlowFlowTransformer(max_iter=0, early_stopping=False).fit(X)
+    gaussian = WhiteningTransformer().fit(X)
+    np.testing.assert_allclose(
+        gaussian.score_samples(held_out), flow.score_samples(held_out), atol=1e-4
+    )
