@@ -12,6 +12,8 @@ the estimators that need them are used.
 
 from __future__ import annotations
 
+from importlib import metadata as _metadata
+
 from .flow import GlowFlowTransformer
 from .linear import (
     MomentAccumulator,
@@ -27,7 +29,10 @@ from .metrics import (
 )
 from .text import BertPoolingVectorizer
 
-__version__ = "0.1.0.dev0"
+try:  # the version is written once, in pyproject.toml
+    __version__ = _metadata.version("sklearn-isotropy")
+except _metadata.PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "BertPoolingVectorizer",
