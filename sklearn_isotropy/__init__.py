@@ -12,8 +12,7 @@ the estimators that need them are used.
 
 from __future__ import annotations
 
-from importlib import metadata as _metadata
-
+from ._utils._conventions import VERSION as __version__  # noqa: F401 (metadata)
 from .flow import GlowFlowTransformer
 from .linear import (
     MomentAccumulator,
@@ -28,11 +27,6 @@ from .metrics import (
     make_retrieval_scorer,
 )
 from .text import BertPoolingVectorizer
-
-try:  # the version is written once, in pyproject.toml
-    __version__ = _metadata.version("sklearn-isotropy")
-except _metadata.PackageNotFoundError:  # a source tree that was never installed
-    __version__ = "0+unknown"
 
 __all__ = [
     "BertPoolingVectorizer",
