@@ -638,4 +638,3 @@ def store_root(memory):
     if location is None:
         location = getattr(memory, "location", None)
     return None if location is None else os.fspath(location)
-
