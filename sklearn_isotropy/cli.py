@@ -1,23 +1,20 @@
 """The ``sklearn-isotropy`` command: argparse in front of the evaluation tasks.
 
-``sklearn-isotropy evaluate`` encodes an STS data set with a sentence
-encoder (the embedded default by default), applies each post-processing
-method, and reports Spearman's rho x100 between the gold scores and the
-cosine similarities on the test split, with fit/transform times and
-anisotropy diagnostics. ``sklearn-isotropy retrieval`` measures exact
-cosine search instead: quality, index memory and latency of each method
-at each dimension and precision. Each subcommand is built from its task
+``sklearn-isotropy evaluate`` compares post-processing methods on STS
+(Spearman's rho x100 of pair cosines on the test split, with times and
+anisotropy diagnostics); ``sklearn-isotropy retrieval`` on exact cosine
+search (quality, index memory and latency per dimension and precision).
+Each subcommand is built from its task
 (:data:`~sklearn_isotropy.evaluation.TASKS`): its flags are the fields of
 :class:`~sklearn_isotropy.evaluation.EvaluationSettings` the task reads,
-with their defaults, and its choices come from the registries
-(:data:`~sklearn_isotropy.text.POOLING_PRESETS`,
-:data:`~sklearn_isotropy.evaluation.METHODS`,
-:data:`~sklearn_isotropy.evaluation.QUANTIZATIONS`, the loader's formats).
+with their defaults, and its choices come from the registries.
 
 Exit status: 0 when every requested method ran; 1 when the run cannot start
 (missing data or model, an output directory that cannot be written) or when
 a method failed (the results of the others are still written, and each
-failure is one line on stderr); 2 for bad arguments.
+failure is one line on stderr); 2 for bad arguments (a report's name in
+``--out`` taken by a directory included); 130 when interrupted (Ctrl-C),
+with the previous reports unchanged.
 """
 
 from __future__ import annotations
@@ -143,7 +140,8 @@ def _add_task_parser(sub, task):
         description=textwrap.fill(
             f"{description[0].upper()}{description[1:]} Exit status: 0 when every "
             "method ran, 1 when the run cannot start (data, model or output "
-            "directory) or a method failed, 2 for bad arguments.",
+            "directory) or a method failed, 2 for bad arguments, 130 when "
+            "interrupted.",
             width=78,
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -228,8 +226,12 @@ def build_parser():
     return parser
 
 
-def _check_writable(out):
-    """Create ``out`` and write a probe file in it, before any work is done."""
+def _check_out(out, names):
+    """Create ``out`` and check that the files ``names`` can be written there.
+
+    A probe file is written before any work is done; a name taken by a
+    directory (or anything but a file) is a usage error.
+    """
     out_dir = Path(out).expanduser()
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -241,6 +243,14 @@ def _check_writable(out):
             f"cannot write to --out directory {str(out)!r} ({reason}); pass "
             "--out with a directory you can write to"
         ) from exc
+    taken = [n for n in names if (out_dir / n).exists() and not (out_dir / n).is_file()]
+    if taken:
+        error = _CLIError(
+            f"--out {str(out)!r} holds {', '.join(taken)}, which is not a file, "
+            "where a report is to be written; remove it or pass another --out"
+        )
+        error.status = 2
+        raise error
     return out_dir
 
 
@@ -266,7 +276,9 @@ def _run(args):
     # bars only where someone watches (a terminal); step lines always
     settings = EvaluationSettings(**values, progress=False if args.quiet else None)
     report = REPORTS.get(task_class.name, Report)
-    out_dir = _check_writable(args.out)
+    names = [f"{report.stem}.md", f"{report.stem}.json"]
+    figures = [] if args.no_figures else report.figure_names(settings.poolings)
+    out_dir = _check_out(args.out, names + figures)
     task = task_class.load(
         args.data, settings, fit_on=args.fit_on, methods=args.methods
     )
@@ -285,7 +297,10 @@ def _run(args):
     try:
         files, note = write_reports(ev, out_dir, figures=not args.no_figures)
     except OSError as exc:
-        raise _CLIError(f"cannot write the results to {args.out}: {exc}") from exc
+        raise _CLIError(
+            f"cannot write the results to {args.out} (the previous reports are "
+            f"unchanged): {exc}"
+        ) from exc
     if note:
         print(note, file=sys.stderr)
     pngs = len(files) - 2
@@ -325,7 +340,9 @@ def _one_line_warnings():
 
 
 class _CLIError(Exception):
-    """An error reported as one line with exit status 1."""
+    """An error reported as one line with exit status ``status``."""
+
+    status = 1
 
 
 @contextlib.contextmanager
@@ -366,8 +383,9 @@ def main(argv=None):
     status : int
         0 when every requested method ran; 1 when the run cannot start
         (missing data or model, an output directory that cannot be written)
-        or when a method failed. Bad arguments exit with status 2 through
-        :class:`SystemExit`, as argparse does.
+        or when a method failed; 2 when a report's name in ``--out`` is
+        taken by a directory; 130 when interrupted. Bad arguments exit with
+        status 2 through :class:`SystemExit`, as argparse does.
 
     Examples
     --------
@@ -384,4 +402,7 @@ def main(argv=None):
             return _run(args)
     except (EvaluationError, _CLIError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 1
+        return getattr(exc, "status", 1)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted; the previous report is unchanged", file=sys.stderr)
+        return 130

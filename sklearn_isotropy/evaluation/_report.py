@@ -1,17 +1,18 @@
 """How an :class:`~sklearn_isotropy.evaluation.Evaluation` is shown.
 
-A :class:`Report` renders the records of a run: it owns the columns of the
-result table, the Markdown report's lines and sections, the lines printed
-under the console tables, the task's entries of the JSON report and its
-figures. :data:`REPORTS` names the report of each task; a task without one
-gets the plain :class:`Report`. The writers take the evaluation and return
-text or write files; none runs anything.
+A :class:`Report` renders the records of a run: the columns of its table,
+the Markdown and JSON reports' task-specific parts, the console lines and
+the figures (:data:`REPORTS`, by task). The writers take the evaluation
+and return text or write files; none runs anything.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import platform
+import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -483,6 +484,46 @@ def to_json(evaluation, figures=()):
     return json.dumps(payload, indent=2, default=_json_default)
 
 
+def _commit(out_dir, files):
+    """Write ``{name: text or write(path)}`` under temporary names, then rename.
+
+    Every file is written whole beside its destination before any is
+    renamed into place, so a failure (a full disk) or an interruption while
+    writing leaves the previous files as they were.
+    """
+    staged = {}
+    try:
+        for name, content in files.items():
+            staged[name] = path = out_dir / f".{name}.{uuid.uuid4().hex[:12]}.tmp"
+            if not isinstance(content, str):
+                content(path)
+                continue
+            with open(path, "x", encoding="utf-8") as fh:
+                fh.write(content)
+                fh.flush()
+                os.fsync(fh.fileno())
+        for name, path in staged.items():
+            os.replace(path, out_dir / name)
+    finally:
+        for path in staged.values():
+            with contextlib.suppress(OSError):
+                path.unlink()
+    return [str(out_dir / name) for name in files]
+
+
+def _figure_files(evaluation):
+    """``{name: write(path)}`` of the figures, and why there are none (or None)."""
+    try:
+        import matplotlib.figure  # noqa: F401
+    except ImportError:
+        return {}, "figures skipped: matplotlib is not installed (extra [plot])"
+    report = report_class(evaluation.task)(evaluation)
+    return {
+        name: lambda path, fig=fig: fig.savefig(path, format="png", **report.savefig)
+        for name, fig in report.figures()
+    }, None
+
+
 def save_figures(evaluation, out_dir):
     """Write the task's PNG figures into ``out_dir``.
 
@@ -500,22 +541,18 @@ def save_figures(evaluation, out_dir):
     note : str or None
         Why no figure was written (matplotlib missing), else None.
     """
-    try:
-        import matplotlib.figure  # noqa: F401
-    except ImportError:
-        return [], "figures skipped: matplotlib is not installed (extra [plot])"
-    report, files = report_class(evaluation.task)(evaluation), []
-    for name, fig in report.figures():
-        files.append(str(Path(out_dir) / name))
-        fig.savefig(files[-1], **report.savefig)
-    return files, None
+    files, note = _figure_files(evaluation)
+    return _commit(Path(out_dir), files), note
 
 
 def write_reports(evaluation, out_dir, *, figures=True):
     """Write ``<name>.md``, ``<name>.json`` and (optionally) the figures.
 
     ``<name>`` is the report's ``stem`` (``results`` for STS, ``retrieval``
-    for retrieval).
+    for retrieval). Each file is written under a temporary name in
+    ``out_dir``, then all are renamed into place, so a write that fails
+    leaves the previous reports whole. The figures the previous JSON report
+    names and this one does not are removed.
 
     Parameters
     ----------
@@ -535,9 +572,18 @@ def write_reports(evaluation, out_dir, *, figures=True):
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    pngs, note = save_figures(evaluation, out_dir) if figures else ([], None)
-    name = report_class(evaluation.task).stem
-    md, js = out_dir / f"{name}.md", out_dir / f"{name}.json"
-    md.write_text(to_markdown(evaluation, pngs), encoding="utf-8")
-    js.write_text(to_json(evaluation, pngs), encoding="utf-8")
-    return [str(md), str(js), *pngs], note
+    files, note = _figure_files(evaluation) if figures else ({}, None)
+    stem = report_class(evaluation.task).stem
+    pngs = [str(out_dir / name) for name in files]
+    try:  # what the previous report wrote (nothing if it cannot be read)
+        earlier = json.loads((out_dir / f"{stem}.json").read_text())["figures"]
+        earlier = {Path(f).name for f in earlier if str(f).endswith(".png")}
+    except (OSError, ValueError, TypeError, KeyError):
+        earlier = set()
+    files[f"{stem}.md"] = to_markdown(evaluation, pngs)
+    files[f"{stem}.json"] = to_json(evaluation, pngs)
+    written = _commit(out_dir, files)
+    for name in earlier - set(files):
+        with contextlib.suppress(OSError):
+            (out_dir / name).unlink()
+    return [*written[-2:], *written[:-2]], note

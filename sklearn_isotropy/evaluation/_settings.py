@@ -30,22 +30,11 @@ def _option(default, doc, *, tasks=None, check=None, flag=None, **cli):
     its text is read (``"positive_int"``, ``"ints"``, ``"number>=0"``...) or
     is a tuple of the choices; ``help`` is its help line (``doc`` when
     None) and ``shown`` how the help names the default, if not its value.
-    ``check(name, value)`` raises if the value cannot run.
+    ``check(names)`` raises if a non-empty tuple of names cannot run.
     """
     cli = {"flag": flag, "parser": None, "help": None, "shown": None, **cli}
     metadata = {"doc": doc, "tasks": tasks, "cli": cli if flag else None}
     return field(default=default, metadata={**metadata, "check": check})
-
-
-def _names(check_one):
-    """A field check: a non-empty sequence of names each ``check_one`` accepts."""
-
-    def check(name, values):
-        if not values:
-            raise ValueError(f"settings.{name} is empty; name at least one")
-        check_one(values)
-
-    return check
 
 
 def _check_quantizations(names):
@@ -185,14 +174,14 @@ class EvaluationSettings:
         flag="--quantize",
         parser="quantizations",
         help="comma-separated index precisions",
-        check=_names(_check_quantizations),
+        check=_check_quantizations,
     )
     metrics: tuple[str, ...] = _option(
         DEFAULT_RETRIEVAL_METRICS,
         "Retrieval scores to report (see "
         ":func:`~sklearn_isotropy.metrics.retrieval_scores`).",
         tasks=("retrieval",),
-        check=_names(_check_metrics),
+        check=_check_metrics,
     )
     min_score: float = _option(
         4.0,
@@ -248,7 +237,9 @@ class EvaluationSettings:
         for f in fields(self):
             only, check = f.metadata["tasks"], f.metadata["check"]
             if check is not None and (only is None or task in only):
-                check(f.name, getattr(self, f.name))
+                if not getattr(self, f.name):
+                    raise ValueError(f"settings.{f.name} is empty; name at least one")
+                check(getattr(self, f.name))
 
     @classmethod
     def options(cls, task):
