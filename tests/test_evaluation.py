@@ -183,6 +183,25 @@ def test_custom_transformers_keep_their_own_diagnostics():
     assert scaler["mean_pair_cosine"] != l2["mean_pair_cosine"]
 
 
+def test_a_warning_several_methods_raise_is_shown_once_per_pooling():
+    # the same property of the data (here too few rows) met by every method
+    # is one console line, not one per method; each record still keeps it
+    rng = np.random.default_rng(0)
+    emb, bunch = _splits(rng, 6, 20)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ev = evaluate(
+            STSTask({"test": bunch}),
+            methods=["pca", "whitening"],
+            embeddings={"mean": {"test": emb}},
+        )
+    shown = [str(w.message) for w in caught if w.category is EvaluationWarning]
+    assert len(shown) == 1, shown
+    assert shown[0].startswith("[mean] pca: RankDeficiencyWarning: The covariance")
+    kept = [ev.record(m, "mean")["warnings"] for m in ("pca", "whitening")]
+    assert kept[0] == kept[1] and "numerical rank" in kept[0][0]
+
+
 def _two_runs(methods_before=("raw",), methods_after=("raw", "sn"), poolings=("mean",)):
     rng = np.random.default_rng(4)
     emb, bunch = _splits(rng, 30, 6)

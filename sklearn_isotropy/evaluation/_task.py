@@ -266,8 +266,9 @@ def evaluate(
     ``embeddings`` are given). Each method's failure (e.g. a numerical
     error) is recorded and the run goes on. The warnings each method raised
     are recorded with its result, and each distinct one is raised again
-    once, as an :class:`~sklearn_isotropy.exceptions.EvaluationWarning`
-    naming the pooling and the method.
+    once per pooling, as an
+    :class:`~sklearn_isotropy.exceptions.EvaluationWarning` naming the
+    pooling and the first method that raised it.
 
     Parameters
     ----------
@@ -317,6 +318,7 @@ def evaluate(
         else:
             bundle = embeddings[pooling]
         d = np.shape(next(iter(bundle.values())))[-1]
+        shown = set()  # a warning several methods raise is shown once
         for name, method, k, n_ks in _runs(task, methods, transformers, d, settings):
             # what messages call the run: its name, or its label at this k
             where = method.format_label({"n_components": k or d}) if n_ks > 1 else name
@@ -330,7 +332,9 @@ def evaluate(
                     failed = {"method": name, "label": where, "k": k, "params": {}}
                     records, artifact = [{**failed, "error": msg}], None
             where = records[0]["label"] if n_ks > 1 else name  # k may be capped
-            messages = reraise_once(caught, f"[{pooling}] {where}", EvaluationWarning)
+            messages = reraise_once(
+                caught, f"[{pooling}] {where}", EvaluationWarning, shown
+            )
             for record in records:
                 record.update(pooling=pooling, warnings=messages)
             ev.records += records
