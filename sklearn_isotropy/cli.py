@@ -277,7 +277,8 @@ def _run(args):
     settings = EvaluationSettings(**values, progress=False if args.quiet else None)
     report = REPORTS.get(task_class.name, Report)
     names = [f"{report.stem}.md", f"{report.stem}.json"]
-    figures = [] if args.no_figures else report.figure_names(settings.poolings)
+    figures = [n.format(p) for p in settings.poolings for n in report.figure_names]
+    figures = [] if args.no_figures else figures
     out_dir = _check_out(args.out, names + figures)
     task = task_class.load(
         args.data, settings, fit_on=args.fit_on, methods=args.methods

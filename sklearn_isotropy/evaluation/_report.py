@@ -59,6 +59,8 @@ class Report:
     stem = "results"
     #: The command named in the Markdown report's heading.
     command = "evaluate"
+    #: The names of a pooling's figures, ``str.format`` ed with the pooling.
+    figure_names = ()
     #: Keyword arguments of ``Figure.savefig`` for the task's figures.
     savefig = {"dpi": 110}
 
@@ -89,11 +91,6 @@ class Report:
         """Task-specific entries of the JSON report."""
         return {}
 
-    @classmethod
-    def figure_names(cls, poolings) -> list:
-        """The file names the figures of ``poolings`` may take."""
-        return []
-
     def figures(self) -> list:
         """``(file name, matplotlib Figure)`` of each figure (matplotlib is there)."""
         return []
@@ -108,6 +105,7 @@ class STSReport(Report):
     """Spearman's rho per method, anisotropy diagnostics, spectrum and cosines."""
 
     title = "Spearman ρ×100 on the test split (cosine of pair embeddings)"
+    figure_names = ("{}_spectrum.png", "{}_cosines.png")
 
     def columns(self):
         return [
@@ -159,10 +157,6 @@ class STSReport(Report):
                 lines.append(f"grid choice for {r['pooling']}: {r['params']['chosen']}")
         return lines
 
-    @classmethod
-    def figure_names(cls, poolings):
-        return [f"{p}_{kind}.png" for p in poolings for kind in ("spectrum", "cosines")]
-
     def figures(self):
         """``<pooling>_spectrum.png`` and ``<pooling>_cosines.png`` per pooling.
 
@@ -193,8 +187,8 @@ class STSReport(Report):
             )
             grey = f" (grey: {raw[0]})" if raw else ""
             cosines.suptitle(f"Pair cosine similarity, {where}{grey}")
-            out += [(f"{pooling}_spectrum.png", spectrum)]
-            out += [(f"{pooling}_cosines.png", cosines)]
+            names = [name.format(pooling) for name in self.figure_names]
+            out += zip(names, (spectrum, cosines))
         return out
 
 
@@ -206,6 +200,7 @@ class RetrievalReport(Report):
         "method, dimension and precision"
     )
     stem = command = "retrieval"
+    figure_names = ("retrieval_{}.png",)
     savefig = {"dpi": 110, "bbox_inches": "tight"}  # the legends are outside
 
     def columns(self):
@@ -272,10 +267,6 @@ class RetrievalReport(Report):
     def console_lines(self):
         return [f"Task: {self.describe()}"]
 
-    @classmethod
-    def figure_names(cls, poolings):
-        return [f"retrieval_{p}.png" for p in poolings]
-
     def figures(self):
         """``retrieval_<pooling>.png``: quality against bytes per vector.
 
@@ -304,7 +295,7 @@ class RetrievalReport(Report):
             plot_quality_vs_bytes(
                 records, metric=metric, ax=top, title="the top 10 points", zoom=10
             )
-            out.append((f"retrieval_{pooling}.png", fig))
+            out.append((self.figure_names[0].format(pooling), fig))
         return out
 
 

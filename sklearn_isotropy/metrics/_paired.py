@@ -60,17 +60,18 @@ def _check_pairs(X):
     if n_pairs == 0:
         raise ValueError("X_pairs is empty: found 0 pairs, at least 1 is required")
     if len(shape) == 3:
-        if on_device:
-            items = xp.concat([X[:, 0, :], X[:, 1, :]], axis=0)
-            return "embeddings", check_array(items, input_name="X_pairs"), n_pairs
-        if X.dtype.kind not in "biuf":
+        if not on_device and X.dtype.kind not in "biuf":
             raise TypeError(
                 "X_pairs of shape (n_pairs, 2, n_features) must hold numbers, got "
                 f"dtype {X.dtype}"
             )
-        items = np.concatenate([X[:, 0, :], X[:, 1, :]], axis=0)
-        items = check_array(items, dtype=[np.float64, np.float32], input_name="X_pairs")
-        return "embeddings", items, n_pairs
+        items = xp.concat([X[:, 0, :], X[:, 1, :]], axis=0)
+        dtype = "numeric" if on_device else [np.float64, np.float32]
+        return (
+            "embeddings",
+            check_array(items, dtype=dtype, input_name="X_pairs"),
+            n_pairs,
+        )
     if on_device or X.dtype.kind in "biufc":
         raise ValueError(
             f"X_pairs of shape {shape} holds numbers; a 2-D X_pairs must hold "
