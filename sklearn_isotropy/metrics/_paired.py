@@ -11,6 +11,7 @@ from sklearn.utils._array_api import _convert_to_numpy, get_namespace
 from sklearn.utils._param_validation import HasMethods, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted
 
+from .._utils import DocLinkMixin
 from ._scores import _row_cosine, spearman_score
 
 __all__ = ["PairedCosineSimilarity", "cosine_spearman_scorer", "transform_pairs"]
@@ -195,7 +196,7 @@ def _pair_cosines(estimator, X_pairs):
     return _row_cosine(Z[index[:, 0]], Z[index[:, 1]])
 
 
-class PairedCosineSimilarity(BaseEstimator):
+class PairedCosineSimilarity(DocLinkMixin, BaseEstimator):
     """Cosine similarity of sentence pairs after a transformer, scored by Spearman.
 
     A meta-estimator that turns any embedding post-processor (or a whole text
