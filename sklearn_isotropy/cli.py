@@ -396,9 +396,9 @@ def main(argv=None):
     """
     from .exceptions import EvaluationError
 
-    args = build_parser().parse_args(argv)
-    level = logging.WARNING if args.quiet else logging.INFO
-    try:
+    try:  # Ctrl-C while the registries are imported is an interruption too
+        args = build_parser().parse_args(argv)
+        level = logging.WARNING if args.quiet else logging.INFO
         with _package_log_on_stderr(level), _one_line_warnings():
             return _run(args)
     except (EvaluationError, _CLIError) as exc:

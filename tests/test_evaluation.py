@@ -186,15 +186,10 @@ def test_custom_transformers_keep_their_own_diagnostics():
 def test_a_warning_several_methods_raise_is_shown_once_per_pooling():
     # the same property of the data (here too few rows) met by every method
     # is one console line, not one per method; each record still keeps it
-    rng = np.random.default_rng(0)
-    emb, bunch = _splits(rng, 6, 20)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        ev = evaluate(
-            STSTask({"test": bunch}),
-            methods=["pca", "whitening"],
-            embeddings={"mean": {"test": emb}},
-        )
+    emb, bunch = _splits(np.random.default_rng(0), 6, 20)
+    task, embeddings = STSTask({"test": bunch}), {"mean": {"test": emb}}
+    with pytest.warns(EvaluationWarning) as caught:
+        ev = evaluate(task, methods=["pca", "whitening"], embeddings=embeddings)
     shown = [str(w.message) for w in caught if w.category is EvaluationWarning]
     assert len(shown) == 1, shown
     assert shown[0].startswith("[mean] pca: RankDeficiencyWarning: The covariance")
