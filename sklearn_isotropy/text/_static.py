@@ -10,16 +10,11 @@ from numbers import Integral, Real
 
 import numpy as np
 from scipy import sparse
-from sklearn.base import (
-    BaseEstimator,
-    ClassNamePrefixFeaturesOutMixin,
-    TransformerMixin,
-    _fit_context,
-)
+from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from .._utils import resolve_device
+from .._utils import PrefixedFeatureNamesMixin, resolve_device
 from ._base import clone_sharing_model, validate_texts
 from ._static_table import DISTILL_POOLINGS, load_table
 
@@ -130,7 +125,7 @@ WEIGHTINGS = {"uniform": _uniform, "sif": _sif, "zipf": _zipf}
 
 
 class StaticEmbeddingVectorizer(
-    ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
+    PrefixedFeatureNamesMixin, TransformerMixin, BaseEstimator
 ):
     """Encode texts as weighted means of static token vectors.
 
