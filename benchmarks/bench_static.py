@@ -131,11 +131,11 @@ def main(argv=None):
     )
     text = "\n".join(lines)
     print(text)
-    if not args.no_docs:
-        page = DOCS.read_text(encoding="utf-8")
-        before, rest = page.split(START, 1)
-        DOCS.write_text(before + text + rest.split(END, 1)[1], encoding="utf-8")
-        print(f"wrote {DOCS}", file=sys.stderr)
+    if args.no_docs:
+        return
+    before, rest = DOCS.read_text(encoding="utf-8").split(START, 1)
+    DOCS.write_text(before + text + rest.split(END, 1)[1], encoding="utf-8")
+    print(f"wrote {DOCS}", file=sys.stderr)
 
 
 def _quality_and_speed(args, distil_times, table_shape, tmp):

@@ -267,15 +267,11 @@ def static_to_onnx(
     to float32 round-off: the weighted mean of the folded table's rows.
     """
     onnx = import_optional("onnx", purpose="to_onnx", extra="onnx")
-    if n_features is not None:
+    if n_features is not None or np.dtype(dtype) != np.float32:
         raise ValueError(
-            f"n_features={n_features!r} is the width of embeddings, but this "
-            "pipeline starts from text (token ids); pass n_features=None."
-        )
-    if np.dtype(dtype) != np.float32:
-        raise ValueError(
-            "A static pipeline's graph computes in float32, as the vectorizer "
-            f"does; got dtype={np.dtype(dtype)}. Pass dtype=numpy.float32."
+            "A static pipeline's graph maps token ids to float32 embeddings; got "
+            f"n_features={n_features!r} and dtype={np.dtype(dtype)}. Pass "
+            "n_features=None and dtype=numpy.float32 (the defaults)."
         )
     opset = _check_opset(
         onnx, target_opset, minimum=_MIN_OPSET, graph="a static token table"
