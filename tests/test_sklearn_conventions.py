@@ -132,6 +132,7 @@ def test_html_repr_links_to_the_api_reference(version, url_version, monkeypatch)
         "NATSVTransformer",
         "PairedCosineSimilarity",
         "StandardNormalizer",
+        "StaticEmbeddingVectorizer",
         "WhiteningTransformer",
     ]
     from sklearn_isotropy._utils import _conventions

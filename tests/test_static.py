@@ -560,6 +560,9 @@ def test_evaluate_and_retrieval_with_the_static_encoder(
     status = main(
         ["retrieval", *common, "--encoder", "static", "--methods", "raw"]
         + ["--min-score", "3.0", "--quantize", "float32", "--latency-queries", "0"]
+        # numpy search: faiss would load its own OpenBLAS into the process,
+        # which test_whitening's one-BLAS-thread check then counts
+        + ["--backend", "numpy"]
         + ["--out", str(tmp_path / "retrieval"), "--no-figures"]
     )
     assert status == 0, capsys.readouterr()
