@@ -23,7 +23,7 @@ pytest.importorskip("onnxruntime")
 
 from sklearn_isotropy import BertPoolingVectorizer  # noqa: E402
 from sklearn_isotropy.exceptions import CacheWarning  # noqa: E402
-from sklearn_isotropy.text import _onnx  # noqa: E402
+from sklearn_isotropy.text import _encoders, _onnx, _onnx_cache  # noqa: E402
 
 # several lengths (so several padded batches), an empty text, word pieces
 TEXTS = [
@@ -52,7 +52,7 @@ POOLINGS = [
 @pytest.fixture
 def fresh_cache(tmp_path, monkeypatch):
     """An empty cache directory of this test's own."""
-    monkeypatch.setenv(_onnx.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(_onnx_cache.CACHE_ENV, str(tmp_path / "cache"))
     return tmp_path / "cache"
 
 
@@ -102,7 +102,7 @@ def test_normalize_and_batches_do_not_change_onnx_results(tiny_bert):
 
 @pytest.mark.parametrize("workers", [1, 3])
 def test_batches_on_several_threads_give_the_same_rows(tiny_bert, monkeypatch, workers):
-    monkeypatch.setattr(_onnx, "worker_threads", lambda: workers)
+    monkeypatch.setattr(_encoders, "worker_threads", lambda: workers)
     expected = BertPoolingVectorizer(tiny_bert).fit_transform(TEXTS)
     # many batches (at most two per thread in flight), and one batch cut in
     # row slices so that every thread has one
@@ -122,7 +122,7 @@ def test_large_batches_run_in_slices_of_few_tokens(tiny_bert, monkeypatch):
         return original(self, inputs)
 
     monkeypatch.setattr(_onnx.EncoderSession, "run", recorded)
-    monkeypatch.setattr(_onnx, "TOKENS_PER_RUN", 30)
+    monkeypatch.setattr(_encoders, "TOKENS_PER_RUN", 30)
     assert_allclose(vec.transform(TEXTS), expected, rtol=0, atol=1e-4)
     # one batch of 8 texts padded to 14 tokens (112): 4 slices of 2 rows,
     # each trimmed to its longer text
@@ -133,7 +133,7 @@ def test_large_batches_run_in_slices_of_few_tokens(tiny_bert, monkeypatch):
 
 
 def test_a_failing_batch_fails_the_transform(tiny_bert, monkeypatch):
-    monkeypatch.setattr(_onnx, "worker_threads", lambda: 2)
+    monkeypatch.setattr(_encoders, "worker_threads", lambda: 2)
     vec = BertPoolingVectorizer(tiny_bert, backend="onnx", batch_size=2).fit(["a"])
     calls = []
     original = _onnx.EncoderSession.run
@@ -327,7 +327,7 @@ def test_a_killed_export_leaves_nothing_behind(
         BertPoolingVectorizer((model, tokenizer), backend="onnx").fit(["a"])
     assert list(fresh_cache.iterdir()) == []  # no model, no staging directory
     monkeypatch.undo()
-    monkeypatch.setenv(_onnx.CACHE_ENV, str(fresh_cache))
+    monkeypatch.setenv(_onnx_cache.CACHE_ENV, str(fresh_cache))
     got = BertPoolingVectorizer((model, tokenizer), backend="onnx").fit_transform(TEXTS)
     expected = BertPoolingVectorizer((model, tokenizer)).fit_transform(TEXTS)
     assert_allclose(got, expected, rtol=0, atol=1e-4)
@@ -350,20 +350,20 @@ def test_an_unwritable_cache_warns_and_still_encodes(
 ):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")
-    monkeypatch.setenv(_onnx.CACHE_ENV, str(blocker / "cache"))
+    monkeypatch.setenv(_onnx_cache.CACHE_ENV, str(blocker / "cache"))
     model, tokenizer = _copy_of(tiny_bert_objects)
-    with pytest.warns(CacheWarning, match=_onnx.CACHE_ENV):
+    with pytest.warns(CacheWarning, match=_onnx_cache.CACHE_ENV):
         vec = BertPoolingVectorizer((model, tokenizer), backend="onnx").fit(["a"])
     expected = BertPoolingVectorizer((model, tokenizer)).fit_transform(TEXTS)
     assert_allclose(vec.transform(TEXTS), expected, rtol=0, atol=1e-4)
 
 
 def test_cache_directory_default(monkeypatch, tmp_path):
-    monkeypatch.delenv(_onnx.CACHE_ENV)
+    monkeypatch.delenv(_onnx_cache.CACHE_ENV)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert _onnx.cache_dir() == tmp_path / "sklearn_isotropy" / "onnx"
-    monkeypatch.setenv(_onnx.CACHE_ENV, str(tmp_path / "mine"))
-    assert _onnx.cache_dir() == tmp_path / "mine"
+    assert _onnx_cache.cache_dir() == tmp_path / "sklearn_isotropy" / "onnx"
+    monkeypatch.setenv(_onnx_cache.CACHE_ENV, str(tmp_path / "mine"))
+    assert _onnx_cache.cache_dir() == tmp_path / "mine"
 
 
 # ----------------------------------------------------- estimator contract
