@@ -345,6 +345,141 @@ def test_a_damaged_cached_model_is_exported_again(tiny_bert_objects, fresh_cache
     assert path.stat().st_size > 100_000
 
 
+def _flip_signs(path):
+    """Negate the largest weight of a cached graph in place (it still parses)."""
+    data = bytearray(path.read_bytes())
+    largest = max(onnx.load(path).graph.initializer, key=lambda t: len(t.raw_data))
+    start = data.find(largest.raw_data)
+    for i in range(start + 3, start + len(largest.raw_data), 4):
+        data[i] ^= 0x80  # the sign bit of each float32
+    path.write_bytes(bytes(data))
+
+
+def test_a_bit_flipped_graph_is_exported_again_not_served(
+    tiny_bert_objects, fresh_cache, tmp_path
+):
+    model, tokenizer = _copy_of(tiny_bert_objects)
+    BertPoolingVectorizer((model, tokenizer), backend="onnx").fit(["a"])
+    (path,) = fresh_cache.glob("*-fp32.onnx")
+    _flip_signs(path)
+    # a new loaded encoder opens the file, as a new process does
+    with pytest.warns(CacheWarning, match="do not match"):
+        vec = BertPoolingVectorizer(
+            (model, tokenizer), backend="onnx", memory=tmp_path
+        ).fit(["a"])
+    expected = BertPoolingVectorizer((model, tokenizer)).fit_transform(TEXTS)
+    assert_allclose(vec.transform(TEXTS), expected, rtol=0, atol=1e-4)
+    # the rows it cached are torch's too
+    cached = BertPoolingVectorizer((model, tokenizer), memory=tmp_path).fit(["a"])
+    assert_allclose(cached.transform(TEXTS), expected, rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+def test_int8_is_never_built_from_a_damaged_fp32_graph(
+    tiny_bert_objects, fresh_cache, monkeypatch, damage
+):
+    model, tokenizer = _copy_of(tiny_bert_objects)
+    expected = BertPoolingVectorizer(
+        (model, tokenizer), backend="onnx-int8"
+    ).fit_transform(TEXTS)  # from a sound fp32 graph
+    monkeypatch.setenv(_onnx_cache.CACHE_ENV, str(fresh_cache / "other"))
+    BertPoolingVectorizer((model, tokenizer), backend="onnx").fit(["a"])
+    (path,) = (fresh_cache / "other").glob("*-fp32.onnx")
+    if damage == "truncate":
+        path.write_bytes(path.read_bytes()[:1000])
+    else:
+        _flip_signs(path)
+    with pytest.warns(CacheWarning, match="exporting it again"):
+        int8 = BertPoolingVectorizer((model, tokenizer), backend="onnx-int8")
+        got = int8.fit_transform(TEXTS)
+    assert_allclose(got, expected, rtol=0, atol=0)  # quantisation is deterministic
+
+
+def _read_only(monkeypatch, directory):
+    """Refuse every write under ``directory`` (root ignores a chmod)."""
+    import os
+
+    real_open, real_mkdir = os.open, os.mkdir
+
+    def inside(path):
+        return str(os.path.abspath(os.fspath(path))).startswith(str(directory))
+
+    def refused(path):
+        raise PermissionError(13, "Permission denied", os.fspath(path))
+
+    def opened(path, flags, *args, **kwargs):
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT) and inside(path):
+            refused(path)
+        return real_open(path, flags, *args, **kwargs)
+
+    def made(path, *args, **kwargs):
+        if inside(path):
+            refused(path)
+        return real_mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", opened)
+    monkeypatch.setattr(os, "mkdir", made)
+
+
+def test_a_read_only_cache_of_sound_graphs_is_served(
+    tiny_bert_objects, fresh_cache, monkeypatch
+):
+    import warnings
+
+    model, tokenizer = _copy_of(tiny_bert_objects)
+    for backend in ("onnx", "onnx-int8"):
+        BertPoolingVectorizer((model, tokenizer), backend=backend).fit(["a"])
+    exports = _CountExports(monkeypatch)
+    _read_only(monkeypatch, fresh_cache)
+    expected = BertPoolingVectorizer((model, tokenizer)).fit_transform(TEXTS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CacheWarning)
+        for backend in ("onnx", "onnx-int8"):
+            vec = BertPoolingVectorizer((model, tokenizer), backend=backend)
+            got = vec.fit_transform(TEXTS)
+            assert np.abs(got - expected).max() < 0.05 * np.abs(expected).max()
+    assert exports.calls == 0
+
+
+def test_an_export_removes_only_its_own_abandoned_staging_folders(
+    tiny_bert_objects, fresh_cache
+):
+    import os
+    import time
+
+    fresh_cache.mkdir()
+    old = time.time() - 3 * 24 * 3600
+    foreign = fresh_cache / ".staging-of-another-tool"
+    ours = fresh_cache / f"{_onnx_cache._STAGING}killed"
+    for folder in (foreign, ours):
+        folder.mkdir()
+        (folder / "model.onnx").write_bytes(b"half")
+        os.utime(folder, (old, old))
+    model, tokenizer = _copy_of(tiny_bert_objects)
+    BertPoolingVectorizer((model, tokenizer), backend="onnx").fit(["a"])
+    assert foreign.is_dir() and (foreign / "model.onnx").read_bytes() == b"half"
+    assert not ours.exists()
+
+
+def test_a_directory_in_place_of_a_cached_graph(tiny_bert_objects, fresh_cache):
+    model, tokenizer = _copy_of(tiny_bert_objects)
+    BertPoolingVectorizer((model, tokenizer), backend="onnx").fit(["a"])
+    (path,) = fresh_cache.glob("*-fp32.onnx")
+    path.unlink()
+    path.mkdir()
+    (path / "something").write_text("not ours")
+    with pytest.warns(CacheWarning) as caught:
+        vec = BertPoolingVectorizer((model, tokenizer), backend="onnx").fit(["a"])
+    # it cannot be read, nor replaced by the new export, which is used anyway
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 2 and all(str(path) in m for m in messages)
+    assert "it is a directory" in messages[0]
+    assert "a directory is there" in messages[1] and "Remove" in messages[1]
+    expected = BertPoolingVectorizer((model, tokenizer)).fit_transform(TEXTS)
+    assert_allclose(vec.transform(TEXTS), expected, rtol=0, atol=1e-4)
+    assert (path / "something").read_text() == "not ours"  # left alone
+
+
 def test_an_unwritable_cache_warns_and_still_encodes(
     tiny_bert_objects, tmp_path, monkeypatch
 ):

@@ -21,8 +21,7 @@ from typing import Protocol
 
 import numpy as np
 
-from .._utils import import_optional, warn
-from ..exceptions import CacheWarning
+from .._utils import import_optional
 from . import _onnx, _onnx_cache
 from ._pooling import pooled_batch
 
@@ -170,17 +169,7 @@ class OnnxEncoder:
         if found is not None and found[0] == fingerprint:
             return found[1]
         path, data = _onnx_cache.load(self.loaded, self.spec)
-        try:
-            session = _onnx.EncoderSession(data, self.spec.input_names(), path)
-        except Exception as exc:  # noqa: BLE001 - a damaged file: export again
-            warn(
-                f"Ignoring the exported encoder {path}, which onnxruntime cannot "
-                f"load ({type(exc).__name__}: {str(exc)[:200]}); exporting it again.",
-                CacheWarning,
-            )
-            path.unlink(missing_ok=True)
-            path, data = _onnx_cache.load(self.loaded, self.spec)
-            session = _onnx.EncoderSession(data, self.spec.input_names(), path)
+        session = _onnx.EncoderSession(data, self.spec.input_names(), path)
         with _LOCK:
             _SESSIONS[self.loaded][key] = (fingerprint, session)
         return session

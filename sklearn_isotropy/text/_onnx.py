@@ -40,7 +40,7 @@ OPSET = 18
 
 #: Version of the exported graphs (layout, export and quantisation
 #: settings); part of every file's name, so a change is exported anew.
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 
 #: The Hugging Face attention implementation the export traces (None: the
 #: model's own). Traced, torch's fused attention (SDPA) becomes a boolean
@@ -78,12 +78,13 @@ class EncoderSpec:
     token_types: bool
     precision: str
 
-    def file_name(self, fingerprint):
+    def stem(self, fingerprint):
+        """The start of the graph's file name (see ``_onnx_cache.py``)."""
         spec = dict(asdict(self), model=fingerprint, format=FORMAT_VERSION)
         spec["opset"] = OPSET
         spec["attention"] = EXPORT_ATTENTION
         digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode())
-        return f"encoder-{digest.hexdigest()[:32]}-{self.precision}.onnx"
+        return f"encoder-{digest.hexdigest()[:32]}"
 
     @classmethod
     def of(cls, loaded, reader, layers, n_layers, precision):

@@ -1,21 +1,27 @@
-"""Where exported encoder graphs are kept: one file per graph, on disk.
+"""Where exported encoder graphs are kept: files checked whenever they are read.
 
-A graph is named by the model's fingerprint (every weight, the
-configuration, the tokenizer), the pooling and the format version
-(:meth:`~._onnx.EncoderSpec.file_name`), so it is exported once per model
-and machine and again when the model changes. Each is written in a staging
-folder and renamed into place, so a killed export leaves no graph behind.
+A graph's file is ``<stem>-<sha256>-<precision>.onnx``: the stem hashes the
+model's fingerprint (every weight, the configuration, the tokenizer), the
+pooling and the format version (:meth:`~._onnx.EncoderSpec.stem`), so a
+graph is exported once per model and machine and again when the model
+changes; the sha256 is that of the file's bytes. A file is served only if
+its bytes match it, and the bytes checked are the bytes run, so a damaged,
+truncated or replaced file is a :class:`~sklearn_isotropy.exceptions.\
+CacheWarning` and a new export, never a wrong embedding. Each graph is
+written in a staging folder of this package and renamed into place, so a
+killed export leaves no graph behind.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
+import hashlib
 import os
 import shutil
 import tempfile
 import threading
 import time
-import uuid
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,7 +32,8 @@ from . import _onnx
 #: Environment variable naming the directory of the exported models.
 CACHE_ENV = "SKLEARN_ISOTROPY_ONNX_CACHE"
 
-_STAGING = ".staging-"
+# staging folders of this package (others' are never touched)
+_STAGING = ".sklearn_isotropy-staging-"
 # an export of even a large encoder takes minutes, not a day
 _ABANDONED_AFTER_S = 24 * 3600
 _UNWRITABLE = {}  # cache directory -> per-process fallback directory
@@ -43,18 +50,85 @@ def cache_dir():
     return Path(base) / "sklearn_isotropy" / "onnx"
 
 
-def _writable_dir():
-    """The cache directory, or a per-process one if it cannot be written."""
+def load(loaded, spec):
+    """``(path, data)``: the graph of ``spec`` on ``loaded``'s current weights.
+
+    A sound cached file (in the cache directory, even read-only, or in this
+    process's fallback directory) is read; otherwise the graph is exported
+    (and quantised from a sound fp32 graph, for int8) now.
+    """
+    _onnx.import_onnx_deps()
+    stem = spec.stem(loaded.fingerprint())
     directory = cache_dir()
     with _LOCK:
-        if str(directory) in _UNWRITABLE:
-            return _UNWRITABLE[str(directory)]
+        fallback = _UNWRITABLE.get(str(directory))
+    for place in (directory, fallback):
+        found = place and _read_sound(place, stem, spec.precision)
+        if found:
+            return found
+    return _build(loaded, spec, stem)
+
+
+def _read_sound(directory, stem, precision):
+    """``(path, data)`` of the first cached file whose bytes match its name."""
+    suffix = f"-{precision}.onnx"
+    for path in sorted(directory.glob(f"{stem}-*{suffix}")):
+        digest = path.name[len(stem) + 1 : -len(suffix)]
         try:
-            directory.mkdir(parents=True, exist_ok=True)
-            probe = directory / f".probe-{uuid.uuid4().hex}"
-            probe.touch()
-            probe.unlink()
+            data = path.read_bytes()
         except OSError as exc:
+            problem = "it is a directory" if path.is_dir() else str(exc)
+        else:
+            if hashlib.sha256(data).hexdigest() == digest:
+                return path, data
+            problem = "its bytes do not match the sha256 in its name: damaged"
+            with contextlib.suppress(OSError):
+                path.unlink()
+        warn(
+            f"Ignoring the exported encoder {path}, which sklearn-isotropy cannot "
+            f"load ({problem}); exporting it again.",
+            CacheWarning,
+        )
+    return None
+
+
+def _build(loaded, spec, stem):
+    """Export (or quantise) the graph into the cache; ``(path, data)``."""
+    directory = cache_dir()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        _remove_abandoned(directory)
+        staging = Path(tempfile.mkdtemp(prefix=_STAGING, dir=directory))
+    except OSError as exc:
+        directory = _fallback(directory, exc)
+        staging = Path(tempfile.mkdtemp(prefix=_STAGING, dir=directory))
+    try:
+        if spec.precision == "fp32":
+            data = _onnx.export(loaded, spec, staging / "model.onnx")
+        else:
+            _, fp32 = load(loaded, replace(spec, precision="fp32"))
+            data = _onnx.quantize(fp32, staging / "model.onnx")
+        name = f"{stem}-{hashlib.sha256(data).hexdigest()}-{spec.precision}.onnx"
+        path = directory / name
+        try:
+            os.replace(staging / "model.onnx", path)
+        except OSError as exc:
+            what = "a directory is" if path.is_dir() else "it cannot be written"
+            warn(
+                f"Cannot keep the exported encoder as {path} ({what} there: "
+                f"{exc.strerror}); it is used from memory and exported again by "
+                "the next process. Remove what is at that path.",
+                CacheWarning,
+            )
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return path, data
+
+
+def _fallback(directory, exc):
+    """A per-process directory for the exports ``directory`` cannot take."""
+    with _LOCK:
+        if str(directory) not in _UNWRITABLE:
             fallback = Path(tempfile.mkdtemp(prefix="sklearn_isotropy_onnx_"))
             atexit.register(shutil.rmtree, fallback, ignore_errors=True)
             _UNWRITABLE[str(directory)] = fallback
@@ -65,12 +139,11 @@ def _writable_dir():
                 "directory.",
                 CacheWarning,
             )
-            return fallback
-    return directory
+        return _UNWRITABLE[str(directory)]
 
 
 def _remove_abandoned(directory):
-    """Remove staging directories of exports killed long ago (not running)."""
+    """Remove this package's staging folders of exports killed long ago."""
     limit = time.time() - _ABANDONED_AFTER_S
     for staging in directory.glob(_STAGING + "*"):
         try:
@@ -78,27 +151,3 @@ def _remove_abandoned(directory):
                 shutil.rmtree(staging, ignore_errors=True)
         except OSError:  # removed by another process meanwhile
             pass
-
-
-def load(loaded, spec):
-    """``(path, data)``: the graph of ``spec`` on ``loaded``'s current weights.
-
-    Read from the cache, or exported (and quantised, for int8) now.
-    """
-    _onnx.import_onnx_deps()
-    directory = _writable_dir()
-    path = directory / spec.file_name(loaded.fingerprint())
-    if path.is_file():
-        return path, path.read_bytes()
-    _remove_abandoned(directory)
-    staging = Path(tempfile.mkdtemp(prefix=_STAGING, dir=directory))
-    try:
-        if spec.precision == "fp32":
-            data = _onnx.export(loaded, spec, staging / "model.onnx")
-        else:
-            _, fp32 = load(loaded, replace(spec, precision="fp32"))
-            data = _onnx.quantize(fp32, staging / "model.onnx")
-        os.replace(staging / "model.onnx", path)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return path, data
