@@ -480,6 +480,44 @@ def test_a_directory_in_place_of_a_cached_graph(tiny_bert_objects, fresh_cache):
     assert (path / "something").read_text() == "not ours"  # left alone
 
 
+def test_an_int8_export_logs_nothing_through_onnxruntime(
+    tiny_bert_objects, fresh_cache
+):
+    import logging
+
+    class Recorder(logging.Handler):
+        def __init__(self):
+            super().__init__(logging.DEBUG)
+            self.records = []
+
+        def emit(self, record):
+            self.records.append(record)
+
+    # an application that logs at INFO
+    root, recorder = logging.getLogger(), Recorder()
+    level, handlers, filters = root.level, list(root.handlers), list(root.filters)
+    quantization = logging.getLogger("onnxruntime.quantization")
+    root.addHandler(recorder)
+    root.setLevel(logging.INFO)
+    try:
+        model, tokenizer = _copy_of(tiny_bert_objects)
+        BertPoolingVectorizer((model, tokenizer), backend="onnx-int8").fit(["a"])
+        state = (
+            root.level,
+            list(root.handlers),
+            list(root.filters),
+            quantization.level,
+        )
+    finally:
+        root.removeHandler(recorder)
+        root.setLevel(level)
+    foreign = [r for r in recorder.records if not r.name.startswith("sklearn_isotropy")]
+    assert foreign == []
+    assert any("int8" in r.getMessage() for r in recorder.records)  # ours, kept
+    # the logging configuration is as it was
+    assert state == (logging.INFO, [*handlers, recorder], filters, logging.NOTSET)
+
+
 def test_an_unwritable_cache_warns_and_still_encodes(
     tiny_bert_objects, tmp_path, monkeypatch
 ):

@@ -24,6 +24,8 @@ import hashlib
 import inspect
 import json
 import logging
+import os
+import threading
 import warnings
 from dataclasses import asdict, dataclass
 
@@ -251,28 +253,38 @@ def _check_export(torch, loaded, spec, session):
             )
 
 
+_QUANTIZING = threading.Lock()
+
+
 @contextlib.contextmanager
-def _quiet_root_logger():
-    """Drop the advice quantize_dynamic logs on the root logger.
+def _quiet_quantization(ort):
+    """Keep ``quantize_dynamic``'s log records out of the application's log.
 
-    It calls ``logging.warning``, which would also configure the root logger
-    of a program that has not (printing every later record): a handler held
-    during the call keeps that from happening, and a filter drops the advice
-    (to run its pre-processing, whose shape inference fails on these graphs).
+    It logs through the root logger (``logging.info``: a dozen lines per
+    graph in a program that logs at INFO) and through loggers under
+    ``onnxruntime.quantization``. Meanwhile, a filter on the root logger
+    drops the records of onnxruntime's code, the level of
+    ``onnxruntime.quantization`` silences the others, and a handler keeps
+    ``logging.warning`` from configuring the root logger of a program that
+    has not (printing every later record). All is restored afterwards.
     """
-    root = logging.getLogger()
-    guard = logging.NullHandler()
+    root, named = logging.getLogger(), logging.getLogger("onnxruntime.quantization")
+    package = os.path.dirname(ort.__file__)
+    guard, level = logging.NullHandler(), named.level
 
-    def advice(record):
-        return "pre-processing" not in record.getMessage()
+    def foreign(record):
+        return not record.pathname.startswith(package)
 
-    root.addHandler(guard)
-    root.addFilter(advice)
-    try:
-        yield
-    finally:
-        root.removeFilter(advice)
-        root.removeHandler(guard)
+    with _QUANTIZING:  # one at a time: they share the loggers
+        root.addHandler(guard)
+        root.addFilter(foreign)
+        named.setLevel(logging.CRITICAL + 1)
+        try:
+            yield
+        finally:
+            named.setLevel(level)
+            root.removeFilter(foreign)
+            root.removeHandler(guard)
 
 
 def quantize(source, target):
@@ -285,12 +297,12 @@ def quantize(source, target):
     range; ``benchmarks/bench_encoder.py`` prints int8's beside float32's).
     Embedding lookups (``Gather``) stay float32: they cost no arithmetic.
     """
-    onnx, _ = import_onnx_deps()
+    onnx, ort = import_onnx_deps()
     quantization = import_optional(
         "onnxruntime.quantization", purpose=_PURPOSE, extra="onnx"
     )
     logger.info("Quantising an encoder graph to int8")
-    with _quiet_root_logger():
+    with _quiet_quantization(ort):
         quantization.quantize_dynamic(
             onnx.load_from_string(source),
             str(target),
