@@ -282,7 +282,9 @@ class LoadedEncoder:
 
 # Loaded encoders are shared while any estimator holds them; the most recent
 # one is also kept alive, so the clones a grid search fits one after the other
-# do not each reload it from disk.
+# do not each reload it from disk. The key has the size and modification time
+# of each file of a model directory: a model saved again to the same path (a
+# notebook that fine-tunes and evaluates again) is loaded again.
 _LOADED = weakref.WeakValueDictionary()
 _LAST_LOADED = [None]
 _LOADED_LOCK = threading.Lock()
@@ -299,7 +301,17 @@ def load_by_name(model, device):
     _, transformers = import_text_deps()
     candidates, failures = candidate_sources(model)
     for description, source in candidates:
-        key = (source, str(device))
+        try:  # a local folder: the identity of its files (see _LOADED)
+            files = tuple(
+                sorted(
+                    (f.name, f.stat().st_size, f.stat().st_mtime_ns)
+                    for f in os.scandir(source)
+                    if f.is_file()
+                )
+            )
+        except OSError:  # a hub name
+            files = None
+        key = (source, str(device), files)
         with _LOADED_LOCK:
             loaded = _LOADED.get(key)
         if loaded is not None:
