@@ -474,7 +474,7 @@ def test_a_directory_in_place_of_a_cached_graph(tiny_bert_objects, fresh_cache):
     messages = [str(w.message) for w in caught]
     assert len(messages) == 2 and all(str(path) in m for m in messages)
     assert "it is a directory" in messages[0]
-    assert "a directory is there" in messages[1] and "Remove" in messages[1]
+    assert "Is a directory" in messages[1] and "Remove" in messages[1]
     expected = BertPoolingVectorizer((model, tokenizer)).fit_transform(TEXTS)
     assert_allclose(vec.transform(TEXTS), expected, rtol=0, atol=1e-4)
     assert (path / "something").read_text() == "not ours"  # left alone

@@ -1,12 +1,10 @@
 """What runs the encoder: a backend object, chosen once when the vectorizer fits.
 
-As sentence-transformers picks its torch or ONNX model object at load time
-(``models/Transformer.py``), :func:`make_encoder` picks a backend for the
-vectorizer's ``backend=``: :class:`TorchEncoder` runs the model itself,
-:class:`OnnxEncoder` its exported graph (fp32 or int8) in onnxruntime. Both
-follow the small protocol :class:`Encoder`; the vectorizer tokenizes, batches,
-caches and runs the batches (:class:`BatchRunner`) the same way whichever
-it holds.
+As sentence-transformers picks its torch or ONNX model object at load time,
+:func:`make_encoder` picks :class:`TorchEncoder` (the model itself) or
+:class:`OnnxEncoder` (its exported graph, fp32 or int8, in onnxruntime);
+both follow the protocol :class:`Encoder`, and the vectorizer tokenizes,
+batches, caches and runs batches (:class:`BatchRunner`) alike for both.
 """
 
 from __future__ import annotations
@@ -14,15 +12,13 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextlib
-import threading
-import weakref
 from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
 
-from .._utils import import_optional
 from . import _onnx, _onnx_cache
+from ._loading import import_text_deps
 from ._pooling import pooled_batch
 
 #: ``backend`` value -> precision of the ONNX graph it runs (None: torch).
@@ -40,8 +36,6 @@ BACKENDS = {"torch": None, "onnx": "fp32", "onnx-int8": "int8"}
 #: (``bench_encoder.py``).
 TOKENS_PER_RUN = 384
 
-_PURPOSE = "BertPoolingVectorizer"
-
 
 class Encoder(Protocol):
     """What the vectorizer needs of a backend."""
@@ -55,22 +49,15 @@ class Encoder(Protocol):
     tokens_per_run: int | None
 
     def open(self) -> contextlib.AbstractContextManager[Callable]:
-        """A context giving the function that encodes one padded batch.
-
-        The function takes a dict of int64 arrays of shape ``(batch,
-        tokens)``, ``input_ids``, ``attention_mask`` and ``token_type_ids``
-        (None for models without token types), and returns the pooled
-        float32 rows ``(batch, hidden_size)`` of the model's current
-        weights. It may be called from several threads at once.
-        """
+        """A context giving the function that encodes one padded batch: from
+        int64 ``(batch, tokens)`` arrays ``input_ids``, ``attention_mask`` and
+        ``token_type_ids`` (None for models without), the pooled float32
+        rows of the model's current weights. Threads may call it at once."""
 
 
 def make_encoder(backend, loaded, reader, layers, n_layers):
-    """The :class:`Encoder` of ``backend`` for a pooling of ``loaded``.
-
-    ``reader`` and ``layers`` are those of a pooling preset (``layers``
-    non-negative). An ONNX backend exports its graph now (once per model).
-    """
+    """The :class:`Encoder` of ``backend`` for a pooling of ``loaded`` (a
+    preset's ``reader``, non-negative ``layers``); ONNX exports now."""
     precision = BACKENDS[backend]
     if precision is None:
         return TorchEncoder(loaded, reader, layers, n_layers)
@@ -98,7 +85,7 @@ class TorchEncoder:
 
     @contextlib.contextmanager
     def open(self):
-        torch = import_optional("torch", purpose=_PURPOSE, extra="text")
+        torch, _ = import_text_deps()
         model = self.loaded.model
         device = next(model.parameters()).device
         was_training = model.training
@@ -126,15 +113,9 @@ class TorchEncoder:
                 model.train()
 
 
-# loaded encoder -> {(spec, attention): (fingerprint, session)}; clones of a
-# vectorizer share the loaded encoder, and so its sessions
-_SESSIONS = weakref.WeakKeyDictionary()
-_LOCK = threading.Lock()
-
-
 def worker_threads():
     """Batches run at once: as many as the threads torch runs the encoder on."""
-    torch = import_optional("torch", purpose=_PURPOSE, extra="text")
+    torch, _ = import_text_deps()
     return max(1, torch.get_num_threads())
 
 
@@ -164,14 +145,12 @@ class OnnxEncoder:
         _onnx.import_onnx_deps()  # a clear ImportError, even with a session at hand
         fingerprint = self.loaded.fingerprint()
         key = (self.spec, _onnx.EXPORT_ATTENTION)
-        with _LOCK:
-            found = _SESSIONS.setdefault(self.loaded, {}).get(key)
+        found = self.loaded.sessions.get(key)  # (fingerprint, session)
         if found is not None and found[0] == fingerprint:
             return found[1]
         path, data = _onnx_cache.load(self.loaded, self.spec)
         session = _onnx.EncoderSession(data, self.spec.input_names(), path)
-        with _LOCK:
-            _SESSIONS[self.loaded][key] = (fingerprint, session)
+        self.loaded.sessions[key] = (fingerprint, session)
         return session
 
     @contextlib.contextmanager

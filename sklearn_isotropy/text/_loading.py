@@ -251,6 +251,7 @@ class LoadedEncoder:
         # unpicklable hooks on the model and keeps every layer's states.
         self.taps_ok = self.layer_list is not None
         self._fingerprint = None  # (weights signature, digest)
+        self.sessions = {}  # ONNX backends' sessions, shared by clones
 
     def fingerprint(self):
         """sha256 of every weight, the config and the tokenizer.
@@ -302,16 +303,11 @@ def load_by_name(model, device):
     candidates, failures = candidate_sources(model)
     for description, source in candidates:
         try:  # a local folder: the identity of its files (see _LOADED)
-            files = tuple(
-                sorted(
-                    (f.name, f.stat().st_size, f.stat().st_mtime_ns)
-                    for f in os.scandir(source)
-                    if f.is_file()
-                )
-            )
+            stats = [(f.name, f.stat()) for f in os.scandir(source) if f.is_file()]
+            files = sorted((name, s.st_size, s.st_mtime_ns) for name, s in stats)
         except OSError:  # a hub name
-            files = None
-        key = (source, str(device), files)
+            files = []
+        key = (source, str(device), tuple(files))
         with _LOADED_LOCK:
             loaded = _LOADED.get(key)
         if loaded is not None:

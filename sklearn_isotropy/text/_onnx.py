@@ -10,10 +10,9 @@ embedding before ``normalize``. A pooling that does not need the last block
 (``"embeddings_avg"``, ``layers=(0, 1)``) leaves the blocks after the
 deepest one it reads out of the graph.
 
-:func:`export` checks every export against the torch model on probe
-batches of other shapes than the one traced; :func:`quantize` makes the
-dynamic int8 graph of ``backend="onnx-int8"`` (``quantize_dynamic``).
-Where the graphs are kept is ``_onnx_cache.py``; what runs them,
+:func:`export` checks each export against the torch model on probe
+batches of other shapes; :func:`quantize` makes the int8 graph of
+``backend="onnx-int8"``. Graphs are kept by ``_onnx_cache.py`` and run by
 ``_encoders.py``.
 """
 
@@ -216,11 +215,8 @@ def _has_dynamo_flag(torch):
 
 
 def export(loaded, spec, path):
-    """Export the pooled encoder of ``spec`` to ``path`` (fp32) and check it.
-
-    Returns the bytes of the graph, once they ran the probe batches of
-    :func:`_check_export`.
-    """
+    """Export the pooled encoder of ``spec`` to ``path`` (fp32); the bytes,
+    once they computed the torch forward on probe batches."""
     torch = import_optional("torch", purpose=_PURPOSE, extra="text")
     import_onnx_deps()
     logger.info("Exporting %s to ONNX", loaded.source)
@@ -260,13 +256,11 @@ _QUANTIZING = threading.Lock()
 def _quiet_quantization(ort):
     """Keep ``quantize_dynamic``'s log records out of the application's log.
 
-    It logs through the root logger (``logging.info``: a dozen lines per
-    graph in a program that logs at INFO) and through loggers under
-    ``onnxruntime.quantization``. Meanwhile, a filter on the root logger
-    drops the records of onnxruntime's code, the level of
-    ``onnxruntime.quantization`` silences the others, and a handler keeps
+    It logs a dozen lines per graph through the root logger, and more under
+    ``onnxruntime.quantization``. Meanwhile, a root filter drops the records
+    of onnxruntime's code, a level silences the others, and a handler keeps
     ``logging.warning`` from configuring the root logger of a program that
-    has not (printing every later record). All is restored afterwards.
+    has not (printing every later record).
     """
     root, named = logging.getLogger(), logging.getLogger("onnxruntime.quantization")
     package = os.path.dirname(ort.__file__)

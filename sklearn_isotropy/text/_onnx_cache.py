@@ -43,9 +43,8 @@ _LOCK = threading.Lock()
 def cache_dir():
     """Where exported encoders are kept: ``$SKLEARN_ISOTROPY_ONNX_CACHE``, else
     ``$XDG_CACHE_HOME/sklearn_isotropy/onnx`` (``~/.cache/...`` by default)."""
-    env = os.environ.get(CACHE_ENV)
-    if env:
-        return Path(env).expanduser()
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or Path("~", ".cache").expanduser()
     return Path(base) / "sklearn_isotropy" / "onnx"
 
@@ -53,16 +52,14 @@ def cache_dir():
 def load(loaded, spec):
     """``(path, data)``: the graph of ``spec`` on ``loaded``'s current weights.
 
-    A sound cached file (in the cache directory, even read-only, or in this
-    process's fallback directory) is read; otherwise the graph is exported
-    (and quantised from a sound fp32 graph, for int8) now.
+    A sound file of the cache directory (even read-only) or of this process's
+    fallback directory is read, else the graph is exported (int8: quantised
+    from a sound fp32 graph) now.
     """
     _onnx.import_onnx_deps()
     stem = spec.stem(loaded.fingerprint())
     directory = cache_dir()
-    with _LOCK:
-        fallback = _UNWRITABLE.get(str(directory))
-    for place in (directory, fallback):
+    for place in (directory, _UNWRITABLE.get(str(directory))):
         found = place and _read_sound(place, stem, spec.precision)
         if found:
             return found
@@ -112,12 +109,11 @@ def _build(loaded, spec, stem):
         path = directory / name
         try:
             os.replace(staging / "model.onnx", path)
-        except OSError as exc:
-            what = "a directory is" if path.is_dir() else "it cannot be written"
+        except OSError as exc:  # a directory in the way, say
             warn(
-                f"Cannot keep the exported encoder as {path} ({what} there: "
-                f"{exc.strerror}); it is used from memory and exported again by "
-                "the next process. Remove what is at that path.",
+                f"Cannot keep the exported encoder as {path} ({exc.strerror}); it "
+                "is used from memory and exported again by the next process. "
+                "Remove what is at that path.",
                 CacheWarning,
             )
     finally:
@@ -146,8 +142,6 @@ def _remove_abandoned(directory):
     """Remove this package's staging folders of exports killed long ago."""
     limit = time.time() - _ABANDONED_AFTER_S
     for staging in directory.glob(_STAGING + "*"):
-        try:
+        with contextlib.suppress(OSError):  # removed by another process
             if staging.stat().st_mtime < limit:
                 shutil.rmtree(staging, ignore_errors=True)
-        except OSError:  # removed by another process meanwhile
-            pass

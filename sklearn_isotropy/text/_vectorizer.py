@@ -571,16 +571,12 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         return loaded
 
     def _get_backend(self):
-        """The :class:`~._encoders.Encoder` that runs the model (made anew
-        after unpickling)."""
+        """The :class:`~._encoders.Encoder` running the model (made anew after
+        unpickling)."""
         if getattr(self, "_backend", None) is None:
-            self._backend = _encoders.make_encoder(
-                self.backend,
-                self._get_loaded(),
-                POOLING_PRESETS[self.pooling].reader,
-                self.layers_,
-                self.n_layers_,
-            )
+            reader = POOLING_PRESETS[self.pooling].reader
+            args = (self._get_loaded(), reader, self.layers_, self.n_layers_)
+            self._backend = _encoders.make_encoder(self.backend, *args)
         return self._backend
 
     @property
@@ -740,25 +736,23 @@ TruncationWarning` per call says how many. ``None`` uses the model's
             if bar is not None:
                 bar.update(len(rows))
 
+        def padded(batch, rows, fill):  # int64 (batch, longest), rows sorted
+            values = np.full((len(batch), lengths[batch[0]]), fill, np.int64)
+            for row, j in enumerate(batch):
+                values[row, : lengths[j]] = rows[j]
+            return values
+
         try:
             with _encoders.BatchRunner(backend, out, len(batches), done) as runner:
                 for batch in batches:
-                    width = int(lengths[batch[0]])
+                    mask = np.arange(lengths[batch[0]]) < lengths[batch, None]
                     inputs = {
-                        "input_ids": np.full((len(batch), width), pad_id, np.int64),
-                        "attention_mask": np.zeros((len(batch), width), np.int64),
+                        "input_ids": padded(batch, ids, pad_id),
+                        "attention_mask": mask.astype(np.int64),
                         "token_type_ids": None,
                     }
                     if types is not None:
-                        inputs["token_type_ids"] = np.full_like(
-                            inputs["input_ids"], pad_type
-                        )
-                    for row, j in enumerate(batch):
-                        n = lengths[j]
-                        inputs["input_ids"][row, :n] = ids[j]
-                        inputs["attention_mask"][row, :n] = 1
-                        if types is not None:
-                            inputs["token_type_ids"][row, :n] = types[j]
+                        inputs["token_type_ids"] = padded(batch, types, pad_type)
                     runner.submit(batch, inputs)
         finally:
             if bar is not None:
