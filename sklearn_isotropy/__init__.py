@@ -12,6 +12,8 @@ the estimators that need them are used.
 
 from __future__ import annotations
 
+from importlib import metadata as _metadata
+
 from . import _compat
 from .flow import GlowFlowTransformer
 from .linear import (
@@ -30,7 +32,10 @@ from .text import BertPoolingVectorizer
 
 _compat.install()  # pickles of 0.1.0.dev0 name the modules of the flat layout
 
-__version__ = "0.1.0.dev0"
+try:  # the version is written once, in pyproject.toml
+    __version__ = _metadata.version("sklearn-isotropy")
+except _metadata.PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "BertPoolingVectorizer",

@@ -36,6 +36,8 @@ ESTIMATORS = [
     WhiteningTransformer(shrinkage="oas", power=0.0),
     WhiteningTransformer(method="zca", power=0.5),
     WhiteningTransformer(method="cholesky"),
+    WhiteningTransformer(noise_variance="auto"),
+    WhiteningTransformer(method="zca", power=0.5, noise_variance=0.01),
     NATSVTransformer(n_components=3),
     NATSVTransformer(n_components=2, center=False),
     StandardNormalizer(),
@@ -299,6 +301,19 @@ def test_without_dispatch_the_numpy_code_runs_bit_for_bit(estimator, rows):
         for name, value in vars(ref).items():
             if isinstance(value, np.ndarray):
                 np.testing.assert_array_equal(getattr(est, name), value)
+
+
+@pytest.mark.parametrize("namespace", NAMESPACES)
+@pytest.mark.parametrize("noise", [None, "auto"])
+def test_score_samples_on_a_device_matches_numpy(noise, namespace, rows, dispatch):
+    X, _ = rows
+    est = WhiteningTransformer(n_components=6, noise_variance=noise)
+    with sklearn.config_context(array_api_dispatch=False):
+        expected = clone(est).fit(X).score_samples(X)
+    Xd = _on(namespace, X)
+    got = clone(est).fit(Xd).score_samples(Xd)
+    assert type(got) is type(Xd) and got.device == Xd.device
+    _close(got, expected, np.float64)
 
 
 # ------------------------------------------------------------ portability

@@ -47,6 +47,7 @@ FAST_PARAMS = {GlowFlowTransformer: {"depth": 1, "hidden_size": 4, "max_iter": 2
 # n_components=1 that several checks force; tests/test_whitening.py covers them.
 VARIANTS = [
     WhiteningTransformer(n_components=2, power=0.5, shrinkage="ledoit-wolf"),
+    WhiteningTransformer(noise_variance="auto"),
     NATSVTransformer(n_components=1, center=False),
 ]
 

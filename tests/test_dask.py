@@ -143,6 +143,15 @@ def test_whitening_fit_on_cluster_equals_in_memory(client, data):
         assert_rel(align_signs(Z.blocks[i].compute(), Z_ref), Z_ref)
 
 
+def test_denoised_whitening_on_cluster(client, small):
+    X, X_dask = small
+    ref = WhiteningTransformer(noise_variance="auto").fit(X)
+    est = WhiteningTransformer(noise_variance="auto").fit(X_dask)
+    assert est.noise_variance_ == pytest.approx(ref.noise_variance_, rel=RTOL)
+    assert est.n_components_ == ref.n_components_
+    assert_rel(align_signs(est.whitening_, ref.whitening_), ref.whitening_)
+
+
 def test_whitening_options_and_weights_on_cluster(client, small):
     X, X_dask = small
     w = np.random.default_rng(3).integers(0, 4, size=X.shape[0]).astype(float)

@@ -76,6 +76,9 @@ def _onnx_run(model, X):
 LINEAR = [
     pytest.param(lambda: WhiteningTransformer(), id="whitening"),
     pytest.param(lambda: WhiteningTransformer(n_components=5), id="whitening-k5"),
+    pytest.param(
+        lambda: WhiteningTransformer(noise_variance="auto"), id="whitening-auto"
+    ),
     pytest.param(lambda: WhiteningTransformer(method="zca", power=0.5), id="zca"),
     pytest.param(lambda: NATSVTransformer(n_components=2), id="natsv"),
     pytest.param(lambda: NATSVTransformer(2, center=False), id="natsv-uncentred"),

@@ -370,9 +370,7 @@ def test_fitted_attributes_and_loss_curve(init, make_cone):
     # the last epoch's mean training NLL (nats per row, data space) is close
     # to the NLL of the final model on the training rows
     assert abs(-est.score(X) - est.loss_curve_[-1]) < 0.3
-    assert list(est.get_feature_names_out()) == [
-        f"glowflowtransformer{i}" for i in range(4)
-    ]
+    assert list(est.get_feature_names_out()) == [f"flow{i}" for i in range(4)]
 
 
 def test_mixing_layers_are_fixed_with_the_whitening_init(make_cone):
@@ -836,5 +834,5 @@ def test_in_pipeline_with_pandas_output(make_cone):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         out = pipe.fit_transform(X)
-    assert list(out.columns) == [f"glowflowtransformer{i}" for i in range(4)]
+    assert list(out.columns) == [f"flow{i}" for i in range(4)]
     assert_array_equal(pipe[-1].feature_names_in_, list("abcd"))

@@ -24,6 +24,7 @@ from sklearn.decomposition import PCA
 from sklearn.metrics import ndcg_score
 from sklearn.model_selection import GridSearchCV, KFold
 
+from sklearn_isotropy import WhiteningTransformer
 from sklearn_isotropy.cli import main
 from sklearn_isotropy.evaluation import (
     METHODS,
@@ -620,6 +621,8 @@ def test_study_methods_and_fit_on_fitting_rows_only(cone_task):
         queries, docs, task, fit_emb=fit, transformers={"spy": spy}, settings=settings
     )
     labels = [r["label"] for r in records]
+    # at full width, the label says how many components stay above the noise
+    denoised = WhiteningTransformer(noise_variance="auto").fit(fit).n_components_
     assert labels == [
         "raw",
         "PCA-4",
@@ -628,6 +631,9 @@ def test_study_methods_and_fit_on_fitting_rows_only(cone_task):
         "whitening-4",
         "whitening-8",
         "whitening-24",
+        "PPCA whitening-4",
+        "PPCA whitening-8",
+        f"PPCA whitening-{denoised}",
         "NATSV-5",
         "truncate-4",
         "truncate-8",

@@ -251,7 +251,9 @@ def test_naive_recipe_would_explode_where_we_stay_finite():
 def test_collinear_and_constant_columns(make_cone):
     X = make_cone(200, 4)
     X = np.column_stack([X, X[:, 0] * 2 - X[:, 1], np.full(200, 7.0)])
-    with pytest.warns(RankDeficiencyWarning, match="rank 4 < n_features = 6"):
+    # directions without variance are dropped harmlessly: logged, not warned
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RankDeficiencyWarning)
         est = WhiteningTransformer().fit(X)
     Z = est.transform(X)
     assert Z.shape == (200, 4) and np.all(np.isfinite(Z))
@@ -302,8 +304,7 @@ def test_transform_rejects_non_finite_in_every_column_and_row(
     monkeypatch.setattr(sklearn_isotropy.linear._base, "_TRANSFORM_BLOCK_BYTES", 512)
     X = make_cone(3000, 6).astype(dtype)
     X = np.column_stack([X, np.full(len(X), 7.0, dtype=dtype)])
-    with pytest.warns(RankDeficiencyWarning):
-        est = WhiteningTransformer().fit(X)
+    est = WhiteningTransformer().fit(X)
     assert np.abs(est.whitening_[-1]).max() < 1e-8
     for row, col in [(0, 0), (1234, 3), (len(X) - 1, 6)]:
         bad_X = X.copy()
@@ -403,7 +404,7 @@ def test_feature_names_pandas_output_and_pickle(make_cone):
     X = pd.DataFrame(make_cone(1000, 5), columns=list("abcde"))
     est = WhiteningTransformer(n_components=3).set_output(transform="pandas").fit(X)
     out = est.transform(X)
-    assert list(out.columns) == [f"whiteningtransformer{i}" for i in range(3)]
+    assert list(out.columns) == [f"whitening{i}" for i in range(3)]
     assert list(est.feature_names_in_) == list("abcde")
     again = pickle.loads(pickle.dumps(est))
     np.testing.assert_array_equal(again.transform(X).to_numpy(), out.to_numpy())
@@ -540,9 +541,7 @@ def test_pickle_clone_and_names_of_a_stale_map(make_cone):
     np.testing.assert_allclose(
         again.transform(X).to_numpy(), ref.transform(X), atol=1e-9
     )
-    assert list(est.get_feature_names_out()) == [
-        f"whiteningtransformer{i}" for i in range(3)
-    ]
+    assert list(est.get_feature_names_out()) == [f"whitening{i}" for i in range(3)]
     assert clone(est).get_params() == est.get_params()
     assert not hasattr(clone(est), "whitening_")
     # attribute access on the stale copy computes the same map
@@ -550,13 +549,22 @@ def test_pickle_clone_and_names_of_a_stale_map(make_cone):
 
 
 # ------------------------------------------------------- numbers at the edges
-def test_feature_scales_far_apart_give_advice_that_helps():
+def _rank_message(caplog, fit):
+    """The INFO message of a fit that drops directions without variance."""
+    sklearn_isotropy.linear._whitening._REPORTED.clear()
+    with caplog.at_level("INFO", logger="sklearn_isotropy"), warnings.catch_warnings():
+        warnings.simplefilter("error", RankDeficiencyWarning)
+        est = fit()
+        fit()  # the same message is logged once
+    (message,) = [r.getMessage() for r in caplog.records if "keeps" in r.getMessage()]
+    return est, message
+
+
+def test_feature_scales_far_apart_give_advice_that_helps(caplog):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(500, 8)) * np.array([1e8] + [1e-8] * 7)
-    with pytest.warns(RankDeficiencyWarning) as record:
-        est = WhiteningTransformer().fit(X)
-    message = str(record[0].message)
-    assert "rank 1 < n_features = 8" in message
+    est, message = _rank_message(caplog, lambda: WhiteningTransformer().fit(X))
+    assert "Whitening keeps 1 of 8 directions" in message
     assert "too few samples" not in message
     assert "standardise the features first" in message
     assert "shrinkage does not help" in message.lower()
@@ -605,18 +613,16 @@ def test_too_few_rows_is_blamed_even_when_the_variances_spread(n_samples):
         WhiteningTransformer(n_components=n_samples).fit(X)
 
 
-def test_spread_is_blamed_when_it_limits_the_rank_below_the_rows():
+def test_spread_is_blamed_when_it_limits_the_rank_below_the_rows(caplog):
     # 30 rows could span 29 directions of 10; the variances spanning 1e32
     # are what leaves fewer, and the message says so (and not "too few rows")
     rng = np.random.default_rng(3)
     X = rng.normal(size=(30, 10)) * np.array([1e8] * 5 + [1e-8] * 5)
-    with pytest.warns(RankDeficiencyWarning) as record:
-        est = WhiteningTransformer().fit(X)
-    message = str(record[0].message)
+    est, message = _rank_message(caplog, lambda: WhiteningTransformer().fit(X))
     assert est.rank_ == 5
+    assert "Whitening keeps 5 of 10 directions" in message
     assert "variances span a factor of" in message
     assert "too few samples" not in message
-    assert "n_components <= 5" in message
 
 
 @pytest.mark.parametrize("scale", [1e-200, 1e-300, 1e100])
@@ -911,3 +917,194 @@ def test_interleaved_blas_limits_restore_the_original_thread_count():
         t.join(20)
     assert seen == {"b, after a left": 1}
     assert _policy_blas_threads() == original
+
+
+# ------------------------------------------- probabilistic PCA: noise_variance
+def _spectrum(X):
+    cov = np.cov(X, rowvar=False)
+    evals, evecs = np.linalg.eigh(cov)
+    return evals[::-1], evecs[:, ::-1]
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{}, {"n_components": 5}, {"method": "zca", "power": 0.5}, {"shrinkage": 0.2}],
+    ids=repr,
+)
+def test_zero_noise_variance_is_plain_whitening(params, make_cone):
+    X = make_cone(800, 10)
+    plain = WhiteningTransformer(**params).fit(X)
+    zero = WhiteningTransformer(noise_variance=0.0, **params).fit(X)
+    np.testing.assert_allclose(zero.transform(X), plain.transform(X), atol=1e-8)
+    assert zero.noise_variance_ == 0.0
+
+
+@pytest.mark.parametrize("power", [1.0, 0.5, 0.0])
+@pytest.mark.parametrize("n_components", [None, 3])
+def test_noise_variance_is_the_posterior_mean_gain(power, n_components, make_cone):
+    # z_i = (l_i - s2) ** (1 - power / 2) / l_i * u_i'(x - mean) for l_i > s2;
+    # power=1 is probabilistic PCA's posterior mean of the whitened latent
+    X = make_cone(800, 10)
+    evals, evecs = _spectrum(X)
+    s2 = float(evals[5] + evals[6]) / 2  # 6 components stay above it
+    est = WhiteningTransformer(
+        n_components=n_components, noise_variance=s2, power=power
+    ).fit(X)
+    keep = np.flatnonzero(evals > s2)[:n_components]
+    gain = (evals[keep] - s2) ** (1 - power / 2) / evals[keep]
+    expected = (X - X.mean(axis=0)) @ (evecs[:, keep] * gain)
+    Z = est.transform(X)
+    assert est.n_components_ == len(keep) == (n_components or 6)
+    assert est.noise_variance_ == s2
+    # signs of eigenvectors are free: compare Gram matrices
+    np.testing.assert_allclose(Z @ Z.T, expected @ expected.T, rtol=1e-9, atol=1e-9)
+
+
+def test_noise_variance_with_zca_rotates_the_denoised_latent_back(make_cone):
+    X = make_cone(800, 8)
+    evals, evecs = _spectrum(X)
+    s2 = float(evals[3] + evals[4]) / 2
+    est = WhiteningTransformer(method="zca", noise_variance=s2).fit(X)
+    keep = evals > s2
+    gain = np.sqrt(evals[keep] - s2) / evals[keep]
+    W = (evecs[:, keep] * gain) @ evecs[:, keep].T
+    np.testing.assert_allclose(est.whitening_, W, atol=1e-12)
+    assert est.transform(X).shape == X.shape
+
+
+def test_noise_variance_inverse_transform_is_the_projection(make_cone):
+    X = make_cone(800, 10)
+    evals = _spectrum(X)[0]
+    est = WhiteningTransformer(noise_variance=float(evals[4] + evals[5]) / 2).fit(X)
+    Z = est.transform(X)
+    # a pseudo-inverse: back to the kept principal subspace, as PCA's
+    pca = PCA(n_components=est.n_components_).fit(X)
+    np.testing.assert_allclose(
+        est.inverse_transform(Z), pca.inverse_transform(pca.transform(X)), atol=1e-9
+    )
+    np.testing.assert_allclose(est.transform(est.inverse_transform(Z)), Z, atol=1e-9)
+
+
+def test_noise_variance_errors(make_cone):
+    X = make_cone(300, 6)
+    with pytest.raises(ValueError, match="method='cholesky' has no principal"):
+        WhiteningTransformer(method="cholesky", noise_variance="auto").fit(X)
+    WhiteningTransformer(method="cholesky", noise_variance=0.0).fit(X)  # plain
+    with pytest.raises(ValueError, match="no component is left above the noise"):
+        WhiteningTransformer(noise_variance=1e6).fit(X)
+    with pytest.raises(ValueError, match="noise_variance"):
+        WhiteningTransformer(noise_variance=-1.0).fit(X)
+    with pytest.raises(ValueError, match="noise_variance"):
+        WhiteningTransformer(noise_variance="median").fit(X)
+
+
+def test_auto_noise_variance_recovers_isotropic_noise():
+    # a spiked covariance: 5 strong directions over isotropic noise of
+    # variance 0.7; the Marchenko-Pastur median rule recovers the 0.7
+    rng = np.random.default_rng(3)
+    n, d = 4000, 60
+    basis = np.linalg.qr(rng.normal(size=(d, 5)))[0]
+    X = rng.normal(size=(n, 5)) * [9.0, 7.0, 5.0, 4.0, 3.0] @ basis.T
+    X += np.sqrt(0.7) * rng.normal(size=(n, d)) + 2.0
+    est = WhiteningTransformer(noise_variance="auto").fit(X)
+    assert abs(est.noise_variance_ - 0.7) < 0.02
+    # ... with rows fewer than features as well (the dual form)
+    small = WhiteningTransformer(noise_variance="auto").fit(X[:40])
+    assert abs(small.noise_variance_ - 0.7) < 0.15
+    assert np.all(np.isfinite(small.transform(X)))
+
+
+def test_auto_noise_variance_streams_and_pickles(make_cone):
+    X = make_cone(900, 10)
+    batch = WhiteningTransformer(noise_variance="auto").fit(X)
+    stream = WhiteningTransformer(noise_variance="auto")
+    for chunk in np.array_split(X, 4):
+        stream.partial_fit(chunk)
+    np.testing.assert_allclose(stream.noise_variance_, batch.noise_variance_)
+    np.testing.assert_allclose(stream.transform(X), batch.transform(X), atol=1e-10)
+    again = pickle.loads(pickle.dumps(batch))
+    np.testing.assert_array_equal(again.transform(X), batch.transform(X))
+
+
+def test_score_samples_is_the_gaussian_log_density(make_cone):
+    from scipy.stats import multivariate_normal
+
+    X = make_cone(600, 8)
+    est = WhiteningTransformer().fit(X)
+    held_out = make_cone(50, 8, seed=1)
+    expected = multivariate_normal(est.mean_, est.covariance_).logpdf(held_out)
+    np.testing.assert_allclose(est.score_samples(held_out), expected, atol=1e-6)
+    assert est.score(held_out) == pytest.approx(expected.mean(), abs=1e-6)
+    # shrinkage: the density of the shrunk covariance
+    shrunk = WhiteningTransformer(shrinkage=0.3, method="zca").fit(X)
+    expected = multivariate_normal(shrunk.mean_, shrunk.covariance_).logpdf(held_out)
+    np.testing.assert_allclose(shrunk.score_samples(held_out), expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("k", [1, 4, 7])
+def test_score_samples_equals_pca_probabilistic_model(k, make_cone):
+    X = make_cone(600, 8)
+    held_out = make_cone(50, 8, seed=1)
+    est = WhiteningTransformer(n_components=k).fit(X)
+    pca = PCA(n_components=k, svd_solver="full").fit(X)
+    assert est.noise_variance_ == pytest.approx(pca.noise_variance_, rel=1e-10)
+    np.testing.assert_allclose(
+        est.score_samples(held_out), pca.score_samples(held_out), atol=1e-6
+    )
+    # fewer rows than features: the dual form gives PCA's model as well
+    wide = make_cone(9, 20)
+    est = WhiteningTransformer(n_components=3).fit(wide)
+    pca = PCA(n_components=3, svd_solver="full").fit(wide)
+    np.testing.assert_allclose(est.score_samples(wide), pca.score_samples(wide))
+
+
+def test_score_samples_with_a_noise_variance_is_ppca(make_cone):
+    from scipy.stats import multivariate_normal
+
+    X = make_cone(600, 8)
+    held_out = make_cone(50, 8, seed=1)
+    for noise in (0.3, "auto"):
+        est = WhiteningTransformer(noise_variance=noise).fit(X)
+        U, lam, s2 = est.components_.T, est.explained_variance_, est.noise_variance_
+        cov = U @ np.diag(lam - s2) @ U.T + s2 * np.eye(8)
+        expected = multivariate_normal(est.mean_, cov).logpdf(held_out)
+        np.testing.assert_allclose(est.score_samples(held_out), expected, atol=1e-6)
+    zero = WhiteningTransformer(n_components=3, noise_variance=0.0).fit(X)
+    with pytest.raises(ValueError, match="zero density off the kept components"):
+        zero.score_samples(held_out)
+    with pytest.raises(ValueError, match="3 features"):
+        zero.score_samples(held_out[:, :3])
+
+
+def test_score_samples_stays_finite_for_constant_features(make_cone):
+    X = make_cone(400, 6)
+    X[:, 2] = 1.5  # a constant feature, as some encoders have
+    est = WhiteningTransformer(n_components=5).fit(X)
+    assert np.all(np.isfinite(est.score_samples(X)))
+
+
+def test_grid_search_selects_the_dimension_without_labels():
+    from sklearn.model_selection import GridSearchCV
+
+    # three strong directions over isotropic noise: the held-out likelihood
+    # of probabilistic PCA peaks at 3 components
+    rng = np.random.default_rng(0)
+    basis = np.linalg.qr(rng.normal(size=(12, 3)))[0]
+    X = rng.normal(size=(1500, 3)) * [6.0, 4.0, 3.0] @ basis.T
+    X += 0.5 * rng.normal(size=(1500, 12))
+    search = GridSearchCV(
+        WhiteningTransformer(), {"n_components": [1, 2, 3, 6, 9]}, cv=3
+    ).fit(X)
+    assert search.best_params_ == {"n_components": 3}
+
+
+def test_score_samples_is_the_untrained_flows_density(make_cone):
+    pytest.importorskip("torch")
+    from sklearn_isotropy import GlowFlowTransformer
+
+    X, held_out = make_cone(400, 6), make_cone(30, 6, seed=1)
+    flow = GlowFlowTransformer(max_iter=0, early_stopping=False).fit(X)
+    gaussian = WhiteningTransformer().fit(X)
+    np.testing.assert_allclose(
+        gaussian.score_samples(held_out), flow.score_samples(held_out), atol=1e-4
+    )

@@ -126,7 +126,7 @@ def _build_sn(k, n_features, settings, dev=None):
     return StandardNormalizer(), {}
 
 
-def _whitening(power=None):
+def _whitening(power=None, noise_variance=None):
     """The build of whitening at ``power`` (None: the settings' power)."""
 
     def build(k, n_features, settings, dev=None):
@@ -134,7 +134,10 @@ def _whitening(power=None):
 
         p = settings.power if power is None else power
         params = {"n_components": k or n_features, "power": p}
-        return WhiteningTransformer(n_components=k, power=p), params
+        whitening = WhiteningTransformer(
+            n_components=k, power=p, noise_variance=noise_variance
+        )
+        return whitening, params
 
     return build
 
@@ -151,6 +154,13 @@ register_method(
     uses_k=True,
     help="BERT-whitening keeping k dimensions, at --power",
 )(_whitening())
+register_method(
+    "ppca",
+    label="PPCA whitening-{n_components}",
+    uses_k=True,
+    help="whitening denoised without labels: the probabilistic-PCA posterior "
+    "(noise_variance='auto'), at most k dimensions",
+)(_whitening(noise_variance="auto"))
 
 
 @register_method(

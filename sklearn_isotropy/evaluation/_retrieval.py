@@ -107,7 +107,7 @@ class RetrievalTask(Task):
     )
     report_name = "retrieval"
     protocols = _PROTOCOLS
-    default_methods = ("raw", "pca", "whitening", "natsv", "truncate")
+    default_methods = ("raw", "pca", "whitening", "ppca", "natsv", "truncate")
 
     def __post_init__(self):
         self.queries = [str(q) for q in self.queries]

@@ -177,7 +177,7 @@ class STSTask(Task):
         ),
         "train": "transforms fitted on the sentences of the train split ('train')",
     }
-    default_methods = ("raw", "sn", "natsv", "whitening", "flow", "grid")
+    default_methods = ("raw", "sn", "natsv", "whitening", "ppca", "flow", "grid")
     has_dev = True
 
     def __init__(self, splits, *, fit_on="target", data_name="splits passed in"):

@@ -14,17 +14,12 @@ import io
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.base import (
-    BaseEstimator,
-    ClassNamePrefixFeaturesOutMixin,
-    TransformerMixin,
-    _fit_context,
-)
+from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
 from sklearn.utils import check_array, check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._utils import import_optional, resolve_device, warn
+from .._utils import PrefixedFeatureNamesMixin, import_optional, resolve_device, warn
 from ..exceptions import DensityUnderflowWarning, DeviceWarning, FlowTrainingWarning
 from ._input import (
     bypass_log_density,
@@ -102,9 +97,7 @@ def _fix_mixing(flow) -> None:
             module.requires_grad_(False)
 
 
-class GlowFlowTransformer(
-    ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
-):
+class GlowFlowTransformer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEstimator):
     """Map embeddings to a standard Gaussian with a Glow normalizing flow (BERT-flow).
 
     The flow is an invertible map ``f`` trained by maximum likelihood so that
@@ -112,7 +105,8 @@ class GlowFlowTransformer(
     the latent ``z = f(x)``, which is isotropic by construction, and the same
     model is a density: :meth:`score_samples` (log-likelihood in nats per
     row), :meth:`inverse_transform` and :meth:`sample`. The encoder that
-    produced the embeddings is not involved: only vectors are seen.
+    produced the embeddings is not involved: only vectors are seen. The
+    latent's columns are named ``flow0``, ``flow1``, ...
 
     ``f`` is a fixed input map followed by a trainable Glow. The input map
     standardises every feature (``standardize=True``) and, with
@@ -348,6 +342,7 @@ class GlowFlowTransformer(
     (3,)
     """
 
+    _feature_name_prefix = "flow"
     _parameter_constraints: dict = {
         "n_levels": [Interval(Integral, 1, None, closed="left")],
         "depth": [Interval(Integral, 1, None, closed="left")],

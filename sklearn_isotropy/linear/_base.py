@@ -10,12 +10,7 @@ from typing import NamedTuple
 
 import numpy as np
 from scipy import linalg
-from sklearn.base import (
-    BaseEstimator,
-    ClassNamePrefixFeaturesOutMixin,
-    TransformerMixin,
-    _fit_context,
-)
+from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
 from sklearn.utils import check_array
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import (
@@ -25,7 +20,7 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
-from .._utils import is_dask_collection
+from .._utils import PrefixedFeatureNamesMixin, is_dask_collection
 from ._array_api import (
     apply_map_on_device,
     check_fitted_namespace,
@@ -87,7 +82,7 @@ def _check_nonnegative_weights(sample_weight, X, on_device=False):
 
 
 class _StreamingMomentsMixin(
-    ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
+    PrefixedFeatureNamesMixin, TransformerMixin, BaseEstimator
 ):
     """Base of the estimators fitted from a :class:`MomentAccumulator`.
 

@@ -2,19 +2,30 @@
 
 from __future__ import annotations
 
+import logging
+import math
 from numbers import Integral, Real
 
 import numpy as np
 from scipy import linalg
 from sklearn.utils._param_validation import Interval, RealNotInt, StrOptions
+from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._utils import warn
 from ..exceptions import RankDeficiencyWarning
+from ._array_api import (
+    check_fitted_namespace,
+    float_dtype,
+    input_namespace,
+    namespace_of,
+    to_host,
+)
 from ._base import (
     LinearMap,
     _check_dense_feasible,
     _check_enough_samples,
     _dual_spectrum,
+    _float_dtypes,
     _numerical_rank,
     _power_scale,
     _rank_deficiency_reason,
@@ -27,6 +38,10 @@ from ._threads import small_problem
 
 __all__ = ["WhiteningTransformer"]
 
+logger = logging.getLogger(__name__)
+# INFO messages already logged in this process (each is logged once)
+_REPORTED: set[str] = set()
+
 
 class WhiteningTransformer(_StreamingMomentsMixin):
     """Whiten embeddings: subtract the mean and map the covariance to the identity.
@@ -37,6 +52,7 @@ class WhiteningTransformer(_StreamingMomentsMixin):
     the first ``k`` columns also reduces the dimension (their best result
     kept 256 of 768). The statistics are accumulated exactly in float64 and
     can be streamed with :meth:`partial_fit`.
+    The output columns are named ``whitening0``, ``whitening1``, ...
 
     Parameters
     ----------
@@ -73,6 +89,24 @@ class WhiteningTransformer(_StreamingMomentsMixin):
         :class:`sklearn.covariance.OAS` do (from the streamed moments). Any
         ``s > 0`` makes the covariance full rank, which keeps held-out rows
         bounded when ``n_samples <= n_features``.
+    noise_variance : float >= 0, "auto" or None, default=None
+        Variance ``s2`` of isotropic noise under the probabilistic-PCA model
+        (Tipping and Bishop, 1999), in the units of the covariance. With
+        ``s2 > 0`` each component is the posterior mean of its whitened
+        latent, ``sqrt(max(lambda - s2, 0)) / lambda * u^T (x - mean)``
+        (``power=1``): a Wiener gain that stops whitening from amplifying
+        the directions at the noise floor, and the components with
+        ``lambda <= s2`` are dropped. ``None`` and ``0`` are plain
+        whitening. ``"auto"`` estimates ``s2`` from the spectrum alone, with
+        no labels (see Notes and :ref:`without_labels`). It composes with
+        the other parameters: ``n_components`` caps the kept components
+        (those above the noise floor), ``power`` whitens the denoised
+        signal partially (the gain is ``(lambda - s2) ** (1 - power / 2) /
+        lambda``, so ``power=0`` is the Wiener-filtered PCA), ``shrinkage``
+        acts first (``s2`` is then in the units of the shrunk covariance)
+        and ``method="zca"`` rotates the denoised latent back to the input
+        coordinates; ``method="cholesky"`` has no components to denoise and
+        needs ``noise_variance=None``.
 
     Attributes
     ----------
@@ -93,6 +127,14 @@ class WhiteningTransformer(_StreamingMomentsMixin):
         The matrix ``W`` applied by :meth:`transform` after centring.
     shrinkage_ : float
         The shrinkage intensity used.
+    noise_variance_ : float
+        Noise variance ``s2`` of the fitted model: the one the transform
+        used (``noise_variance`` given, or estimated with ``"auto"``), or,
+        with ``noise_variance=None``, the maximum-likelihood estimate of
+        probabilistic PCA, the mean of the eigenvalues beyond the kept
+        components (as :attr:`sklearn.decomposition.PCA.noise_variance_`;
+        0 when every direction is kept), which only :meth:`score_samples`
+        uses.
     rank_ : int
         Numerical rank of ``covariance_``.
     n_components_ : int
@@ -130,6 +172,15 @@ class WhiteningTransformer(_StreamingMomentsMixin):
     they raise a ``ValueError`` before allocating it if it would not fit in
     memory.
 
+    ``noise_variance="auto"`` sets ``s2`` to the median of the kept
+    eigenvalues divided by the median of the Marchenko-Pastur law of the
+    aspect ratio ``n_features / n_samples`` (the noise estimate of Gavish
+    and Donoho, 2014): the eigenvalues of pure noise of variance ``s2``
+    have that median, and a signal spanning fewer than half the directions
+    leaves it in place. The rule was chosen on STS-B dev and retrieval
+    without labels in the transform; :ref:`without_labels` has the table
+    of the rules tried.
+
     :meth:`fit` computes the map before returning. :meth:`partial_fit` only
     merges statistics; the map is computed at its first use afterwards
     (:meth:`transform` or reading a fitted attribute), and errors that need
@@ -146,6 +197,11 @@ class WhiteningTransformer(_StreamingMomentsMixin):
        Approach", Findings of EMNLP, 2021.
     .. [3] A. Kessy, A. Lewin, K. Strimmer, "Optimal Whitening and
        Decorrelation", The American Statistician 72(4), 2018.
+    .. [4] M. E. Tipping, C. M. Bishop, "Probabilistic Principal Component
+       Analysis", Journal of the Royal Statistical Society B 61(3), 1999.
+    .. [5] M. Gavish, D. L. Donoho, "The Optimal Hard Threshold for
+       Singular Values is 4/sqrt(3)", IEEE Transactions on Information
+       Theory 60(8), 2014.
 
     Examples
     --------
@@ -172,15 +228,27 @@ class WhiteningTransformer(_StreamingMomentsMixin):
             Interval(Real, 0, 1, closed="both"),
             StrOptions({"ledoit-wolf", "oas"}),
         ],
+        "noise_variance": [
+            Interval(Real, 0, None, closed="left"),
+            StrOptions({"auto"}),
+            None,
+        ],
     }
 
     def __init__(
-        self, n_components=None, *, method="pca", power=1.0, shrinkage=0.0
+        self,
+        n_components=None,
+        *,
+        method="pca",
+        power=1.0,
+        shrinkage=0.0,
+        noise_variance=None,
     ) -> None:
         self.n_components = n_components
         self.method = method
         self.power = power
         self.shrinkage = shrinkage
+        self.noise_variance = noise_variance
 
     _fitted_attributes = (
         "mean_",
@@ -190,6 +258,7 @@ class WhiteningTransformer(_StreamingMomentsMixin):
         "explained_variance_ratio_",
         "whitening_",
         "shrinkage_",
+        "noise_variance_",
         "rank_",
         "n_components_",
         "_unwhitening",
@@ -208,6 +277,12 @@ class WhiteningTransformer(_StreamingMomentsMixin):
                 f"method={method!r} keeps the input coordinates and needs "
                 f"n_components=None; got n_components={n_components!r}. Use "
                 "method='pca' to reduce the dimension."
+            )
+        if method == "cholesky" and params["noise_variance"] not in (None, 0):
+            raise ValueError(
+                "method='cholesky' has no principal components to denoise and "
+                f"needs noise_variance=None; got noise_variance="
+                f"{params['noise_variance']!r}. Use method='pca' or 'zca'."
             )
         if method == "cholesky" and params["power"] != 1:
             raise ValueError(
@@ -287,9 +362,22 @@ class WhiteningTransformer(_StreamingMomentsMixin):
                 f"numerical rank is {rank} < n_features = {d} ({cause}). "
                 f"{todo}. Or use method='pca', which keeps the {rank} directions."
             )
+        noise = params["noise_variance"]
         k = self._select_n_components(
-            params["n_components"], evals, rank, d, total, moments
+            params["n_components"], evals, rank, d, total, moments, noise
         )
+        if noise is None:
+            # probabilistic PCA's maximum-likelihood noise: the mean of the
+            # eigenvalues beyond the kept ones, as PCA.noise_variance_
+            s2 = float(np.mean(evals[k:])) if evals.size > k else 0.0
+            s2 = max(s2, 0.0)
+        else:
+            s2 = (
+                _auto_noise_variance(evals[:rank], moments.sum_weights, d)
+                if noise == "auto"
+                else float(np.ldexp(noise, -2 * e))
+            )
+            k = self._components_above(evals, k, s2, noise, e)
         if method == "cholesky":
             with small_problem(d):
                 chol = linalg.cholesky(cov, lower=True, check_finite=False)
@@ -301,6 +389,10 @@ class WhiteningTransformer(_StreamingMomentsMixin):
                 whitening, unwhitening = np.ldexp(whitening, -e), np.ldexp(chol.T, e)
         else:
             scale = _power_scale(evals[:k], e, power)
+            if noise is not None and s2 > 0:
+                # the posterior mean of the signal, whitened to `power`:
+                # (lambda - s2) ** (1 - power / 2) / lambda
+                scale = scale * (1.0 - s2 / evals[:k]) ** (1.0 - power / 2.0)
             whitening = evecs[:, :k] * scale
             unwhitening = (evecs[:, :k] / scale).T
             if method == "zca":
@@ -310,6 +402,7 @@ class WhiteningTransformer(_StreamingMomentsMixin):
         attrs = {
             "mean_": moments.mean.copy(),
             "shrinkage_": shrinkage,
+            "noise_variance_": float(unscale(np.float64(s2), 2 * e)),
             "rank_": rank,
             "components_": evecs[:, :k].T.copy(),
             "explained_variance_": unscale(evals[:k], 2 * e),
@@ -332,17 +425,25 @@ class WhiteningTransformer(_StreamingMomentsMixin):
             return self.covariance_
         return super()._missing_attribute(name)
 
-    def _select_n_components(self, n_components, evals, rank, d, total, moments):
+    @staticmethod
+    def _components_above(evals, k, s2, noise, e) -> int:
+        """How many of the ``k`` leading components lie above the noise floor."""
+        above = int(np.count_nonzero(evals[:k] > s2))
+        if above == 0:
+            top = float(np.ldexp(evals[0], 2 * e))
+            raise ValueError(
+                f"noise_variance={noise!r} is at or above every eigenvalue of the "
+                f"covariance (the largest is {top:.4g}), so no component is left "
+                "above the noise floor. Pass a smaller noise_variance, or 'auto'."
+            )
+        return above
+
+    def _select_n_components(
+        self, n_components, evals, rank, d, total, moments, noise=None
+    ):
         if n_components is None:
             if rank < d:
-                cause, todo = _rank_deficiency_reason(moments, rank)
-                warn(
-                    f"The covariance has numerical rank {rank} < n_features = {d}: "
-                    f"{cause}. Only {rank} components are kept (pass "
-                    f"n_components <= {rank} to choose them without this "
-                    f"warning). {todo}.",
-                    RankDeficiencyWarning,
-                )
+                _report_rank(moments, rank, denoised=noise not in (None, 0))
             return rank
         if isinstance(n_components, Integral):
             if n_components > rank:
@@ -356,6 +457,85 @@ class WhiteningTransformer(_StreamingMomentsMixin):
         ratio = np.cumsum(evals[:rank]) / total
         return int(min(np.searchsorted(ratio, n_components, side="right") + 1, rank))
 
+    # --------------------------------------------------------------- likelihood
+    def score_samples(self, X):
+        """Log-likelihood of each row under the fitted Gaussian model.
+
+        With every direction kept (``n_components_ == n_features_in_``) the
+        model is the Gaussian of ``mean_`` and ``covariance_``. Otherwise it
+        is probabilistic PCA, as :meth:`sklearn.decomposition.PCA.score_samples`:
+        the kept components with their eigenvalues, and isotropic variance
+        ``noise_variance_`` in every other direction (a noise variance below
+        float64 round-off of the largest eigenvalue counts as that round-off).
+        So :meth:`score` compares whitening settings without labels, e.g. in
+        :class:`~sklearn.model_selection.GridSearchCV`, and is the Gaussian
+        baseline of :meth:`GlowFlowTransformer.score_samples
+        <sklearn_isotropy.GlowFlowTransformer.score_samples>`.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Rows to score.
+
+        Returns
+        -------
+        log_likelihood : ndarray of shape (n_samples,)
+            Natural-log density of each row, in float64 (or the widest float
+            type of the fitting device).
+        """
+        check_is_fitted(self)
+        check_fitted_namespace(self, X, "score_samples")
+        target = input_namespace(X)
+        X = validate_data(self, X, reset=False, dtype=_float_dtypes(target))
+        self._ensure_map()
+        xp, _ = namespace_of(X) if target is not None else (np, None)
+        dtype = xp.float64 if target is None else float_dtype(*target)
+        X = xp.astype(X, dtype) if target is not None else X.astype(np.float64)
+        components = xp.astype(self.components_, dtype)
+        variances = xp.astype(self.explained_variance_, dtype)
+        d, q = X.shape[1], components.shape[0]
+        centred = X - xp.astype(self.mean_, dtype)
+        projected = centred @ components.T
+        mahalanobis = xp.sum(projected**2 / variances, axis=1)
+        log_det = float(xp.sum(xp.log(variances)))
+        if q < d:
+            s2 = self._likelihood_noise()
+            residual = centred - projected @ components
+            mahalanobis = mahalanobis + xp.sum(residual**2, axis=1) / s2
+            log_det += (d - q) * math.log(s2)
+        return -0.5 * (d * math.log(2.0 * math.pi) + log_det + mahalanobis)
+
+    def score(self, X, y=None):
+        """Average log-likelihood of the rows under the fitted model.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Rows to score.
+        y : None
+            Ignored; present for API consistency.
+
+        Returns
+        -------
+        score : float
+            Mean of :meth:`score_samples`.
+        """
+        return float(np.mean(to_host(self.score_samples(X))))
+
+    def _likelihood_noise(self) -> float:
+        """The noise variance of the likelihood, floored at round-off."""
+        if self.noise_variance == 0:
+            raise ValueError(
+                "noise_variance=0 with fewer components than features "
+                f"({self.n_components_} < {self.n_features_in_}) gives zero "
+                "density off the kept components, so there is no likelihood to "
+                "score. Use noise_variance=None (probabilistic PCA's "
+                "maximum-likelihood noise), a positive value or 'auto'."
+            )
+        top = float(to_host(self.explained_variance_)[0])
+        floor = top * self.n_features_in_ * np.finfo(np.float64).eps
+        return float(max(self.noise_variance_, floor))
+
     # ---------------------------------------------------------------- transform
     def _linear_map(self) -> LinearMap:
         return LinearMap(self.mean_, "matmul", self.whitening_)
@@ -366,3 +546,73 @@ class WhiteningTransformer(_StreamingMomentsMixin):
     @property
     def _n_features_out(self):
         return self.n_components_
+
+
+def _report_rank(moments: MomentAccumulator, rank: int, denoised: bool) -> None:
+    """Say that whitening keeps ``rank`` < ``n_features`` directions.
+
+    Too few rows is a real problem (held-out rows have variance in the
+    directions the fit never saw) and a :class:`RankDeficiencyWarning`,
+    unless a noise variance drops those directions anyway. Constant,
+    collinear or round-off-level features (some encoders have a few) are
+    dropped harmlessly: that is logged at INFO level, once per message.
+    """
+    d = moments.n_features
+    cause, todo = _rank_deficiency_reason(moments, rank)
+    rows_limited = moments.n_nonzero - 1 < d and rank >= moments.n_nonzero - 1
+    if rows_limited and not denoised:
+        warn(
+            f"The covariance has numerical rank {rank} < n_features = {d}: "
+            f"{cause}. Only {rank} components are kept (pass "
+            f"n_components <= {rank} to choose them without this "
+            f"warning). {todo}.",
+            RankDeficiencyWarning,
+        )
+        return
+    message = (
+        f"Whitening keeps {rank} of {d} directions, dropping those without "
+        f"variance above float64 round-off: {cause}. {todo}."
+    )
+    if message not in _REPORTED:
+        _REPORTED.add(message)
+        logger.info(message)
+
+
+def _marchenko_pastur_median(beta: float) -> float:
+    """Median of the Marchenko-Pastur law of aspect ratio ``beta`` in (0, 1].
+
+    The law of the eigenvalues of ``X^T X / n`` for ``n x p`` noise of unit
+    variance as ``p / n -> beta``; its median has no closed form and is
+    found by bisection on its distribution function.
+    """
+    from scipy import integrate, optimize
+
+    lo, hi = (1.0 - np.sqrt(beta)) ** 2, (1.0 + np.sqrt(beta)) ** 2
+
+    def density(x):
+        return np.sqrt(max((hi - x) * (x - lo), 0.0)) / (2.0 * np.pi * beta * x)
+
+    def below(m):
+        return integrate.quad(density, lo, m, limit=200)[0] - 0.5
+
+    return float(optimize.brentq(below, lo, hi, xtol=1e-10))
+
+
+def _auto_noise_variance(evals: np.ndarray, n_samples: float, d: int) -> float:
+    """Label-free noise variance from the spectrum (``noise_variance="auto"``).
+
+    The median of the nonzero eigenvalues divided by the median of the
+    Marchenko-Pastur law they would follow if they were pure noise of unit
+    variance (Gavish and Donoho's estimate): ``n`` rows of ``d`` features
+    give ``min(n, d)`` eigenvalues of that law with aspect ratio
+    ``min(n, d) / max(n, d)``, scaled by ``max(n, d) / n``. Capped at the
+    second eigenvalue, so that the leading component is always kept.
+    """
+    if evals.size < 2:
+        return 0.0  # one eigenvalue: no spectrum to tell noise from
+    small, large = min(n_samples, d), max(n_samples, d)
+    beta = min(1.0, small / large)
+    s2 = np.median(evals) / (large / n_samples * _marchenko_pastur_median(beta))
+    # a spectrum with nothing above its noise floor still keeps its leading
+    # direction (too few eigenvalues, or isotropic data)
+    return float(min(s2, evals[1]))

@@ -9,6 +9,7 @@ from sklearn.utils import get_tags
 from sklearn.utils._param_validation import HasMethods, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted
 
+from .._utils import DocLinkMixin
 from ._scores import _row_cosine, spearman_score
 
 __all__ = ["PairedCosineSimilarity", "cosine_spearman_scorer"]
@@ -113,7 +114,7 @@ def _paired_cosine_through(transformer, kind, items, n_pairs):
     return _row_cosine(Z[:n_pairs], Z[n_pairs:])
 
 
-class PairedCosineSimilarity(BaseEstimator):
+class PairedCosineSimilarity(DocLinkMixin, BaseEstimator):
     """Cosine similarity of sentence pairs after a transformer, scored by Spearman.
 
     A meta-estimator that turns any embedding post-processor (or a whole text
