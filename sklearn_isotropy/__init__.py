@@ -12,9 +12,7 @@ the estimators that need them are used.
 
 from __future__ import annotations
 
-from importlib import metadata as _metadata
-
-from . import _compat
+from ._utils._conventions import VERSION as __version__  # noqa: F401 (metadata)
 from .flow import GlowFlowTransformer
 from .linear import (
     MomentAccumulator,
@@ -29,13 +27,6 @@ from .metrics import (
     make_retrieval_scorer,
 )
 from .text import BertPoolingVectorizer
-
-_compat.install()  # pickles of 0.1.0.dev0 name the modules of the flat layout
-
-try:  # the version is written once, in pyproject.toml
-    __version__ = _metadata.version("sklearn-isotropy")
-except _metadata.PackageNotFoundError:  # a source tree that was never installed
-    __version__ = "0+unknown"
 
 __all__ = [
     "BertPoolingVectorizer",

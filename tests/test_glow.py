@@ -645,21 +645,6 @@ def test_pickle_and_joblib_round_trip(tmp_path, init, make_cone):
     _assert_same_model(loaded.fit(X), est, X)
 
 
-def test_old_pickle_state_gets_the_old_behaviour(make_cone):
-    """A state without the parameters and attributes added since (what the
-    first release pickled) loads as the BERT-flow initialisation it was."""
-    X = make_cone(200, 4, **AXES)
-    est = _fitted(X, init="bert-flow", max_iter=1)
-    state = est.__getstate__()
-    for key in ("init", "shrinkage", "whitener_", "rank_", "best_epoch_"):
-        del state[key]
-    old = GlowFlowTransformer.__new__(GlowFlowTransformer)
-    old.__setstate__(state)
-    assert old.get_params()["init"] == "bert-flow"
-    assert old.whitener_ is None and old.best_epoch_ is None and old.rank_ is None
-    _assert_same_model(est, old, X)
-
-
 def test_pickled_state_is_cpu_and_loaded_weights_only(monkeypatch, make_cone):
     est = _fitted(make_cone(200, 4, **AXES), max_iter=1)
     state = est.__getstate__()

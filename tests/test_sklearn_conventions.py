@@ -134,7 +134,9 @@ def test_html_repr_links_to_the_api_reference(version, url_version, monkeypatch)
         "StandardNormalizer",
         "WhiteningTransformer",
     ]
-    monkeypatch.setattr(sklearn_isotropy, "__version__", version)
+    from sklearn_isotropy._utils import _conventions
+
+    monkeypatch.setattr(_conventions, "VERSION", version)
     for name in PUBLIC_ESTIMATORS:
         est = getattr(sklearn_isotropy, name)()
         assert _expected_doc_link(name, url_version) in est._repr_html_(), name

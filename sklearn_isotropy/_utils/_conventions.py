@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+from importlib import metadata
+
 import numpy as np
 from sklearn.utils.validation import _check_feature_names_in, check_is_fitted
+
+try:  # the version is written once, in pyproject.toml
+    VERSION = metadata.version("sklearn-isotropy")
+except metadata.PackageNotFoundError:  # a source tree that was never installed
+    VERSION = "0+unknown"
 
 
 class DocLinkMixin:
@@ -14,9 +21,7 @@ class DocLinkMixin:
 
     @property
     def _doc_link_template(self) -> str:  # formatted by scikit-learn's repr
-        from .. import __version__
-
-        version = __version__ if __version__.replace(".", "").isdigit() else "latest"
+        version = VERSION if VERSION.replace(".", "").isdigit() else "latest"
         return (  # the pages docs/api_reference.py generates
             f"https://sklearn-isotropy.readthedocs.io/en/{version}/api/generated/"
             "sklearn_isotropy.{estimator_name}.html"
