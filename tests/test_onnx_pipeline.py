@@ -152,36 +152,33 @@ def test_a_wrong_graph_is_refused(tiny_bert, corpus, monkeypatch):
         to_onnx(pipe)
 
 
-@pytest.mark.parametrize("damage", ["truncate", "flip"])
 def test_a_damaged_cached_encoder_graph_is_exported_again(
-    tiny_bert, corpus, tmp_path, monkeypatch, damage
+    tiny_bert, corpus, tmp_path, monkeypatch
 ):
     from sklearn_isotropy.exceptions import CacheWarning
 
     monkeypatch.setenv("SKLEARN_ISOTROPY_ONNX_CACHE", str(tmp_path / "cache"))
     pipe = make_pipeline(
         BertPoolingVectorizer(tiny_bert), WhiteningTransformer(n_components=8)
-    ).fit(corpus)
+    ).fit(corpus[:60])
     vec = pipe[0]
     vec.get_onnx_encoder()  # exported and cached
     (path,) = (tmp_path / "cache").glob("*-fp32.onnx")
-    data = bytearray(path.read_bytes())
-    if damage == "truncate":
-        data = data[:1000]
-    else:  # the sign of each float of the largest weight
-        raw = max(onnx.load(path).graph.initializer, key=lambda t: len(t.raw_data))
-        start = data.find(raw.raw_data)
-        data[start + 3 : start + len(raw.raw_data) : 4] = bytes(
-            b ^ 0x80 for b in data[start + 3 : start + len(raw.raw_data) : 4]
-        )
-    path.write_bytes(bytes(data))
+    sound = path.read_bytes()
+    path.write_bytes(sound[:1000])  # truncated
+    expected = pipe.transform(QUERIES)
     with pytest.warns(CacheWarning, match="exporting it again"):
         model = save_onnx_pipeline(pipe, tmp_path / "saved")
-    expected = pipe.transform(QUERIES)
     assert_allclose(_run(model, vec, QUERIES), expected, rtol=0, atol=1e-4)
-    path.write_bytes(bytes(data))  # damaged again: to_onnx recovers too
+    # the sign of each float of the largest weight flipped: still parses
+    raw = max(onnx.load(path).graph.initializer, key=lambda t: len(t.raw_data))
+    start, data = sound.find(raw.raw_data), bytearray(sound)
+    for i in range(start + 3, start + len(raw.raw_data), 4):
+        data[i] ^= 0x80
+    path.write_bytes(bytes(data))
     with pytest.warns(CacheWarning, match="exporting it again"):
-        assert_allclose(_run(to_onnx(pipe), vec, QUERIES), expected, rtol=0, atol=1e-4)
+        model = to_onnx(pipe)
+    assert_allclose(_run(model, vec, QUERIES), expected, rtol=0, atol=1e-4)
 
 
 def _snippet(readme):
