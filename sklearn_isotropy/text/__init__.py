@@ -4,9 +4,11 @@
 (``_static*.py``) are the estimators. Beside them: model loading
 (``_loading.py``), hidden-state taps (``_taps.py``), the pooling presets
 (``_pooling.py``, :data:`POOLING_PRESETS`, :func:`register_pooling`), the
-per-sentence embedding cache (``_cache.py``), the encoder run by onnxruntime
-(``_onnx.py``) and the embedding of dask collections (``_dask.py``). torch
-and transformers are imported only when a model is loaded.
+per-sentence embedding cache (``_cache.py``), the backends that run the
+encoder (``_encoders.py``: torch, or onnxruntime), the encoder exported to
+ONNX (``_onnx.py``) and its disk cache (``_onnx_cache.py``), and the
+embedding of dask collections (``_dask.py``). torch and transformers are
+imported only when a model is loaded.
 """
 
 from __future__ import annotations

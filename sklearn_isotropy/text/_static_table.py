@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from .._utils import import_optional, progress_bar
-from . import _cache, _loading
+from . import _loading
 from ._base import is_model_name
 from ._static_cache import cached_table
 
@@ -273,7 +273,7 @@ def load_table(model, pooling, batch_size, device, *, verbose=0):
     loaded = _loading.load_encoder(model, device)
     tokenizer = plain_tokenizer(loaded.tokenizer)  # fail before the work
     spec = {
-        "model": _cache.fingerprint(loaded),
+        "model": loaded.fingerprint(),
         "pooling": pooling,
         "version": DISTILL_VERSION,
     }
