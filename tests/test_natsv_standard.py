@@ -141,7 +141,7 @@ TRANSFORMERS = [
 def test_transform_rejects_non_finite_anywhere(est, dtype, bad, monkeypatch, make_cone):
     # transform checks finiteness on its output, block by block (made small
     # here): a bad entry must be caught in the first, a middle and the last
-    monkeypatch.setattr(sklearn_isotropy.linear._base, "_TRANSFORM_BLOCK_BYTES", 512)
+    monkeypatch.setattr(sklearn_isotropy.linear._base, "_FINISH_BLOCK_BYTES", 512)
     X = make_cone(3000, 10, **CONE, dtype=dtype)
     est = est.fit(X)
     for row, col in [(0, 0), (1234, 4), (len(X) - 1, X.shape[1] - 1)]:

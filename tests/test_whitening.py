@@ -300,6 +300,7 @@ def test_transform_rejects_non_finite_in_every_column_and_row(
     # transform checks finiteness on its output, block by block; a non-finite
     # entry must be caught in the first, a middle and the last block, and in a
     # constant column, whose row of the whitening matrix is (numerically) zero
+    monkeypatch.setattr(sklearn_isotropy.linear._base, "_FINISH_BLOCK_BYTES", 512)
     monkeypatch.setattr(sklearn_isotropy.linear._base, "_TRANSFORM_BLOCK_BYTES", 512)
     X = make_cone(3000, 6).astype(dtype)
     X = np.column_stack([X, np.full(len(X), 7.0, dtype=dtype)])

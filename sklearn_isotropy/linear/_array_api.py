@@ -46,11 +46,11 @@ def namespace_of(a):
 
 
 def input_namespace(X):
-    """``(xp, device)`` of an input to run in its own namespace, else None.
+    """``(xp, device)`` of an input to keep in its own namespace, else None.
 
-    None (the numpy code) without ``array_api_dispatch``, for numpy arrays
-    and for what is not an Array API array (lists, pandas frames, sparse
-    matrices), which ``check_array`` converts to numpy as usual.
+    None (``check_array`` makes numpy arrays, as usual) without
+    ``array_api_dispatch``, for numpy arrays and for what is not an Array
+    API array (lists, pandas frames, sparse matrices).
     """
     if not get_config()["array_api_dispatch"] or isinstance(X, np.ndarray):
         return None

@@ -299,7 +299,7 @@ def partial_fit_dask(
         X,
         sample_weight,
         kind=estimator._moments_kind,
-        # a continued fit keeps what it started with, as the numpy path does
+        # a continued fit keeps what it started with, as partial_fit on arrays does
         fourth_moments=(
             estimator._needs_fourth_moments()
             if first
