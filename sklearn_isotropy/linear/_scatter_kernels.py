@@ -16,8 +16,8 @@ Threads: the products run on one BLAS thread (:func:`one_blas_thread`, as
 the map's factorisations do), and the product of a large batch of numpy
 rows is split by rows into one share per CPU, each converted and
 multiplied in its own Python thread (:func:`accumulate`). On the 2-core
-benchmark machine, loaded, the split took half the time of the same
-product on BLAS's own two threads (``benchmarks/bench_threads.py``).
+benchmark machine, loaded, the split took 0.56x to 0.72x the time of the
+same product on BLAS's own two threads (``benchmarks/bench_threads.py``).
 """
 
 from __future__ import annotations
@@ -315,7 +315,7 @@ def _run_shares(shares, threads, args):
     than the other on the benchmark machine, and the fit waits for the
     slowest. The caller's floating-point error state is passed on (numpy
     keeps it per thread). At interpreter shutdown, when no thread may start,
-    the shares left run here.
+    the shares run here.
     """
     err = np.geterr()
 
@@ -323,17 +323,13 @@ def _run_shares(shares, threads, args):
         with np.errstate(**err):
             return _accumulate_rows(*share, *args)
 
-    done = []
     if threads > 1:
-        with ThreadPoolExecutor(threads) as pool:
-            futures = []
-            try:
-                for share in shares:
-                    futures.append(pool.submit(run, share))
-            except RuntimeError:  # "cannot schedule new futures after shutdown"
-                pass
-            done = [f.result() for f in futures]
-    return done + [run(share) for share in shares[len(done) :]]
+        try:
+            with ThreadPoolExecutor(threads) as pool:
+                return list(pool.map(run, shares))
+        except RuntimeError:  # "cannot schedule new futures after shutdown"
+            pass
+    return [run(share) for share in shares]
 
 
 def _accumulate_rows(X, w, buf, kind, fourth, shift, e):
