@@ -354,7 +354,7 @@ def part_ood(data, encode, seeds, out):
 
 def part_ablation(data, encode, seeds, out):
     """What the defaults' choices buy, on held-out log-likelihood."""
-    from sklearn_isotropy.flow import _glow
+    from sklearn_isotropy.flow._layers import Glow
 
     out("## ablation: embeddings_avg, fit on train sentences, scored on test")
     X_train = encode(data["train_sentences"], "embeddings_avg")
@@ -371,11 +371,11 @@ def part_ablation(data, encode, seeds, out):
         "| epochs run/kept |"
     )
     out("|---|---|---|---|")
-    fix_mixing = _glow._fix_mixing
+    fix_mixing = Glow.fix_mixing
     for name, params, train_mixing in variants:
         scores, first, epochs = [], [], []
         # the ablation switches off a private step of the estimator
-        _glow._fix_mixing = (lambda flow: None) if train_mixing else fix_mixing
+        Glow.fix_mixing = (lambda flow: None) if train_mixing else fix_mixing
         try:
             for seed in seeds:
                 flow = GlowFlowTransformer(random_state=seed, **params).fit(X_train)
@@ -383,7 +383,7 @@ def part_ablation(data, encode, seeds, out):
                 first.append(flow.validation_scores_[1] - flow.validation_scores_[0])
                 epochs.append(f"{flow.n_iter_}/{flow.best_epoch_}")
         finally:
-            _glow._fix_mixing = fix_mixing
+            Glow.fix_mixing = fix_mixing
         out(
             f"| {name} | {mean_and_spread(scores)} | {mean_and_spread(first)} | "
             f"{', '.join(epochs)} |"
@@ -433,7 +433,7 @@ def step_times(d: int = 384, batch: int = 128, steps: int = 50) -> dict:
     """
     import torch
 
-    from sklearn_isotropy.flow._layers import Glow, InvertibleLinear
+    from sklearn_isotropy.flow._layers import Glow
 
     out = {}
     for name, fixed in [("fixed mixing", True), ("trained mixing", False)]:
@@ -443,9 +443,7 @@ def step_times(d: int = 384, batch: int = 128, steps: int = 50) -> dict:
             x = torch.randn(batch, d)
         glow.initialize_identity()
         if fixed:
-            for module in glow.modules():
-                if isinstance(module, InvertibleLinear):
-                    module.requires_grad_(False)
+            glow.fix_mixing()
         params = [p for p in glow.parameters() if p.requires_grad]
         optimizer = torch.optim.Adam(params, lr=1e-3)
         totals = np.zeros(3)

@@ -95,8 +95,8 @@ def rules(X_fit):
         "geometric mean": float(np.exp(np.mean(np.log(evals)))),
         "mean (trace / d)": float(evals.mean()),
         "Marchenko-Pastur edge, iterated": _mp_edge(evals, n),
-        f"PPCA ML beyond Minka's q ({mle.n_components_})": float(mle.noise_variance_),
-        f"PPCA ML beyond the profile knee ({q})": float(evals[q:].mean()),
+        "PPCA ML noise beyond Minka's dimension": float(mle.noise_variance_),
+        "PPCA ML noise beyond the profile knee": float(evals[q:].mean()),
     }
 
 

@@ -304,11 +304,8 @@ def main(argv=None):
     from sklearn_isotropy.evaluation import encode_texts
 
     centring = {}
-    texts = task.texts()
-    where = {t: i for i, t in enumerate(texts)}
     for pooling in POOLINGS:
-        E, _ = encode_texts(texts, settings, pooling)
-        embeddings = task.embed(lambda items, E=E: E[[where[t] for t in items]])
+        embeddings = task.embed(lambda t, p=pooling: encode_texts(t, settings, p)[0])
         centring[pooling] = _centring_rows(task, embeddings, settings)
     load_after = _load()
     noise = {p: _paired_errors(ev.results(p)) for p in ev.poolings}

@@ -12,7 +12,7 @@ the estimators that need them are used.
 
 from __future__ import annotations
 
-from . import _compat
+from ._utils._conventions import VERSION as __version__  # noqa: F401 (metadata)
 from .flow import GlowFlowTransformer
 from .linear import (
     MomentAccumulator,
@@ -27,10 +27,6 @@ from .metrics import (
     make_retrieval_scorer,
 )
 from .text import BertPoolingVectorizer
-
-_compat.install()  # pickles of 0.1.0.dev0 name the modules of the flat layout
-
-__version__ = "0.1.0.dev0"
 
 __all__ = [
     "BertPoolingVectorizer",

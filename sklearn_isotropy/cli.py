@@ -1,24 +1,20 @@
 """The ``sklearn-isotropy`` command: argparse in front of the evaluation tasks.
 
-``sklearn-isotropy evaluate`` encodes an STS data set with a sentence
-encoder (the embedded default by default), applies each post-processing
-method, and reports Spearman's rho x100 between the gold scores and the
-cosine similarities on the test split, with fit/transform times and
-anisotropy diagnostics. ``sklearn-isotropy retrieval`` measures exact
-cosine search instead: quality, index memory and latency of each method
-at each dimension and precision. Each subcommand is built from its task
+``sklearn-isotropy evaluate`` compares post-processing methods on STS
+(Spearman's rho x100 of pair cosines on the test split, with times and
+anisotropy diagnostics); ``sklearn-isotropy retrieval`` on exact cosine
+search (quality, index memory and latency per dimension and precision).
+Each subcommand is built from its task
 (:data:`~sklearn_isotropy.evaluation.TASKS`): its flags are the fields of
 :class:`~sklearn_isotropy.evaluation.EvaluationSettings` the task reads,
-with their defaults, and its choices come from the registries
-(:data:`~sklearn_isotropy.text.POOLING_PRESETS`,
-:data:`~sklearn_isotropy.evaluation.METHODS`,
-:data:`~sklearn_isotropy.evaluation.QUANTIZATIONS`, the loader's formats).
-``evaluate --task retrieval`` is a deprecated spelling of ``retrieval``.
+with their defaults, and its choices come from the registries.
 
 Exit status: 0 when every requested method ran; 1 when the run cannot start
 (missing data or model, an output directory that cannot be written) or when
 a method failed (the results of the others are still written, and each
-failure is one line on stderr); 2 for bad arguments.
+failure is one line on stderr); 2 for bad arguments (a report's name in
+``--out`` taken by a directory included); 130 when interrupted (Ctrl-C),
+with the previous reports unchanged.
 """
 
 from __future__ import annotations
@@ -36,6 +32,23 @@ from pathlib import Path
 __all__ = ["build_parser", "main"]
 
 PROG = "sklearn-isotropy"
+
+#: Each task's subcommand and what it does (its help), by the task's name.
+_COMMANDS = {
+    "sts": (
+        "evaluate",
+        "compare post-processing methods on an STS data set: encode it, "
+        "post-process the embeddings with each method and report Spearman x100 "
+        "of pair cosines on the test split.",
+    ),
+    "retrieval": (
+        "retrieval",
+        "compare post-processing methods for search: encode queries and a "
+        "corpus (from STS pairs or a BEIR folder), post-process with each "
+        "method at each dimension k and precision, and report exact-search "
+        "quality, index memory and latency.",
+    ),
+}
 
 
 def _number(text, *, integer=False, low=None):
@@ -102,10 +115,11 @@ def _default_text(value):
 
 def _add_task_parser(sub, task):
     """The subcommand of ``task``: its data, methods, protocol and settings."""
-    from .evaluation import METHODS, EvaluationSettings
+    from .evaluation import METHODS, REPORTS, EvaluationSettings, Report
     from .text import POOLING_PRESETS
 
-    offered = {n: m for n, m in METHODS.items() if task.offers(m)}
+    command, description = _COMMANDS.get(task.name, (task.name, task.name))
+    offered = {n: m for n, m in METHODS.items() if task.dev or not m.needs_dev}
     epilog = "methods:\n" + "\n".join(
         f"  {m.name:<10} {m.help}" for m in offered.values()
     )
@@ -121,12 +135,13 @@ def _add_task_parser(sub, task):
         f"  {p.name:<15} {p.description}" for p in POOLING_PRESETS.values()
     )
     parser = sub.add_parser(
-        task.command,
-        help=task.description.partition(":")[0],
+        command,
+        help=description.partition(":")[0],
         description=textwrap.fill(
-            f"{task.description[0].upper()}{task.description[1:]} Exit status: 0 "
-            "when every method ran, 1 when the run cannot start (data, model or "
-            "output directory) or a method failed, 2 for bad arguments.",
+            f"{description[0].upper()}{description[1:]} Exit status: 0 when every "
+            "method ran, 1 when the run cannot start (data, model or output "
+            "directory) or a method failed, 2 for bad arguments, 130 when "
+            "interrupted.",
             width=78,
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -169,11 +184,12 @@ def _add_task_parser(sub, task):
         parser.add_argument(
             flag, dest=f.name, help=f"{help_text} (default: {shown})", **parser_kwargs
         )
+    stem = REPORTS.get(task.name, Report).stem
     parser.add_argument(
         "--out",
         default="results",
-        help=f"directory for {task.report_name}.md, {task.report_name}.json and "
-        "PNG figures (default: ./results)",
+        help=f"directory for {stem}.md, {stem}.json and PNG figures (default: "
+        "./results)",
     )
     parser.add_argument(
         "--no-figures", action="store_true", default=False, help="no PNG figures"
@@ -210,59 +226,12 @@ def build_parser():
     return parser
 
 
-def _old_task_flag(argv):
-    """``evaluate --task NAME ...`` (deprecated): the subcommand's arguments.
+def _check_out(out, names):
+    """Create ``out`` and check that the files ``names`` can be written there.
 
-    Returns the arguments to parse and, when the old spelling was used, a
-    line saying what to type instead.
+    A probe file is written before any work is done; a name taken by a
+    directory (or anything but a file) is a usage error.
     """
-    if not argv or argv[0] != "evaluate":
-        return argv, None
-    rest = list(argv[1:])
-    for i, arg in enumerate(rest):
-        if arg == "--task" and i + 1 < len(rest):
-            name = rest.pop(i + 1)
-            rest.pop(i)
-            break
-        if arg.startswith("--task="):
-            name = rest.pop(i).partition("=")[2]
-            break
-    else:
-        return argv, None
-    if name not in ("sts", "retrieval"):
-        build_parser().error(  # exits 2
-            f"argument --task: invalid choice {name!r}; each task is a command: "
-            f"{PROG} evaluate (STS) or {PROG} retrieval"
-        )
-    if name == "sts":
-        return ["evaluate", *rest], (
-            f"{PROG}: warning: '--task sts' is deprecated and will be removed; "
-            f"type: {PROG} evaluate {' '.join(rest)}"
-        )
-    # the old command took the STS flags with any task and ignored them for
-    # retrieval, whose methods were --retrieval-methods: so do we
-    kept, ignored = [], []
-    args = iter(rest)
-    for arg in args:
-        flag, has_value, _ = arg.partition("=")
-        if flag in _STS_ONLY_FLAGS:
-            ignored.append(arg if has_value else f"{arg} {next(args, '')}".strip())
-        else:
-            kept.append(arg.replace("--retrieval-methods", "--methods", 1))
-    new = ["retrieval", *kept]
-    note = f" ({', '.join(ignored)}: not used by retrieval, dropped)" if ignored else ""
-    return new, (
-        f"{PROG}: warning: 'evaluate --task retrieval' is deprecated and will be "
-        f"removed; type: {PROG} {' '.join(new)}{note}"
-    )
-
-
-#: flags of the old ``evaluate`` that only its STS task read (each takes a value)
-_STS_ONLY_FLAGS = ("--methods", "--n-components", "--cv")
-
-
-def _check_writable(out):
-    """Create ``out`` and write a probe file in it, before any work is done."""
     out_dir = Path(out).expanduser()
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -274,12 +243,27 @@ def _check_writable(out):
             f"cannot write to --out directory {str(out)!r} ({reason}); pass "
             "--out with a directory you can write to"
         ) from exc
+    taken = [n for n in names if (out_dir / n).exists() and not (out_dir / n).is_file()]
+    if taken:
+        error = _CLIError(
+            f"--out {str(out)!r} holds {', '.join(taken)}, which is not a file, "
+            "where a report is to be written; remove it or pass another --out"
+        )
+        error.status = 2
+        raise error
     return out_dir
 
 
 def _run(args):
     """Load the task, run its methods, print the tables, write the reports."""
-    from .evaluation import EvaluationSettings, evaluate, format_table, write_reports
+    from .evaluation import (
+        REPORTS,
+        EvaluationSettings,
+        Report,
+        evaluate,
+        format_table,
+        write_reports,
+    )
 
     task_class = args.task
     values = {
@@ -291,7 +275,11 @@ def _run(args):
         values["poolings"] = tuple(dict.fromkeys(values["poolings"]))
     # bars only where someone watches (a terminal); step lines always
     settings = EvaluationSettings(**values, progress=False if args.quiet else None)
-    out_dir = _check_writable(args.out)
+    report = REPORTS.get(task_class.name, Report)
+    names = [f"{report.stem}.md", f"{report.stem}.json"]
+    figures = [n.format(p) for p in settings.poolings for n in report.figure_names]
+    figures = [] if args.no_figures else figures
+    out_dir = _check_out(args.out, names + figures)
     task = task_class.load(
         args.data, settings, fit_on=args.fit_on, methods=args.methods
     )
@@ -303,14 +291,17 @@ def _run(args):
     print(f"Data: {task.data_name}")
     print(f"Model: {settings.model or _default_model()}", flush=True)
     ev = evaluate(task, methods=args.methods, settings=settings, log=log)
-    print(f"\n{task.title}\n\n{format_table(ev)}\n")
-    for line in task.console_lines(ev):
+    print(f"\n{report.title}\n\n{format_table(ev)}\n")
+    for line in report(ev).console_lines():
         print(line)
     print(f"Fitting protocol: {ev.protocol}.")
     try:
         files, note = write_reports(ev, out_dir, figures=not args.no_figures)
     except OSError as exc:
-        raise _CLIError(f"cannot write the results to {args.out}: {exc}") from exc
+        raise _CLIError(
+            f"cannot write the results to {args.out} (the previous reports are "
+            f"unchanged): {exc}"
+        ) from exc
     if note:
         print(note, file=sys.stderr)
     pngs = len(files) - 2
@@ -350,7 +341,9 @@ def _one_line_warnings():
 
 
 class _CLIError(Exception):
-    """An error reported as one line with exit status 1."""
+    """An error reported as one line with exit status ``status``."""
+
+    status = 1
 
 
 @contextlib.contextmanager
@@ -391,8 +384,9 @@ def main(argv=None):
     status : int
         0 when every requested method ran; 1 when the run cannot start
         (missing data or model, an output directory that cannot be written)
-        or when a method failed. Bad arguments exit with status 2 through
-        :class:`SystemExit`, as argparse does.
+        or when a method failed; 2 when a report's name in ``--out`` is
+        taken by a directory; 130 when interrupted. Bad arguments exit with
+        status 2 through :class:`SystemExit`, as argparse does.
 
     Examples
     --------
@@ -402,14 +396,14 @@ def main(argv=None):
     """
     from .exceptions import EvaluationError
 
-    argv, deprecation = _old_task_flag(list(sys.argv[1:] if argv is None else argv))
-    if deprecation:  # before parsing: a bad argument exits there
-        print(deprecation, file=sys.stderr, flush=True)
-    args = build_parser().parse_args(argv)
-    level = logging.WARNING if args.quiet else logging.INFO
-    try:
+    try:  # Ctrl-C while the registries are imported is an interruption too
+        args = build_parser().parse_args(argv)
+        level = logging.WARNING if args.quiet else logging.INFO
         with _package_log_on_stderr(level), _one_line_warnings():
             return _run(args)
     except (EvaluationError, _CLIError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 1
+        return getattr(exc, "status", 1)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted; the previous report is unchanged", file=sys.stderr)
+        return 130

@@ -5,6 +5,8 @@
 - Every warning of the package is an ``IsotropyWarning`` and points at the
   caller's line, however deep the call chain.
 - No module imports a private name from a sibling family's module.
+- Imports run one way: no module imports, even lazily, one that imports it
+  back (directly or through others).
 """
 
 from __future__ import annotations
@@ -243,30 +245,41 @@ def _module_name(path: Path, root: Path) -> str:
     return ".".join(parts)
 
 
-def _private_imports_across_families(root=PACKAGE_DIR):
-    found = []
+def _imports(root=PACKAGE_DIR):
+    """``(module, target, names)`` for every import statement of the package.
+
+    Statements inside functions and classes count as much as those at module
+    level: a lazy import still runs. ``target`` is absolute (relative imports
+    resolved); ``names`` are those of a ``from ... import``, else empty.
+    """
     for path in root.rglob("*.py"):
         here = _module_name(path, root)
         package = here if path.name == "__init__.py" else here.rsplit(".", 1)[0]
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.ImportFrom) or node.module == "__future__":
-                continue
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - node.level + 1]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    yield here, alias.name, []
+            elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
                 target = node.module or ""
-            if not target.startswith("sklearn_isotropy"):
-                continue
-            family = _family(target)
-            if family in (_family(here), "_utils") or family == "":
-                continue
-            private_module = any(p.startswith("_") for p in target.split(".")[2:])
-            private_names = [a.name for a in node.names if a.name.startswith("_")]
-            if private_module or private_names:
-                found.append(f"{here}: from {target} import {private_names or '...'}")
+                if node.level:
+                    base = package.split(".")
+                    base = base[: len(base) - node.level + 1]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                yield here, target, [a.name for a in node.names]
+
+
+def _private_imports_across_families(root=PACKAGE_DIR):
+    found = []
+    for here, target, names in _imports(root):
+        if not target.startswith("sklearn_isotropy"):
+            continue
+        family = _family(target)
+        if family in (_family(here), "_utils") or family == "":
+            continue
+        private_module = any(p.startswith("_") for p in target.split(".")[2:])
+        private_names = [name for name in names if name.startswith("_")]
+        if private_module or private_names:
+            found.append(f"{here}: from {target} import {private_names or '...'}")
     return found
 
 
@@ -288,3 +301,71 @@ def test_the_import_check_would_catch_a_violation(tmp_path):
     found = _private_imports_across_families(copy)
     assert any("flow._probe" in f for f in found)
     assert any("text._probe" in f for f in found)
+
+
+# ------------------------------------------------------- import cycles
+def _import_graph(root=PACKAGE_DIR):
+    """Module -> the package modules it imports.
+
+    An edge goes to the module a statement names: ``from .x import f`` to
+    ``x``, ``from . import x`` to ``x`` when ``x`` is a module, ``from ..
+    import f`` to the package's ``__init__``. Every statement counts, lazy
+    ones inside functions too (they run, and then need the other module to
+    be importable); the parent packages Python initialises on the way are
+    not edges, or every submodule would close a cycle with its package.
+    """
+    modules = {_module_name(path, root) for path in root.rglob("*.py")}
+    graph = {module: set() for module in modules}
+    for here, target, names in _imports(root):
+        for name in names or [""]:
+            module = f"{target}.{name}" if f"{target}.{name}" in modules else target
+            while module and module not in modules:  # import a.b.c as ...
+                module = module.rpartition(".")[0]
+            if module and module != here:
+                graph[here].add(module)
+    return graph
+
+
+def _import_cycles(graph):
+    """One cycle, as a list of modules, per back edge of a depth-first search."""
+    cycles, state, path = [], {}, []
+
+    def visit(module):
+        state[module] = "open"
+        path.append(module)
+        for other in sorted(graph[module]):
+            if state.get(other) == "open":
+                cycles.append(path[path.index(other) :] + [other])
+            elif other not in state:
+                visit(other)
+        path.pop()
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+    return cycles
+
+
+def test_imports_run_one_way():
+    cycles = _import_cycles(_import_graph())
+    assert cycles == [], "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_cycle_check_would_catch_a_lazy_import(tmp_path):
+    import shutil
+
+    copy = tmp_path / "sklearn_isotropy"
+    shutil.copytree(PACKAGE_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "export" / "_probe.py").write_text(
+        "from ._faiss import to_faiss\n", encoding="utf-8"
+    )
+    faiss = copy / "export" / "_faiss.py"
+    faiss.write_text(
+        faiss.read_text(encoding="utf-8")
+        + "\n\ndef _lazy():\n    from . import _probe\n",
+        encoding="utf-8",
+    )
+    cycles = _import_cycles(_import_graph(copy))
+    modules = ["sklearn_isotropy.export._faiss", "sklearn_isotropy.export._probe"]
+    assert [sorted(set(cycle)) for cycle in cycles] == [modules]

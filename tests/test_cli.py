@@ -531,3 +531,36 @@ def test_only_the_package_logs_reach_stderr(capsys):
     assert capsys.readouterr().err == "sklearn_isotropy.text: loaded the encoder\n"
     assert root_lines == ["font cache"]  # other libraries go where they went
     assert (list(package.handlers), package.level, package.propagate) == before
+
+
+def test_a_report_name_taken_by_a_directory_fails_before_encoding(
+    tiny_sts_dir, tiny_bert, tmp_path, capsys, monkeypatch
+):
+    _no_encoding(monkeypatch)
+    (tmp_path / "results.json").mkdir()
+    status = main(_argv(tiny_sts_dir, tmp_path, "--quiet", model=tiny_bert))
+    err = capsys.readouterr().err.strip()
+    assert status == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith("sklearn-isotropy: error: --out") and "results.json" in err
+
+
+def test_ctrl_c_is_one_line_exit_130_and_the_report_is_unchanged(
+    tiny_sts_dir, tiny_bert, tmp_path, capsys, monkeypatch
+):
+    from sklearn_isotropy import BertPoolingVectorizer
+
+    def interrupt(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(BertPoolingVectorizer, "fit", interrupt)
+    (tmp_path / "results.json").write_text('{"an earlier": "run"}')
+    try:
+        status = main(_argv(tiny_sts_dir, tmp_path, model=tiny_bert))
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C escaped main() with a traceback")
+    assert status == 130
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "sklearn-isotropy: interrupted; the previous report is unchanged"
+    ]
+    assert [p.name for p in tmp_path.iterdir()] == ["results.json"]
+    assert (tmp_path / "results.json").read_text() == '{"an earlier": "run"}'

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -180,3 +181,73 @@ def test_custom_transformers_keep_their_own_diagnostics():
     # each run's report is its own: the scaler's output is not the l2's
     scaler, l2 = (payload["diagnostics"]["mean"][k] for k in ("scaler", "l2"))
     assert scaler["mean_pair_cosine"] != l2["mean_pair_cosine"]
+
+
+def test_a_warning_several_methods_raise_is_shown_once_per_pooling():
+    # the same property of the data (here too few rows) met by every method
+    # is one console line, not one per method; each record still keeps it
+    emb, bunch = _splits(np.random.default_rng(0), 6, 20)
+    task, embeddings = STSTask({"test": bunch}), {"mean": {"test": emb}}
+    with pytest.warns(EvaluationWarning) as caught:
+        ev = evaluate(task, methods=["pca", "whitening"], embeddings=embeddings)
+    shown = [str(w.message) for w in caught if w.category is EvaluationWarning]
+    assert len(shown) == 1, shown
+    assert shown[0].startswith("[mean] pca: RankDeficiencyWarning: The covariance")
+    kept = [ev.record(m, "mean")["warnings"] for m in ("pca", "whitening")]
+    assert kept[0] == kept[1] and "numerical rank" in kept[0][0]
+
+
+def _two_runs(methods_before=("raw",), methods_after=("raw", "sn"), poolings=("mean",)):
+    rng = np.random.default_rng(4)
+    emb, bunch = _splits(rng, 30, 6)
+    task = STSTask({"test": bunch})
+    return [
+        evaluate(task, methods=list(m), embeddings={p: {"test": emb} for p in poolings})
+        for m in (methods_before, methods_after)
+    ]
+
+
+@pytest.mark.skipif(
+    not hasattr(__import__("os"), "geteuid"), reason="needs POSIX file-size limits"
+)
+def test_a_report_write_that_fails_keeps_the_previous_reports(tmp_path):
+    # a full disk while the JSON report is written: the previous pair of
+    # reports stays whole and consistent, no temporary file is left
+    import resource
+    import signal
+
+    from sklearn_isotropy.evaluation import to_markdown, write_reports
+
+    before, after = _two_runs()
+    write_reports(before, tmp_path, figures=False)
+    previous = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    limit = len(to_markdown(after).encode()) + 16  # the Markdown fits, not the JSON
+    assert len(to_json(after).encode()) > limit
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    try:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+        with pytest.raises(OSError):
+            write_reports(after, tmp_path, figures=False)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, handler)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == previous
+
+
+def test_a_new_report_removes_the_figures_of_the_previous_one(tmp_path):
+    pytest.importorskip("matplotlib")
+    from sklearn_isotropy.evaluation import write_reports
+
+    before, after = _two_runs(poolings=("cls",))
+    files, _ = write_reports(before, tmp_path)
+    pngs = sorted(Path(f).name for f in files[2:])
+    assert pngs == ["cls_cosines.png", "cls_spectrum.png"]
+    (tmp_path / "mine.png").write_bytes(b"not written by the tool")
+    write_reports(after, tmp_path, figures=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "mine.png",
+        "results.json",
+        "results.md",
+    ]
+    assert json.loads((tmp_path / "results.json").read_text())["figures"] == []

@@ -370,9 +370,7 @@ def test_fitted_attributes_and_loss_curve(init, make_cone):
     # the last epoch's mean training NLL (nats per row, data space) is close
     # to the NLL of the final model on the training rows
     assert abs(-est.score(X) - est.loss_curve_[-1]) < 0.3
-    assert list(est.get_feature_names_out()) == [
-        f"glowflowtransformer{i}" for i in range(4)
-    ]
+    assert list(est.get_feature_names_out()) == [f"flow{i}" for i in range(4)]
 
 
 def test_mixing_layers_are_fixed_with_the_whitening_init(make_cone):
@@ -647,21 +645,6 @@ def test_pickle_and_joblib_round_trip(tmp_path, init, make_cone):
     _assert_same_model(loaded.fit(X), est, X)
 
 
-def test_old_pickle_state_gets_the_old_behaviour(make_cone):
-    """A state without the parameters and attributes added since (what the
-    first release pickled) loads as the BERT-flow initialisation it was."""
-    X = make_cone(200, 4, **AXES)
-    est = _fitted(X, init="bert-flow", max_iter=1)
-    state = est.__getstate__()
-    for key in ("init", "shrinkage", "whitener_", "rank_", "best_epoch_"):
-        del state[key]
-    old = GlowFlowTransformer.__new__(GlowFlowTransformer)
-    old.__setstate__(state)
-    assert old.get_params()["init"] == "bert-flow"
-    assert old.whitener_ is None and old.best_epoch_ is None and old.rank_ is None
-    _assert_same_model(est, old, X)
-
-
 def test_pickled_state_is_cpu_and_loaded_weights_only(monkeypatch, make_cone):
     est = _fitted(make_cone(200, 4, **AXES), max_iter=1)
     state = est.__getstate__()
@@ -836,5 +819,5 @@ def test_in_pipeline_with_pandas_output(make_cone):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         out = pipe.fit_transform(X)
-    assert list(out.columns) == [f"glowflowtransformer{i}" for i in range(4)]
+    assert list(out.columns) == [f"flow{i}" for i in range(4)]
     assert_array_equal(pipe[-1].feature_names_in_, list("abcd"))

@@ -364,3 +364,36 @@ def test_grid_search_over_whitening_k_as_in_the_docs():
     # whitening beats the raw cosine, which the offset and top direction ruin
     raw = cosine_spearman_score(a, b, y)
     assert search.best_estimator_.score(X, y) > raw + 0.2
+
+
+@pytest.mark.parametrize("namespace", ["torch", "array_api_strict"])
+def test_scorers_take_the_arrays_the_estimators_take(emb_pairs, namespace):
+    # under array_api_dispatch: torch y raised in check_array, array_api_strict
+    # pairs failed on len(), and a bare whitening fitted on torch was handed
+    # numpy pairs, which it refuses; each must give the numpy score
+    import sklearn
+
+    from sklearn_isotropy import WhiteningTransformer
+    from sklearn_isotropy.metrics import make_retrieval_scorer
+
+    xp = pytest.importorskip(namespace)
+    a, b, y = emb_pairs
+    X = np.stack([a, b], axis=1)
+    y = np.where(np.arange(len(y)) % 3 == 0, 5.0, y)  # pairs for the retrieval score
+    pairs = PairedCosineSimilarity(WhiteningTransformer(n_components=4)).fit(X)
+    bare = WhiteningTransformer(n_components=4).fit(np.vstack([a, b]))
+    retrieval = make_retrieval_scorer("mrr@10", min_score=4.0)
+    grid = {"transformer__n_components": [2, 4]}
+    search = GridSearchCV(PairedCosineSimilarity(WhiteningTransformer()), grid, cv=3)
+    expected = [pairs.score(X, y), cosine_spearman_scorer(bare, X, y)]
+    expected.append(retrieval(bare, X, y))
+    expected += list(search.fit(X, y).cv_results_["mean_test_score"])
+    with sklearn.config_context(array_api_dispatch=True):
+        X_d, y_d = xp.asarray(X), xp.asarray(y)
+        pairs_d = PairedCosineSimilarity(WhiteningTransformer(n_components=4)).fit(X_d)
+        bare_d = WhiteningTransformer(n_components=4).fit(xp.asarray(np.vstack([a, b])))
+        got = [pairs_d.score(X_d, y_d), cosine_spearman_scorer(bare_d, X_d, y_d)]
+        got.append(retrieval(bare_d, X_d, y_d))
+        if namespace == "torch":  # every fold's score was NaN
+            got += list(search.fit(X_d, y_d).cv_results_["mean_test_score"])
+    np.testing.assert_allclose(got, expected[: len(got)], atol=1e-6)

@@ -851,24 +851,6 @@ def test_cli_retrieval_bad_arguments_exit_2(extra, capsys):
     assert "error" in capsys.readouterr().err
 
 
-def test_cli_old_task_flag_is_an_alias_that_says_what_to_type(
-    tiny_sts_dir, tiny_bert, tmp_path, capsys
-):
-    argv = _retrieval_argv(tiny_sts_dir, tiny_bert, tmp_path, "--no-figures")
-    old = ["evaluate", "--task", "retrieval", *argv[1:]]
-    old += ["--retrieval-methods", "raw", "--quantize", "float32"]
-    # flags the old command took and ignored for retrieval are dropped
-    old += ["--methods", "raw,grid", "--n-components=16", "--cv", "3"]
-    assert main(old) == 0
-    err = capsys.readouterr().err
-    assert "'evaluate --task retrieval' is deprecated" in err
-    assert "type: sklearn-isotropy retrieval --data" in err
-    assert "--methods raw " in err and "--retrieval-methods" not in err
-    assert "(--methods raw,grid, --n-components=16, --cv 3: not used" in err
-    payload = json.loads((tmp_path / "retrieval.json").read_text())
-    assert payload["task"] == "retrieval" and payload["methods"] == ["raw"]
-
-
 def test_cli_retrieval_exits_1_when_a_method_fails(
     tiny_sts_dir, tiny_bert, tmp_path, capsys, monkeypatch
 ):

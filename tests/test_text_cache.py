@@ -718,51 +718,6 @@ def test_cache_files_get_the_users_umask(umask, tiny_bert, tmp_path, fresh_proce
     assert dirs == {0o777 & ~umask}
 
 
-def _write_npz_shard(path, keys, values):
-    import hashlib
-
-    digest = np.frombuffer(
-        hashlib.sha256(keys.tobytes() + values.tobytes()).digest(), np.uint8
-    )
-    with open(path, "wb") as fh:
-        np.savez(fh, keys=keys, values=values, digest=digest)
-
-
-def test_npz_folders_of_earlier_releases_are_converted(
-    tiny_bert, tmp_path, fresh_process, uncached
-):
-    # the layout of earlier releases, <key>/shard-*.npz, with the temporary
-    # file a killed write left behind, in a location not used before
-    first = tmp_path / "first"
-    vec = BertPoolingVectorizer(tiny_bert, memory=first).fit(TEXTS)
-    vec.transform(TEXTS[:1])
-    (written,) = (first / "joblib").rglob("BertPoolingVectorizer/*")
-    root = tmp_path / "cache"
-    folder = root / "joblib" / written.relative_to(first / "joblib").parent
-    folder = folder / written.name.split(".")[0]  # the key
-    folder.mkdir(parents=True)
-    good, bad = folder / "shard-good.npz", folder / "shard-bad.npz"
-    _write_npz_shard(good, _cache.text_keys(TEXTS[:4]), uncached[:4])
-    bad.write_bytes(b"PK\x03\x04 cut short")
-    (folder / ".tmp-shard-0123.npz").write_bytes(b"PK\x03\x04 half written")
-
-    vec = BertPoolingVectorizer(tiny_bert, memory=root).fit(TEXTS)
-    X, n_encoded, caught = _transform_recording(vec, TEXTS)
-    assert [p.name for p in root.rglob("*") if "tmp" in p.name] == []
-    assert n_encoded == 2  # four rows came from the old shard
-    assert_allclose(X, uncached, rtol=1e-6, atol=1e-7)
-    messages = [str(w.message) for w in caught]
-    assert len(messages) == 1, messages
-    assert "4 embeddings from 1 shard files" in messages[0]
-    assert "1 temporary files" in messages[0] and "shard-bad.npz" in messages[0]
-    assert sorted(p.name for p in folder.iterdir()) == ["shard-bad.npz.damaged"]
-    (db,) = _databases(root)
-    assert db.stem == folder.name and _count_rows(db) == len(TEXTS)
-    fresh_process()
-    _, n_encoded, caught = _transform_recording(vec, TEXTS)
-    assert n_encoded == 0 and caught == []
-
-
 def test_cli_cache_with_a_damaged_database(
     tiny_bert, tiny_sts_dir, tmp_path, fresh_process, capsys
 ):

@@ -285,7 +285,7 @@ def test_feature_names_and_set_output(tiny_bert):
     vec = BertPoolingVectorizer(tiny_bert).fit(TEXTS)
     names = vec.get_feature_names_out()
     assert names.dtype == object
-    assert list(names) == [f"bertpoolingvectorizer{i}" for i in range(32)]
+    assert list(names) == [f"mean{i}" for i in range(32)]
     frame = clone(vec).set_output(transform="pandas").fit_transform(TEXTS)
     assert isinstance(frame, pd.DataFrame)
     assert list(frame.columns) == list(names)

@@ -404,7 +404,7 @@ def test_feature_names_pandas_output_and_pickle(make_cone):
     X = pd.DataFrame(make_cone(1000, 5), columns=list("abcde"))
     est = WhiteningTransformer(n_components=3).set_output(transform="pandas").fit(X)
     out = est.transform(X)
-    assert list(out.columns) == [f"whiteningtransformer{i}" for i in range(3)]
+    assert list(out.columns) == [f"whitening{i}" for i in range(3)]
     assert list(est.feature_names_in_) == list("abcde")
     again = pickle.loads(pickle.dumps(est))
     np.testing.assert_array_equal(again.transform(X).to_numpy(), out.to_numpy())
@@ -541,9 +541,7 @@ def test_pickle_clone_and_names_of_a_stale_map(make_cone):
     np.testing.assert_allclose(
         again.transform(X).to_numpy(), ref.transform(X), atol=1e-9
     )
-    assert list(est.get_feature_names_out()) == [
-        f"whiteningtransformer{i}" for i in range(3)
-    ]
+    assert list(est.get_feature_names_out()) == [f"whitening{i}" for i in range(3)]
     assert clone(est).get_params() == est.get_params()
     assert not hasattr(clone(est), "whitening_")
     # attribute access on the stale copy computes the same map
@@ -1075,3 +1073,15 @@ def test_grid_search_selects_the_dimension_without_labels():
         WhiteningTransformer(), {"n_components": [1, 2, 3, 6, 9]}, cv=3
     ).fit(X)
     assert search.best_params_ == {"n_components": 3}
+
+
+def test_score_samples_is_the_untrained_flows_density(make_cone):
+    pytest.importorskip("torch")
+    from sklearn_isotropy import GlowFlowTransformer
+
+    X, held_out = make_cone(400, 6), make_cone(30, 6, seed=1)
+    flow = GlowFlowTransformer(max_iter=0, early_stopping=False).fit(X)
+    gaussian = WhiteningTransformer().fit(X)
+    np.testing.assert_allclose(
+        gaussian.score_samples(held_out), flow.score_samples(held_out), atol=1e-4
+    )

@@ -9,11 +9,13 @@ cost nothing when off (:func:`progress_bar`), warning at the user's line
 (:func:`warn`), keeping a step's warnings with its result
 (:func:`record_warnings`, :func:`reraise_once`), and writing a directory
 all at once with the user's permissions (:func:`publish_directory`,
-:func:`new_directory`).
+:func:`new_directory`); the doc links and output names of the estimators
+(:class:`DocLinkMixin`, :class:`PrefixedFeatureNamesMixin`).
 """
 
 from __future__ import annotations
 
+from ._conventions import DocLinkMixin, PrefixedFeatureNamesMixin
 from ._device import resolve_device
 from ._files import check_target, new_directory, publish_directory
 from ._optional import import_optional, is_dask_collection
@@ -22,6 +24,8 @@ from ._rows import normalize_rows
 from ._warnings import record_warnings, reraise_once, warn
 
 __all__ = [
+    "DocLinkMixin",
+    "PrefixedFeatureNamesMixin",
     "check_target",
     "import_optional",
     "interactive_stderr",

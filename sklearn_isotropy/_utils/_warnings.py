@@ -95,7 +95,7 @@ def record_warnings():
         yield caught
 
 
-def reraise_once(caught, where, category):
+def reraise_once(caught, where, category, shown=None):
     """Raise each distinct warning of ``caught`` again, once, as ``category``.
 
     The code ran under :func:`record_warnings` so that its warnings could be
@@ -104,7 +104,9 @@ def reraise_once(caught, where, category):
     seen while the run goes on. A grid search repeats a warning for every
     fold, sometimes with the fold's own figures: messages equal up to their
     numbers are shown once, the first one raised, with how many others
-    there were.
+    there were. ``shown``, a set kept across steps, holds what was shown
+    already: a warning that several steps raise (the same property of the
+    data, met by every method) is shown for the first of them only.
 
     Returns
     -------
@@ -118,7 +120,10 @@ def reraise_once(caught, where, category):
         texts = families.setdefault((name, _NUMBER.sub("#", text)), [])
         if text not in texts:
             texts.append(text)
-    for (name, _), texts in families.items():
-        more = f" (and {len(texts) - 1} similar)" if len(texts) > 1 else ""
-        warn(f"{where}: {name}: {texts[0]}{more}", category)
+    shown = set() if shown is None else shown
+    for family, texts in families.items():
+        if family not in shown:
+            shown.add(family)
+            more = f" (and {len(texts) - 1} similar)" if len(texts) > 1 else ""
+            warn(f"{where}: {family[0]}: {texts[0]}{more}", category)
     return [message for _, message in messages]

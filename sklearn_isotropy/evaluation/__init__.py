@@ -1,17 +1,18 @@
 """Running the post-processors on labelled data and reporting the results.
 
-One protocol, two tasks: a :class:`Task` names the texts to encode and
-scores a transformer; :class:`STSTask` scores Spearman's rho of pair
-cosines on an STS test split, :class:`RetrievalTask` scores exact cosine
-search (quality, index memory, latency) per dimension and precision. One
-registry of post-processing methods (:data:`METHODS`) serves both, one
+Computation and presentation meet in records. A :class:`Task` is labelled
+data and a way to score a transformer: :class:`STSTask` scores Spearman's
+rho of pair cosines on an STS test split, :class:`RetrievalTask` exact
+cosine search (quality, index memory, latency) per dimension and precision.
+One registry of post-processing methods (:data:`METHODS`) serves both, one
 settings object holds every default (:class:`EvaluationSettings`), and one
-loop runs any task (:func:`evaluate`, returning an :class:`Evaluation`).
-The writers turn a run into a table (:func:`format_table`), Markdown
-(:func:`to_markdown`), JSON (:func:`to_json`) and the task's figures
-(:func:`save_figures`), or all of them at once (:func:`write_reports`).
-The ``sklearn-isotropy evaluate`` and ``sklearn-isotropy retrieval``
-commands are these functions behind argparse.
+loop runs any task (:func:`evaluate`), returning an :class:`Evaluation`
+whose records a :class:`Report` renders (:data:`REPORTS`): a table
+(:func:`format_table`), Markdown (:func:`to_markdown`), JSON
+(:func:`to_json`) and figures (:func:`save_figures`), or all of them at
+once (:func:`write_reports`). The ``sklearn-isotropy evaluate`` and
+``sklearn-isotropy retrieval`` commands are these functions behind
+argparse.
 
 Examples
 --------
@@ -30,11 +31,20 @@ from __future__ import annotations
 
 from ._methods import METHODS, Method, register_method
 from ._quantization import QUANTIZATIONS, Quantization, register_quantization
-from ._report import format_table, save_figures, to_json, to_markdown, write_reports
+from ._report import (
+    REPORTS,
+    Column,
+    Report,
+    format_table,
+    save_figures,
+    to_json,
+    to_markdown,
+    write_reports,
+)
 from ._retrieval import RetrievalTask
 from ._settings import EvaluationSettings
 from ._sts import STSTask, load_sts_splits, required_splits
-from ._task import Column, Evaluation, Task, encode_texts, evaluate
+from ._task import Evaluation, Task, encode_texts, evaluate
 
 #: The evaluation tasks, by name.
 TASKS = {task.name: task for task in (STSTask, RetrievalTask)}
@@ -42,12 +52,14 @@ TASKS = {task.name: task for task in (STSTask, RetrievalTask)}
 __all__ = [
     "METHODS",
     "QUANTIZATIONS",
+    "REPORTS",
     "TASKS",
     "Column",
     "Evaluation",
     "EvaluationSettings",
     "Method",
     "Quantization",
+    "Report",
     "RetrievalTask",
     "STSTask",
     "Task",

@@ -250,18 +250,6 @@ def _grid_label(params):
     return f"grid: {kind}, k={k}"
 
 
-class _FitCounter:
-    """A scorer that ticks a progress bar once per fold it scores."""
-
-    def __init__(self, bar):
-        self.bar = bar
-
-    def __call__(self, estimator, X, y):
-        score = estimator.score(X, y)
-        self.bar.update(1)
-        return score
-
-
 @register_method(
     "grid",
     label=_grid_label,
@@ -287,11 +275,16 @@ def _build_grid(k, n_features, settings, dev=None):
     with progress_bar(
         total=n_fits, desc="grid search", unit="fit", enabled=settings.show_bars
     ) as bar:
+
+        def scoring(estimator, X, y):  # ticks the bar once per fold scored
+            bar.update(1)
+            return estimator.score(X, y)
+
         search = GridSearchCV(
             PairedCosineSimilarity(),
             candidates,
             cv=KFold(settings.cv, shuffle=True, random_state=settings.seed),
-            scoring=_FitCounter(bar),
+            scoring=scoring,
             refit=False,
         )
         search.fit(dev_pairs, dev_scores)

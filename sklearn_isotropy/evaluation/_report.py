@@ -1,25 +1,335 @@
-"""Writers of an :class:`~sklearn_isotropy.evaluation.Evaluation`, for any task.
+"""How an :class:`~sklearn_isotropy.evaluation.Evaluation` is shown.
 
-A table per pooling (plain text or Markdown) whose columns the task names,
-the Markdown and JSON reports and the task's figures. Each takes the
-evaluation and returns text or writes files; none runs anything.
+A :class:`Report` renders the records of a run: the columns of its table,
+the Markdown and JSON reports' task-specific parts, the console lines and
+the figures (:data:`REPORTS`, by task). The writers take the evaluation
+and return text or write files; none runs anything.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import platform
-from dataclasses import asdict
+import uuid
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["format_table", "save_figures", "to_json", "to_markdown", "write_reports"]
+from ._quantization import QUANTIZATIONS
+
+__all__ = [
+    "REPORTS",
+    "Column",
+    "Report",
+    "format_table",
+    "save_figures",
+    "to_json",
+    "to_markdown",
+    "write_reports",
+]
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a task's result table: its ``header``, ``value(record)
+    -> str`` for a record that ran, whether it is a ``score`` (a failed run
+    shows "failed" there, "-" elsewhere) and ``left``-aligned (text)."""
+
+    header: str
+    value: object
+    score: bool = False
+    left: bool = False
+
+
+class Report:
+    """The presentation of one evaluation; a task's report adds its own parts.
+
+    Parameters
+    ----------
+    evaluation : Evaluation
+        A finished run.
+    """
+
+    #: The heading of the results.
+    title = "Results"
+    #: The stem of the report files (``<stem>.md``, ``<stem>.json``).
+    stem = "results"
+    #: The command named in the Markdown report's heading.
+    command = "evaluate"
+    #: The names of a pooling's figures, ``str.format`` ed with the pooling.
+    figure_names = ()
+    #: Keyword arguments of ``Figure.savefig`` for the task's figures.
+    savefig = {"dpi": 110}
+
+    def __init__(self, evaluation):
+        self.evaluation = evaluation
+
+    def columns(self) -> list:
+        """The :class:`Column` s of the result table, after the method's label."""
+        return []
+
+    def describe(self) -> str:
+        """The data's sizes in a few words."""
+        return ""
+
+    def header_lines(self) -> list:
+        """Task-specific lines of the Markdown report's header."""
+        return []
+
+    def sections(self) -> list:
+        """Task-specific Markdown sections after the result tables."""
+        return []
+
+    def console_lines(self) -> list:
+        """Task-specific lines printed under the console tables."""
+        return []
+
+    def json_fields(self) -> dict:
+        """Task-specific entries of the JSON report."""
+        return {}
+
+    def figures(self) -> list:
+        """``(file name, matplotlib Figure)`` of each figure (matplotlib is there)."""
+        return []
+
+    @staticmethod
+    def progress(records) -> str:
+        """One line of progress text about a method's records."""
+        return ""
+
+
+class STSReport(Report):
+    """Spearman's rho per method, anisotropy diagnostics, spectrum and cosines."""
+
+    title = "Spearman ρ×100 on the test split (cosine of pair embeddings)"
+    figure_names = ("{}_spectrum.png", "{}_cosines.png")
+
+    def columns(self):
+        return [
+            Column("ρ×100", lambda r: f"{r['spearman_x100']:.2f}", score=True),
+            Column("fit s", lambda r: f"{r['fit_seconds']:.2f}"),
+            Column("transform s", lambda r: f"{r['transform_seconds']:.2f}"),
+        ]
+
+    def describe(self):
+        splits = self.evaluation.task.splits.items()
+        return ", ".join(f"{s} {len(b.scores)} pairs" for s, b in splits)
+
+    @staticmethod
+    def progress(records):
+        return f"{records[0]['spearman_x100']:.2f}"
+
+    def json_fields(self):
+        diagnostics = {}
+        for r in self.evaluation.records:
+            if "diagnostics" in r:
+                diagnostics.setdefault(r["pooling"], {})[_name(r)] = r["diagnostics"]
+        splits = {s: len(b.scores) for s, b in self.evaluation.task.splits.items()}
+        return {"splits": splits, "diagnostics": diagnostics}
+
+    def sections(self):
+        md = [
+            "## Anisotropy of the test-sentence embeddings",
+            "",
+            "| pooling | method | mean pair cosine | isotropy I(W) | effective rank "
+            "| top-PC variance share |",
+            "|---|---|---:|---:|---:|---:|",
+        ]
+        for r in self.evaluation.records:
+            if "diagnostics" in r:
+                d = r["diagnostics"]
+                md.append(
+                    f"| {r['pooling']} | {_name(r)} | {d['mean_pair_cosine']:.3f} "
+                    f"| {d['isotropy_score']:.3g} | {d['effective_rank']:.1f} | "
+                    f"{d['top_component_variance_ratio']:.3f} |"
+                )
+        return md
+
+    def console_lines(self):
+        ev = self.evaluation
+        sizes = ", ".join(f"{s} {len(b.scores)}" for s, b in ev.task.splits.items())
+        lines = [f"Pairs: {sizes}"]
+        for r in ev.results(method="grid"):
+            if r["params"].get("chosen"):
+                lines.append(f"grid choice for {r['pooling']}: {r['params']['chosen']}")
+        return lines
+
+    def figures(self):
+        """``<pooling>_spectrum.png`` and ``<pooling>_cosines.png`` per pooling.
+
+        The spectrum draws the covariance spectrum of every method's output
+        on one log axis (down to each matrix's numerical rank); the cosines
+        figure has one panel per method, with the raw embeddings' histogram
+        behind each for reference.
+        """
+        from matplotlib.figure import Figure
+
+        from ..diagnostics import plot_cosine_panels, plot_eigenvalue_spectrum
+
+        ev, out = self.evaluation, []
+        for pooling in ev.poolings:
+            transformed = {
+                label: Z for (p, label), Z in ev.artifacts.items() if p == pooling
+            }
+            if not transformed:
+                continue
+            raw = [r["label"] for r in ev.results(pooling, "raw")][:1]
+            where = f"{pooling} pooling, test sentences"
+            spectrum = Figure(figsize=(9, 4.8), layout="constrained")
+            ax = plot_eigenvalue_spectrum(transformed, ax=spectrum.add_subplot())
+            ax.set_title(f"Covariance spectrum ({where})")
+            cosines = Figure(layout="constrained")
+            plot_cosine_panels(
+                transformed, reference=(raw or [None])[0], figure=cosines
+            )
+            grey = f" (grey: {raw[0]})" if raw else ""
+            cosines.suptitle(f"Pair cosine similarity, {where}{grey}")
+            names = [name.format(pooling) for name in self.figure_names]
+            out += zip(names, (spectrum, cosines))
+        return out
+
+
+class RetrievalReport(Report):
+    """Quality, index memory and latency per method, dimension and precision."""
+
+    title = (
+        "Exact cosine search: quality x100, index memory and query latency per "
+        "method, dimension and precision"
+    )
+    stem = command = "retrieval"
+    figure_names = ("retrieval_{}.png",)
+    savefig = {"dpi": 110, "bbox_inches": "tight"}  # the legends are outside
+
+    def columns(self):
+        def percent(m):
+            return lambda r: f"{100 * r[m]:.2f}"
+
+        def ms(key):
+            return lambda r: "-" if r[key] is None else f"{r[key]:.3f}"
+
+        return [
+            Column("dims", lambda r: str(r["dimensions"]), left=True),
+            Column("precision", lambda r: r["quantization"], left=True),
+            Column("bytes/vector", lambda r: str(r["bytes_per_vector"])),
+            Column("index", lambda r: _size(r["index_bytes"])),
+            *[
+                Column(_metric_header(m), percent(m), score=True)
+                for m in self.evaluation.settings.metrics
+            ],
+            Column("latency ms", ms("latency_ms")),
+            Column("batch ms/query", ms("batch_ms_per_query")),
+        ]
+
+    def describe(self):
+        task = self.evaluation.task
+        parts = [f"{task.n_queries} queries", f"{task.n_documents} documents"]
+        parts.append(f"{int(task.relevance.nnz)} relevant judgements")
+        if "min_score" in task.notes:
+            parts.append(
+                f"relevant = pairs rated >= {task.notes['min_score']:g}"
+                + (" (both directions)" if task.notes.get("symmetric") else "")
+            )
+        return ", ".join(parts) + f"; fitted on {len(task.fit_texts)} sentences"
+
+    @staticmethod
+    def progress(records):
+        head = next(m for m in records[0] if "@" in m)
+        return ", ".join(f"{r['quantization']} {head} {r[head]:.4f}" for r in records)
+
+    def header_lines(self):
+        ev, s = self.evaluation, self.evaluation.settings
+        backends = sorted({r["backend"] for r in ev.records if "backend" in r})
+        return [
+            f"- Whitening power: {s.power:g}; NATSV removes {s.natsv_components} "
+            "directions; PCA is whitening with power 0.",
+            f"- Search: exact, backend `{', '.join(backends) or s.backend}`; a "
+            "query's own sentence is never returned to it; ties are averaged (the "
+            "expected score over random orders of tied documents).",
+            "- Precisions: "
+            + "; ".join(f"`{q}`: {QUANTIZATIONS[q].help}" for q in s.quantizations),
+            "- Index = documents x bytes per vector. Latency: median of one-query "
+            "top-k searches on one thread; batch: the best of three searches of "
+            "every query, per query. int8 codes are searched as exact float32 "
+            "numbers: they save memory here, not time.",
+        ]
+
+    def json_fields(self):
+        return {
+            "retrieval_task": self.evaluation.task.summary(),
+            "quantizations": {
+                q: QUANTIZATIONS[q].help for q in self.evaluation.settings.quantizations
+            },
+        }
+
+    def console_lines(self):
+        return [f"Task: {self.describe()}"]
+
+    def figures(self):
+        """``retrieval_<pooling>.png``: quality against bytes per vector.
+
+        Two panels: every point, and the 10 points (x100) below the best
+        score, where the methods differ.
+        """
+        from matplotlib.figure import Figure
+
+        from ..diagnostics import plot_quality_vs_bytes
+
+        ev, task = self.evaluation, self.evaluation.task
+        metric, out = ev.settings.metrics[0], []
+        for pooling in ev.poolings:
+            records = ev.results(pooling)
+            if all("error" in r for r in records):
+                continue
+            fig = Figure(figsize=(13, 5.2), layout="constrained")
+            whole, top = fig.subplots(1, 2)
+            fig.suptitle(
+                f"{ev.model_name}, {pooling} pooling: {task.n_queries} "
+                f"queries, {task.n_documents} documents"
+            )
+            plot_quality_vs_bytes(
+                records, metric=metric, ax=whole, title="every point", legend=False
+            )
+            plot_quality_vs_bytes(
+                records, metric=metric, ax=top, title="the top 10 points", zoom=10
+            )
+            out.append((self.figure_names[0].format(pooling), fig))
+        return out
+
+
+#: The report of each task, by the task's name.
+REPORTS = {"sts": STSReport, "retrieval": RetrievalReport}
+
+
+def report_class(task):
+    """The report class of ``task`` (the plain :class:`Report` if it has none)."""
+    return REPORTS.get(task.name, Report)
+
+
+def _name(record):  # a run's name in the reports (a custom run's is its label)
+    return record["label"] if record["method"] == "custom" else record["method"]
+
+
+_NAMES = {"mrr": "MRR", "recall": "R", "ndcg": "nDCG"}
+
+
+def _metric_header(name):
+    kind, _, k = name.partition("@")
+    return f"{_NAMES.get(kind, kind)}@{k}"
+
+
+def _size(n_bytes):
+    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10)):
+        if n_bytes >= scale:
+            return f"{n_bytes / scale:.1f} {unit}"
+    return f"{n_bytes} B"
 
 
 def _rows(evaluation, pooling):
     """The header and the cells of one pooling's table."""
-    columns = evaluation.task.columns(evaluation.settings)
+    columns = report_class(evaluation.task)(evaluation).columns()
     header = ["method", *[c.header for c in columns]]
     rows = []
     for r in evaluation.results(pooling):
@@ -91,17 +401,17 @@ def to_markdown(evaluation, figures=()):
     -------
     text : str
     """
-    ev, task = evaluation, evaluation.task
+    ev, report = evaluation, report_class(evaluation.task)(evaluation)
     md = [
-        f"# sklearn-isotropy {task.command}",
+        f"# sklearn-isotropy {report.command}",
         "",
-        f"- Data: `{ev.data}` ({task.describe()})",
+        f"- Data: `{ev.data}` ({report.describe()})",
         f"- Model: {ev.model_name}",
         f"- Fitting protocol: {ev.protocol}.",
         f"- Seed: {ev.settings.seed}; device: {ev.settings.device}",
-        *task.report_lines(ev),
+        *report.header_lines(),
         "",
-        f"## {task.title}",
+        f"## {report.title}",
         "",
         format_table(ev, markdown=True),
     ]
@@ -109,7 +419,7 @@ def to_markdown(evaluation, figures=()):
     if warned:
         md += ["", "Warnings raised while fitting:", ""]
         md += [f"- {w}" for w in warned]
-    sections = task.report_sections(ev)
+    sections = report.sections()
     if sections:
         md += ["", *sections]
     if figures:
@@ -153,7 +463,7 @@ def to_json(evaluation, figures=()):
         "seed": ev.settings.seed,
         "device": ev.settings.device,
         "settings": asdict(ev.settings),
-        **ev.task.json_fields(ev),
+        **report_class(ev.task)(ev).json_fields(),
         "encoding": ev.encodings,
         "results": ev.records,
         "figures": [str(f) for f in figures],
@@ -163,6 +473,46 @@ def to_json(evaluation, figures=()):
         },
     }
     return json.dumps(payload, indent=2, default=_json_default)
+
+
+def _commit(out_dir, files):
+    """Write ``{name: text or write(path)}`` under temporary names, then rename.
+
+    Every file is written whole beside its destination before any is
+    renamed into place, so a failure (a full disk) or an interruption while
+    writing leaves the previous files as they were.
+    """
+    staged = {}
+    try:
+        for name, content in files.items():
+            staged[name] = path = out_dir / f".{name}.{uuid.uuid4().hex[:12]}.tmp"
+            if not isinstance(content, str):
+                content(path)
+                continue
+            with open(path, "x", encoding="utf-8") as fh:
+                fh.write(content)
+                fh.flush()
+                os.fsync(fh.fileno())
+        for name, path in staged.items():
+            os.replace(path, out_dir / name)
+    finally:
+        for path in staged.values():
+            with contextlib.suppress(OSError):
+                path.unlink()
+    return [str(out_dir / name) for name in files]
+
+
+def _figure_files(evaluation):
+    """``{name: write(path)}`` of the figures, and why there are none (or None)."""
+    try:
+        import matplotlib.figure  # noqa: F401
+    except ImportError:
+        return {}, "figures skipped: matplotlib is not installed (extra [plot])"
+    report = report_class(evaluation.task)(evaluation)
+    return {
+        name: lambda path, fig=fig: fig.savefig(path, format="png", **report.savefig)
+        for name, fig in report.figures()
+    }, None
 
 
 def save_figures(evaluation, out_dir):
@@ -182,18 +532,18 @@ def save_figures(evaluation, out_dir):
     note : str or None
         Why no figure was written (matplotlib missing), else None.
     """
-    try:
-        import matplotlib.figure  # noqa: F401
-    except ImportError:
-        return [], "figures skipped: matplotlib is not installed (extra [plot])"
-    return evaluation.task.figures(evaluation, Path(out_dir)), None
+    files, note = _figure_files(evaluation)
+    return _commit(Path(out_dir), files), note
 
 
 def write_reports(evaluation, out_dir, *, figures=True):
     """Write ``<name>.md``, ``<name>.json`` and (optionally) the figures.
 
-    ``<name>`` is the task's ``report_name`` (``results`` for STS,
-    ``retrieval`` for retrieval).
+    ``<name>`` is the report's ``stem`` (``results`` for STS, ``retrieval``
+    for retrieval). Each file is written under a temporary name in
+    ``out_dir``, then all are renamed into place, so a write that fails
+    leaves the previous reports whole. The figures the previous JSON report
+    names and this one does not are removed.
 
     Parameters
     ----------
@@ -213,9 +563,18 @@ def write_reports(evaluation, out_dir, *, figures=True):
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    pngs, note = save_figures(evaluation, out_dir) if figures else ([], None)
-    name = evaluation.task.report_name
-    md, js = out_dir / f"{name}.md", out_dir / f"{name}.json"
-    md.write_text(to_markdown(evaluation, pngs), encoding="utf-8")
-    js.write_text(to_json(evaluation, pngs), encoding="utf-8")
-    return [str(md), str(js), *pngs], note
+    files, note = _figure_files(evaluation) if figures else ({}, None)
+    stem = report_class(evaluation.task).stem
+    pngs = [str(out_dir / name) for name in files]
+    try:  # what the previous report wrote (nothing if it cannot be read)
+        earlier = json.loads((out_dir / f"{stem}.json").read_text())["figures"]
+        earlier = {Path(f).name for f in earlier if str(f).endswith(".png")}
+    except (OSError, ValueError, TypeError, KeyError):
+        earlier = set()
+    files[f"{stem}.md"] = to_markdown(evaluation, pngs)
+    files[f"{stem}.json"] = to_json(evaluation, pngs)
+    written = _commit(out_dir, files)
+    for name in earlier - set(files):
+        with contextlib.suppress(OSError):
+            (out_dir / name).unlink()
+    return [*written[-2:], *written[:-2]], note

@@ -6,8 +6,9 @@ BEIR folder (:meth:`RetrievalTask.from_beir`), and the sentences the
 post-processors are fitted on. A method is fitted on those sentences,
 applied to the queries and the corpus, and the corpus is searched exactly
 for every query at each precision of
-:data:`~sklearn_isotropy.evaluation.QUANTIZATIONS`; the ranking is scored
-by :func:`~sklearn_isotropy.metrics.retrieval_scores` (ties averaged).
+:data:`~sklearn_isotropy.evaluation.QUANTIZATIONS` and the ranking scored
+by :func:`~sklearn_isotropy.metrics.search_scores` (ties averaged), as the
+pair retrieval scorer does.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ from scipy import sparse
 
 from .._utils import normalize_rows
 from ..exceptions import EvaluationError
-from ..metrics import exact_index, pairs_to_qrels, retrieval_scores, search_candidates
+from ..metrics import exact_index, pairs_to_qrels, search_scores
 from ._quantization import QUANTIZATIONS
 from ._settings import EvaluationSettings
 from ._sts import load_sts_splits
-from ._task import Column, Task
+from ._task import Task, check_fit_on, encode_once
 
 __all__ = ["RetrievalTask"]
 
@@ -94,18 +95,6 @@ class RetrievalTask(Task):
     fit_on: str = "corpus"
 
     name = "retrieval"
-    command = "retrieval"
-    description = (
-        "compare post-processing methods for search: encode queries and a "
-        "corpus (from STS pairs or a BEIR folder), post-process with each "
-        "method at each dimension k and precision, and report exact-search "
-        "quality, index memory and latency."
-    )
-    title = (
-        "Exact cosine search: quality x100, index memory and query latency per "
-        "method, dimension and precision"
-    )
-    report_name = "retrieval"
     protocols = _PROTOCOLS
     default_methods = ("raw", "pca", "whitening", "ppca", "natsv", "truncate")
 
@@ -148,10 +137,7 @@ class RetrievalTask(Task):
             ids = getattr(self, attr)
             if ids is not None and len(ids) != n:
                 raise ValueError(f"{attr} has {len(ids)} entries; expected {n}")
-        if self.fit_on not in self.protocols:
-            raise ValueError(
-                f"fit_on must be one of {tuple(self.protocols)}; got {self.fit_on!r}"
-            )
+        check_fit_on(self, self.fit_on)
         self.fit_texts = list(self.corpus if self.fit_texts is None else self.fit_texts)
 
     @property
@@ -332,11 +318,8 @@ class RetrievalTask(Task):
         protocol needs a split it lacks.
         """
         s = settings or EvaluationSettings()
-        if fit_on is not None and fit_on not in cls.protocols:
-            raise EvaluationError(
-                f"fit_on must be one of {tuple(cls.protocols)} for retrieval; "
-                f"got {fit_on!r}"
-            )
+        if fit_on is not None:
+            check_fit_on(cls, fit_on)
         path = Path(data).expanduser()
         if path.is_dir() and (path / "corpus.jsonl").is_file():
             if fit_on == "train":
@@ -399,46 +382,15 @@ class RetrievalTask(Task):
         return task
 
     # ---------------------------------------------------- the Task protocol
-    def texts(self):
-        return list(dict.fromkeys([*self.queries, *self.corpus, *self.fit_texts]))
-
-    def embed(self, lookup):
-        return {
-            "queries": lookup(self.queries),
-            "corpus": lookup(self.corpus),
-            "fit": lookup(self.fit_texts),
-        }
-
-    def n_features(self, embeddings):
-        return np.asarray(embeddings["corpus"]).shape[1]
+    def embed(self, encode):
+        Q, C, F = encode_once(encode, self.queries, self.corpus, self.fit_texts)
+        return {"queries": Q, "corpus": C, "fit": F}
 
     def dimensions(self, method, n_features, settings):
         if not method.uses_k:
             return [None]
         ks = sorted({int(k) for k in settings.dimensions if 0 < k < n_features})
         return ks + ([None] if method.full_width else [])
-
-    def check(self, settings):
-        for name in ("quantizations", "metrics"):
-            if not getattr(settings, name):
-                raise ValueError(f"settings.{name} is empty; name at least one")
-        unknown = [q for q in settings.quantizations if q not in QUANTIZATIONS]
-        if unknown:
-            raise ValueError(
-                f"unknown quantization(s) {unknown}; choose from "
-                f"{', '.join(QUANTIZATIONS)}"
-            )
-        _max_cutoff(settings.metrics)
-        missing = {q: QUANTIZATIONS[q].missing() for q in settings.quantizations}
-        missing = {q: modules for q, modules in missing.items() if modules}
-        if missing:
-            needs = sorted({m for modules in missing.values() for m in modules})
-            raise EvaluationError(
-                f"the precision(s) {', '.join(missing)} need {', '.join(needs)}, "
-                'which is not installed: pip install "sklearn-isotropy[retrieval]", '
-                "or keep to float32 (--quantize "
-                "float32)"
-            )
 
     def score(self, transformer, embeddings, settings=None):
         """Fit a clone of ``transformer``, search the corpus, score the ranking.
@@ -480,7 +432,7 @@ class RetrievalTask(Task):
         from sklearn.base import clone
 
         settings = settings or EvaluationSettings()
-        self.check(settings)
+        settings.check(self.name)
         Q, C = np.asarray(embeddings["queries"]), np.asarray(embeddings["corpus"])
         if Q.shape[0] != self.n_queries or C.shape[0] != self.n_documents:
             raise ValueError(
@@ -488,7 +440,7 @@ class RetrievalTask(Task):
                 f"not match the task's {self.n_queries} and {self.n_documents}"
             )
         F = np.asarray(embeddings.get("fit", C))
-        k = _max_cutoff(settings.metrics)
+        k = max(int(name.partition("@")[2]) for name in settings.metrics)
         start = time.perf_counter()
         fitted = None
         if not (isinstance(transformer, str) and transformer == "passthrough"):
@@ -513,19 +465,16 @@ class RetrievalTask(Task):
             quant = QUANTIZATIONS[name]
             q_codes, c_codes = quant.encode(Q, C, calibration)
             start = time.perf_counter()
-            documents, scores = search_candidates(
+            per_query = search_scores(
                 q_codes,
                 c_codes,
-                k=k,
+                self.relevance,
+                metrics=settings.metrics,
+                exclude=self.exclude,
                 metric=quant.metric,
                 backend=settings.backend,
-                exclude=self.exclude,
             )
             search_seconds = time.perf_counter() - start
-            y_true, y_score = self._candidate_judgements(documents, scores)
-            per_query = retrieval_scores(
-                y_true, y_score, metrics=settings.metrics, average=False
-            )
             index = exact_index(c_codes, quant.metric, settings.backend)
             latency, batch = _latency(
                 index, q_codes, settings.latency_queries, settings.seed, k
@@ -550,136 +499,6 @@ class RetrievalTask(Task):
                 records[-1]["per_query"] = {m: v.tolist() for m, v in per_query.items()}
         return records, None
 
-    def _candidate_judgements(self, documents, scores):
-        """Relevance and scores restricted to each query's candidates.
-
-        Column ``j`` of row ``q`` is the ``j``-th candidate of query ``q``;
-        the relevant documents that are not candidates follow with score
-        ``-inf`` and the row is padded with irrelevant ``-inf`` columns.
-        Every candidate list holds at least ``k`` documents and every
-        document tied with the ``k``-th, so ranks up to ``k`` — all that the
-        metrics read — are those of the full ranking.
-        """
-        rel = self.relevance
-        rows_rel, rows_score = [], []
-        for q in range(self.n_queries):
-            lo, hi = rel.indptr[q], rel.indptr[q + 1]
-            grade_of = dict(zip(rel.indices[lo:hi].tolist(), rel.data[lo:hi].tolist()))
-            grades = [grade_of.pop(d, 0.0) for d in documents[q].tolist()]
-            rows_rel.append(grades + list(grade_of.values()))
-            rows_score.append(list(scores[q]) + [-np.inf] * len(grade_of))
-        width = max(len(r) for r in rows_rel)
-        y_true = np.zeros((self.n_queries, width))
-        y_score = np.full((self.n_queries, width), -np.inf)
-        for q, (g, s) in enumerate(zip(rows_rel, rows_score)):
-            y_true[q, : len(g)] = g
-            y_score[q, : len(s)] = s
-        return y_true, y_score
-
-    # ---------------------------------------------------------- reporting
-    def columns(self, settings):
-        def percent(m):
-            return lambda r: f"{100 * r[m]:.2f}"
-
-        def ms(key):
-            return lambda r: "-" if r[key] is None else f"{r[key]:.3f}"
-
-        return [
-            Column("dims", lambda r: str(r["dimensions"]), left=True),
-            Column("precision", lambda r: r["quantization"], left=True),
-            Column("bytes/vector", lambda r: str(r["bytes_per_vector"])),
-            Column("index", lambda r: _size(r["index_bytes"])),
-            *[
-                Column(_metric_header(m), percent(m), score=True)
-                for m in settings.metrics
-            ],
-            Column("latency ms", ms("latency_ms")),
-            Column("batch ms/query", ms("batch_ms_per_query")),
-        ]
-
-    def describe(self):
-        parts = [f"{self.n_queries} queries", f"{self.n_documents} documents"]
-        parts.append(f"{int(self.relevance.nnz)} relevant judgements")
-        if "min_score" in self.notes:
-            parts.append(
-                f"relevant = pairs rated >= {self.notes['min_score']:g}"
-                + (" (both directions)" if self.notes.get("symmetric") else "")
-            )
-        return ", ".join(parts) + f"; fitted on {len(self.fit_texts)} sentences"
-
-    def log_line(self, records):
-        head = next(m for m in records[0] if "@" in m)
-        return ", ".join(f"{r['quantization']} {head} {r[head]:.4f}" for r in records)
-
-    def report_lines(self, evaluation):
-        s = evaluation.settings
-        backends = sorted({r["backend"] for r in evaluation.records if "backend" in r})
-        return [
-            f"- Whitening power: {s.power:g}; NATSV removes {s.natsv_components} "
-            "directions; PCA is whitening with power 0.",
-            f"- Search: exact, backend `{', '.join(backends) or s.backend}`; a "
-            "query's own sentence is never returned to it; ties are averaged (the "
-            "expected score over random orders of tied documents).",
-            "- Precisions: "
-            + "; ".join(f"`{q}`: {QUANTIZATIONS[q].help}" for q in s.quantizations),
-            "- Index = documents x bytes per vector. Latency: median of one-query "
-            "top-k searches on one thread; batch: the best of three searches of "
-            "every query, per query. int8 codes are searched as exact float32 "
-            "numbers: they save memory here, not time.",
-        ]
-
-    def json_fields(self, evaluation):
-        return {
-            "retrieval_task": self.summary(),
-            "quantizations": {
-                q: QUANTIZATIONS[q].help for q in evaluation.settings.quantizations
-            },
-        }
-
-    def console_lines(self, evaluation):
-        return [f"Task: {self.describe()}"]
-
-    def figures(self, evaluation, out_dir):
-        """``retrieval_<pooling>.png``: quality against bytes per vector.
-
-        Two panels: every point, and the 10 points (x100) below the best
-        score, where the methods differ.
-        """
-        from matplotlib.figure import Figure
-
-        from ..diagnostics import plot_quality_vs_bytes
-
-        metric = evaluation.settings.metrics[0]
-        files = []
-        for pooling in evaluation.poolings:
-            records = evaluation.results(pooling)
-            if all("error" in r for r in records):
-                continue
-            fig = Figure(figsize=(13, 5.2), layout="constrained")
-            whole, top = fig.subplots(1, 2)
-            fig.suptitle(
-                f"{evaluation.model_name}, {pooling} pooling: {self.n_queries} "
-                f"queries, {self.n_documents} documents"
-            )
-            plot_quality_vs_bytes(
-                records, metric=metric, ax=whole, title="every point", legend=False
-            )
-            plot_quality_vs_bytes(
-                records, metric=metric, ax=top, title="the top 10 points", zoom=10
-            )
-            path = Path(out_dir) / f"retrieval_{pooling}.png"
-            fig.savefig(path, dpi=110, bbox_inches="tight")  # the legends are outside
-            files.append(str(path))
-        return files
-
-
-def _max_cutoff(metrics):
-    from ..metrics import make_retrieval_scorer
-
-    for name in metrics:
-        make_retrieval_scorer(name)  # validates the name
-    return max(int(name.partition("@")[2]) for name in metrics)
-
 
 def _latency(index, queries, n_timed, seed, k):
     """Median ms of one-query searches (one thread); best of 3 batched, per query."""
@@ -700,18 +519,3 @@ def _latency(index, queries, n_timed, seed, k):
         index.search(queries, k)
         batch = min(batch, time.perf_counter() - start)
     return 1e3 * float(np.median(times)), 1e3 * batch / queries.shape[0]
-
-
-_NAMES = {"mrr": "MRR", "recall": "R", "ndcg": "nDCG"}
-
-
-def _metric_header(name):
-    kind, _, k = name.partition("@")
-    return f"{_NAMES.get(kind, kind)}@{k}"
-
-
-def _size(n_bytes):
-    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10)):
-        if n_bytes >= scale:
-            return f"{n_bytes / scale:.1f} {unit}"
-    return f"{n_bytes} B"

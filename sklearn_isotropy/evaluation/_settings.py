@@ -13,14 +13,15 @@ import re
 from dataclasses import dataclass, field, fields
 
 from .._defaults import DEFAULT_MODEL_NAME, ENCODE_BATCH_SIZE
-from ..metrics import DEFAULT_RETRIEVAL_METRICS, SEARCH_BACKENDS
+from ..exceptions import EvaluationError
+from ..metrics import DEFAULT_RETRIEVAL_METRICS, SEARCH_BACKENDS, make_retrieval_scorer
 
 __all__ = ["EvaluationSettings"]
 
 _TASK_NAMES = {"sts": "STS", "retrieval": "Retrieval"}  # for the docstring
 
 
-def _option(default, doc, *, tasks=None, flag=None, parser=None, help=None, shown=None):
+def _option(default, doc, *, tasks=None, check=None, flag=None, **cli):
     """A settings field: its default, its documentation, its command line.
 
     A field with a ``flag`` (True: ``--`` and the field name with dashes)
@@ -29,10 +30,35 @@ def _option(default, doc, *, tasks=None, flag=None, parser=None, help=None, show
     its text is read (``"positive_int"``, ``"ints"``, ``"number>=0"``...) or
     is a tuple of the choices; ``help`` is its help line (``doc`` when
     None) and ``shown`` how the help names the default, if not its value.
+    ``check(names)`` raises if a non-empty tuple of names cannot run.
     """
-    cli = {"flag": flag, "parser": parser, "help": help, "shown": shown}
+    cli = {"flag": flag, "parser": None, "help": None, "shown": None, **cli}
     metadata = {"doc": doc, "tasks": tasks, "cli": cli if flag else None}
-    return field(default=default, metadata=metadata)
+    return field(default=default, metadata={**metadata, "check": check})
+
+
+def _check_quantizations(names):
+    from ._quantization import QUANTIZATIONS
+
+    unknown = [q for q in names if q not in QUANTIZATIONS]
+    if unknown:
+        raise ValueError(
+            f"unknown quantization(s) {unknown}; choose from {', '.join(QUANTIZATIONS)}"
+        )
+    missing = {q: QUANTIZATIONS[q].missing() for q in names}
+    missing = {q: modules for q, modules in missing.items() if modules}
+    if missing:
+        needs = sorted({m for modules in missing.values() for m in modules})
+        raise EvaluationError(
+            f"the precision(s) {', '.join(missing)} need {', '.join(needs)}, which "
+            'is not installed: pip install "sklearn-isotropy[retrieval]", or keep '
+            "to float32 (--quantize float32)"
+        )
+
+
+def _check_metrics(names):
+    for name in names:
+        make_retrieval_scorer(name)  # raises for a name it does not know
 
 
 @dataclass
@@ -148,12 +174,14 @@ class EvaluationSettings:
         flag="--quantize",
         parser="quantizations",
         help="comma-separated index precisions",
+        check=_check_quantizations,
     )
     metrics: tuple[str, ...] = _option(
         DEFAULT_RETRIEVAL_METRICS,
         "Retrieval scores to report (see "
         ":func:`~sklearn_isotropy.metrics.retrieval_scores`).",
         tasks=("retrieval",),
+        check=_check_metrics,
     )
     min_score: float = _option(
         4.0,
@@ -203,6 +231,15 @@ class EvaluationSettings:
         from .._utils import interactive_stderr
 
         return interactive_stderr() if self.progress is None else bool(self.progress)
+
+    def check(self, task):
+        """Raise before any work if a field ``task`` reads cannot run."""
+        for f in fields(self):
+            only, check = f.metadata["tasks"], f.metadata["check"]
+            if check is not None and (only is None or task in only):
+                if not getattr(self, f.name):
+                    raise ValueError(f"settings.{f.name} is empty; name at least one")
+                check(getattr(self, f.name))
 
     @classmethod
     def options(cls, task):

@@ -3,8 +3,7 @@
 :class:`STSTask` holds the splits of an STS data set and a fitting
 protocol; a method is fitted on the test sentences ("target", the papers'
 transductive protocol) or on the train split's, and scored on the test
-pairs. Its figures draw the covariance spectrum and the pair cosines of
-every method's output.
+pairs by :class:`~sklearn_isotropy.metrics.PairedCosineSimilarity`.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ import numpy as np
 from ..exceptions import EvaluationError, NoSplitColumnError
 from ._methods import METHODS
 from ._settings import EvaluationSettings
-from ._task import Column, Task
+from ._task import Task, check_fit_on, encode_once
 
 __all__ = ["STSTask", "load_sts_splits", "required_splits"]
 
@@ -135,14 +134,6 @@ def load_sts_splits(
     return out
 
 
-def _transformed_items(model, pairs):
-    """The distinct items of ``pairs`` after the fitted transform."""
-    items = np.unique(pairs.reshape(-1, pairs.shape[2]), axis=0)
-    if model.transformer_ is None:
-        return items
-    return np.asarray(model.transformer_.transform(items))
-
-
 class STSTask(Task):
     """Rated sentence pairs: Spearman's rho x100 of cosines on the test split.
 
@@ -162,14 +153,6 @@ class STSTask(Task):
     """
 
     name = "sts"
-    command = "evaluate"
-    description = (
-        "compare post-processing methods on an STS data set: encode it, "
-        "post-process the embeddings with each method and report Spearman x100 "
-        "of pair cosines on the test split."
-    )
-    title = "Spearman ρ×100 on the test split (cosine of pair embeddings)"
-    report_name = "results"
     protocols = {
         "target": (
             "transforms fitted on the sentences of the test split itself "
@@ -178,13 +161,9 @@ class STSTask(Task):
         "train": "transforms fitted on the sentences of the train split ('train')",
     }
     default_methods = ("raw", "sn", "natsv", "whitening", "ppca", "flow", "grid")
-    has_dev = True
 
     def __init__(self, splits, *, fit_on="target", data_name="splits passed in"):
-        if fit_on not in self.protocols:
-            raise ValueError(
-                f"fit_on must be one of {tuple(self.protocols)}; got {fit_on!r}"
-            )
+        check_fit_on(self, fit_on)
         missing = [s for s in required_splits((), fit_on) if s not in splits]
         if missing:
             raise EvaluationError(
@@ -213,19 +192,12 @@ class STSTask(Task):
         )
         return cls(splits, fit_on=fit_on, data_name=str(data))
 
-    def texts(self):
-        return list(
-            dict.fromkeys(s for b in self.splits.values() for s in b.pairs.ravel())
-        )
-
-    def embed(self, lookup):
+    def embed(self, encode):
+        pairs = [b.pairs.ravel() for b in self.splits.values()]
         return {
-            split: lookup(b.pairs.ravel()).reshape(len(b.pairs), 2, -1)
-            for split, b in self.splits.items()
+            split: E.reshape(len(b.pairs), 2, -1)
+            for (split, b), E in zip(self.splits.items(), encode_once(encode, *pairs))
         }
-
-    def n_features(self, embeddings):
-        return embeddings["test"].shape[2]
 
     def dimensions(self, method, n_features, settings):
         k = settings.n_components
@@ -238,7 +210,7 @@ class STSTask(Task):
 
     def score(self, transformer, embeddings, settings):
         from ..diagnostics import anisotropy_report
-        from ..metrics import PairedCosineSimilarity, spearman_score
+        from ..metrics import PairedCosineSimilarity, transform_pairs
 
         test = embeddings["test"]
         fit_pairs = test if self.fit_on == "target" else embeddings["train"]
@@ -246,103 +218,14 @@ class STSTask(Task):
         model = PairedCosineSimilarity(transformer).fit(fit_pairs)
         fit_seconds = time.perf_counter() - start
         start = time.perf_counter()
-        cos = model.predict(test)
+        rho = model.score(test, self.splits["test"].scores)
         transform_seconds = time.perf_counter() - start
-        Z = _transformed_items(model, test)
+        Z, _ = transform_pairs(model, test)  # each test sentence once
         record = {
-            "spearman_x100": 100.0 * spearman_score(self.splits["test"].scores, cos),
+            "spearman_x100": 100.0 * rho,
             "dimensions": int(Z.shape[1]),
             "fit_seconds": fit_seconds,
             "transform_seconds": transform_seconds,
             "diagnostics": anisotropy_report(Z, random_state=settings.seed),
         }
         return [record], Z
-
-    def columns(self, settings):
-        return [
-            Column("ρ×100", lambda r: f"{r['spearman_x100']:.2f}", score=True),
-            Column("fit s", lambda r: f"{r['fit_seconds']:.2f}"),
-            Column("transform s", lambda r: f"{r['transform_seconds']:.2f}"),
-        ]
-
-    def describe(self):
-        return ", ".join(f"{s} {len(b.scores)} pairs" for s, b in self.splits.items())
-
-    def log_line(self, records):
-        return f"{records[0]['spearman_x100']:.2f}"
-
-    def json_fields(self, evaluation):
-        diagnostics = {}
-        for r in evaluation.records:
-            if "diagnostics" in r:
-                diagnostics.setdefault(r["pooling"], {})[_name(r)] = r["diagnostics"]
-        splits = {s: len(b.scores) for s, b in self.splits.items()}
-        return {"splits": splits, "diagnostics": diagnostics}
-
-    def report_sections(self, evaluation):
-        md = [
-            "## Anisotropy of the test-sentence embeddings",
-            "",
-            "| pooling | method | mean pair cosine | isotropy I(W) | effective rank "
-            "| top-PC variance share |",
-            "|---|---|---:|---:|---:|---:|",
-        ]
-        for r in evaluation.records:
-            if "diagnostics" in r:
-                d = r["diagnostics"]
-                md.append(
-                    f"| {r['pooling']} | {_name(r)} | {d['mean_pair_cosine']:.3f} "
-                    f"| {d['isotropy_score']:.3g} | {d['effective_rank']:.1f} | "
-                    f"{d['top_component_variance_ratio']:.3f} |"
-                )
-        return md
-
-    def console_lines(self, evaluation):
-        sizes = ", ".join(f"{s} {len(b.scores)}" for s, b in self.splits.items())
-        lines = [f"Pairs: {sizes}"]
-        for r in evaluation.results(method="grid"):
-            if r["params"].get("chosen"):
-                lines.append(f"grid choice for {r['pooling']}: {r['params']['chosen']}")
-        return lines
-
-    def figures(self, evaluation, out_dir):
-        """``<pooling>_spectrum.png`` and ``<pooling>_cosines.png`` per pooling.
-
-        The spectrum draws the covariance spectrum of every method's output
-        on one log axis (down to each matrix's numerical rank); the cosines
-        figure has one panel per method, with the raw embeddings' histogram
-        behind each for reference.
-        """
-        from matplotlib.figure import Figure
-
-        from ..diagnostics import plot_cosine_panels, plot_eigenvalue_spectrum
-
-        files = []
-        for pooling in evaluation.poolings:
-            transformed = {
-                label: Z
-                for (p, label), Z in evaluation.artifacts.items()
-                if p == pooling
-            }
-            if not transformed:
-                continue
-            raw = [r["label"] for r in evaluation.results(pooling, "raw")][:1]
-            where = f"{pooling} pooling, test sentences"
-            spectrum = Figure(figsize=(9, 4.8), layout="constrained")
-            ax = plot_eigenvalue_spectrum(transformed, ax=spectrum.add_subplot())
-            ax.set_title(f"Covariance spectrum ({where})")
-            cosines = Figure(layout="constrained")
-            plot_cosine_panels(
-                transformed, reference=(raw or [None])[0], figure=cosines
-            )
-            grey = f" (grey: {raw[0]})" if raw else ""
-            cosines.suptitle(f"Pair cosine similarity, {where}{grey}")
-            for kind, fig in (("spectrum", spectrum), ("cosines", cosines)):
-                path = Path(out_dir) / f"{pooling}_{kind}.png"
-                fig.savefig(path, dpi=110)
-                files.append(str(path))
-        return files
-
-
-def _name(record):  # a run's name in the reports (a custom run's is its label)
-    return record["label"] if record["method"] == "custom" else record["method"]

@@ -1,14 +1,14 @@
 """The task protocol and the one loop that runs any task.
 
-A :class:`Task` is labelled data and a way to score a fitted transformer
-on it: :class:`~sklearn_isotropy.evaluation.STSTask` scores Spearman's rho
-of pair cosines, :class:`~sklearn_isotropy.evaluation.RetrievalTask` scores
-exact search. :func:`evaluate` encodes a task's texts once per pooling
+A :class:`Task` is labelled data and a way to score a transformer on it:
+:class:`~sklearn_isotropy.evaluation.STSTask` scores Spearman's rho of pair
+cosines, :class:`~sklearn_isotropy.evaluation.RetrievalTask` scores exact
+search. :func:`evaluate` encodes a task's texts once per pooling
 (:func:`encode_texts`), runs every method of
 :data:`~sklearn_isotropy.evaluation.METHODS` at the dimensions the task asks
-for, records what each raised, and returns an :class:`Evaluation`; the
-writers of ``_report.py`` turn it into tables, Markdown, JSON and figures.
-Nothing here prints or writes files.
+for, records what each raised, and returns an :class:`Evaluation`: records,
+as ``cross_validate`` returns ``cv_results_``. The reports of ``_report.py``
+render them. Nothing here prints or writes files.
 """
 
 from __future__ import annotations
@@ -26,48 +26,29 @@ from ..exceptions import EvaluationError, EvaluationWarning
 from ._methods import METHODS, Method
 from ._settings import EvaluationSettings
 
-__all__ = ["Column", "Evaluation", "Task", "encode_texts", "evaluate"]
-
-
-@dataclass(frozen=True)
-class Column:
-    """One column of a task's result table: its ``header``, ``value(record)
-    -> str`` for a record that ran, whether it is a ``score`` (a failed run
-    shows "failed" there, "-" elsewhere) and ``left``-aligned (text)."""
-
-    header: str
-    value: object
-    score: bool = False
-    left: bool = False
+__all__ = ["Evaluation", "Task", "encode_texts", "evaluate"]
 
 
 class Task(ABC):
-    """One kind of evaluation: labelled data and how a transformer is scored.
+    """Labelled data and how a transformer is scored on it.
 
-    A task names the texts to encode (:meth:`texts`), gathers their
-    embeddings into what it scores (:meth:`embed`), chooses the dimensions
-    at which a method runs (:meth:`dimensions`) and scores one unfitted
-    transformer (:meth:`score`); the class attributes tell the command line
-    and the reports what it is. Adding a task is one module implementing
-    this class.
+    A task reads its data (:meth:`load`), has the texts it needs encoded
+    (:meth:`embed`), chooses the dimensions at which a method runs
+    (:meth:`dimensions`) and scores one unfitted transformer (:meth:`score`).
+    How its records are shown is its report's business
+    (:data:`~sklearn_isotropy.evaluation.REPORTS`). Adding a task is one
+    module implementing this class, and a report if its records need one.
     """
 
     #: The task's name, as the settings' fields list it ("sts", "retrieval").
     name: ClassVar[str]
-    #: The ``sklearn-isotropy`` subcommand that runs it.
-    command: ClassVar[str]
-    #: What the task measures, in a sentence or two (the command's help).
-    description: ClassVar[str]
-    #: The heading of the results.
-    title: ClassVar[str]
-    #: The stem of the report files (``<stem>.md``, ``<stem>.json``).
-    report_name: ClassVar[str]
     #: What each fitting protocol (``fit_on``) means, as written in reports.
     protocols: ClassVar[dict]
     #: The methods run when none are named.
     default_methods: ClassVar[tuple]
-    #: Whether the task holds labelled dev pairs (for methods that need them).
-    has_dev: ClassVar[bool] = False
+    #: ``dev(embeddings) -> (dev_pairs, dev_scores)`` for the methods that
+    #: select on labelled dev pairs (``needs_dev``); None: the task has none.
+    dev: ClassVar = None
 
     #: The fitting protocol of this instance (a key of :attr:`protocols`).
     fit_on: str
@@ -75,26 +56,16 @@ class Task(ABC):
     data_name: str
 
     @classmethod
-    def offers(cls, method) -> bool:
-        """Whether this task can run ``method`` (a :class:`Method`)."""
-        return cls.has_dev or not method.needs_dev
-
-    @classmethod
     @abstractmethod
     def load(cls, data, settings=None, *, fit_on=None, methods=()):
         """Read the task from ``data`` (a path, or a name the task knows)."""
 
     @abstractmethod
-    def texts(self) -> list:
-        """Every distinct text the task needs encoded."""
+    def embed(self, encode):
+        """What :meth:`score` reads, from ``encode(texts) -> embeddings``.
 
-    @abstractmethod
-    def embed(self, lookup):
-        """What :meth:`score` reads, from ``lookup(texts) -> embeddings``."""
-
-    @abstractmethod
-    def n_features(self, embeddings) -> int:
-        """The width of the embeddings that :meth:`embed` returned."""
+        ``encode`` is called once, with every distinct text the task needs.
+        """
 
     @abstractmethod
     def dimensions(self, method, n_features, settings) -> list:
@@ -106,47 +77,24 @@ class Task(ABC):
 
         Returns ``(records, artifact)``: a list of dicts, each with the
         output ``dimensions``, ``fit_seconds`` and the task's scores, and
-        anything the task's figures need (or None).
+        what the task's figures need (or None).
         """
 
-    @abstractmethod
-    def columns(self, settings) -> list:
-        """The :class:`Column` s of the result table, after the method's label."""
 
-    @abstractmethod
-    def describe(self) -> str:
-        """The data's sizes in a few words, for reports."""
+def check_fit_on(task, fit_on):
+    """Raise ``EvaluationError`` unless ``fit_on`` is a protocol of ``task``."""
+    if fit_on not in task.protocols:
+        raise EvaluationError(
+            f"fit_on must be one of {tuple(task.protocols)} for the {task.name} "
+            f"task; got {fit_on!r}"
+        )
 
-    def json_fields(self, evaluation) -> dict:
-        """Task-specific entries of the JSON report."""
-        return {}
 
-    def dev(self, embeddings):
-        """``(dev_pairs, dev_scores)`` for methods that select on dev pairs."""
-        raise EvaluationError(f"the {self.name} task has no labelled dev pairs")
-
-    def check(self, settings):  # noqa: B027 - most tasks can run any settings
-        """Raise ``EvaluationError`` before any work if ``settings`` cannot run."""
-
-    def log_line(self, records) -> str:
-        """One line of progress text about a method's records."""
-        return ""
-
-    def report_lines(self, evaluation) -> list:
-        """Task-specific lines of the Markdown report's header."""
-        return []
-
-    def report_sections(self, evaluation) -> list:
-        """Task-specific Markdown sections after the result tables."""
-        return []
-
-    def console_lines(self, evaluation) -> list:
-        """Task-specific lines printed under the console tables."""
-        return []
-
-    def figures(self, evaluation, out_dir) -> list:
-        """Write the task's PNG figures (matplotlib is importable); their paths."""
-        return []
+def encode_once(encode, *groups):
+    """The embeddings of each group of texts, each distinct text encoded once."""
+    texts = list(dict.fromkeys(t for group in groups for t in group))
+    E, row = encode(texts), {t: i for i, t in enumerate(texts)}
+    return [E[[row[t] for t in group]] for group in groups]
 
 
 @dataclass
@@ -267,7 +215,7 @@ def _check_methods(task, methods):
         raise ValueError(
             f"unknown method(s) {unknown}; choose from {', '.join(METHODS)}"
         )
-    refused = [m for m in methods if not task.offers(METHODS[m])]
+    refused = [m for m in methods if METHODS[m].needs_dev and task.dev is None]
     if refused:
         raise EvaluationError(
             f"the {task.name} task cannot run {', '.join(refused)}: it has no "
@@ -277,38 +225,36 @@ def _check_methods(task, methods):
 
 
 def _runs(task, methods, transformers, n_features, settings):
-    """``(name, method, k, n_ks)`` of every run, then the custom transformers."""
+    """``(name, method, k, n_ks)`` of every run, the custom transformers last."""
+    chosen = [(name, METHODS[name]) for name in methods]
+    for label, estimator in (transformers or {}).items():
+        chosen.append((str(label), _custom(str(label), estimator)))
     runs = []
-    for name in methods:
-        method = METHODS[name]
+    for name, method in chosen:
         ks = task.dimensions(method, n_features, settings)
         runs += [(name, method, k, len(ks)) for k in ks]
-    for label, estimator in (transformers or {}).items():
-        runs.append((str(label), estimator, None, 1))
     return runs
 
 
-def _run(task, name, method, k, bundle, n_features, settings):
+def _custom(label, estimator):
+    """A transformer passed in by label, as a method of its own ("custom")."""
+    return Method("custom", lambda params: label, "", lambda *args: (estimator, {}))
+
+
+def _run(task, method, k, bundle, n_features, settings):
     """Build, fit and score one method at one ``k``: ``(records, artifact)``."""
     start = time.perf_counter()
-    if not isinstance(method, Method):  # a transformer passed in, by label
-        transformer, params, label, name = method, {}, name, "custom"
-    else:
-        dev = task.dev(bundle) if method.needs_dev else None
-        transformer, params = method.build(k, n_features, settings, dev)
-        label = None
+    dev = task.dev(bundle) if method.needs_dev else None
+    transformer, params = method.build(k, n_features, settings, dev)
     build_seconds = time.perf_counter() - start
     found, artifact = task.score(transformer, bundle, settings)
-    if label is None:
-        if method.uses_k and k is None:  # the full width may be capped (rank)
-            params["n_components"] = found[0]["dimensions"]
-        label = method.format_label(params)
-    records = []
+    if method.uses_k and k is None:  # the full width may be capped (rank)
+        params["n_components"] = found[0]["dimensions"]
+    base = {"method": method.name, "label": method.format_label(params)}
+    base.update(k=k, params=params)
     for record in found:
         record["fit_seconds"] += build_seconds
-        base = {"method": name, "label": label, "k": k, "params": params}
-        records.append({**base, **record})
-    return records, artifact
+    return [{**base, **record} for record in found], artifact
 
 
 def evaluate(
@@ -320,8 +266,9 @@ def evaluate(
     ``embeddings`` are given). Each method's failure (e.g. a numerical
     error) is recorded and the run goes on. The warnings each method raised
     are recorded with its result, and each distinct one is raised again
-    once, as an :class:`~sklearn_isotropy.exceptions.EvaluationWarning`
-    naming the pooling and the method.
+    once per pooling, as an
+    :class:`~sklearn_isotropy.exceptions.EvaluationWarning` naming the
+    pooling and the first method that raised it.
 
     Parameters
     ----------
@@ -343,33 +290,41 @@ def evaluate(
 
     Returns an :class:`Evaluation`.
     """
+    from ._report import report_class
+
     settings = settings or EvaluationSettings()
     log = log or (lambda line: None)
     methods = _check_methods(task, task.default_methods if methods is None else methods)
-    task.check(settings)
+    settings.check(task.name)
     poolings = list(
         dict.fromkeys(settings.poolings if embeddings is None else embeddings)
     )
     ev = Evaluation(task, settings, methods, poolings)
+    progress = report_class(task).progress
     for pooling in poolings:
         if embeddings is None:
-            texts = task.texts()
-            E, seconds = encode_texts(texts, settings, pooling)
-            row = {t: i for i, t in enumerate(texts)}
-            bundle = task.embed(lambda items, E=E, row=row: E[[row[t] for t in items]])
-            ev.encodings[pooling] = {"texts": len(texts), "seconds": seconds}
-            log(f"[{pooling}] encoded {len(texts)} distinct texts in {seconds:.1f} s")
+            encoded = ev.encodings[pooling] = {}
+
+            def encode(texts, pooling=pooling, encoded=encoded):
+                encoded["texts"] = len(texts)
+                E, encoded["seconds"] = encode_texts(texts, settings, pooling)
+                return E
+
+            bundle = task.embed(encode)
+            log(
+                f"[{pooling}] encoded {encoded['texts']} distinct texts in "
+                f"{encoded['seconds']:.1f} s"
+            )
         else:
             bundle = embeddings[pooling]
-        d = task.n_features(bundle)
+        d = np.shape(next(iter(bundle.values())))[-1]
+        shown = set()  # a warning several methods raise is shown once
         for name, method, k, n_ks in _runs(task, methods, transformers, d, settings):
             # what messages call the run: its name, or its label at this k
-            where = name
-            if n_ks > 1:
-                where = method.format_label({"n_components": k or d})
+            where = method.format_label({"n_components": k or d}) if n_ks > 1 else name
             with record_warnings() as caught:
                 try:
-                    records, artifact = _run(task, name, method, k, bundle, d, settings)
+                    records, artifact = _run(task, method, k, bundle, d, settings)
                 except (ValueError, RuntimeError, np.linalg.LinAlgError) as exc:
                     # a numerical failure of one method is a result, not a crash
                     msg = " ".join(str(exc).split())
@@ -377,12 +332,14 @@ def evaluate(
                     failed = {"method": name, "label": where, "k": k, "params": {}}
                     records, artifact = [{**failed, "error": msg}], None
             where = records[0]["label"] if n_ks > 1 else name  # k may be capped
-            messages = reraise_once(caught, f"[{pooling}] {where}", EvaluationWarning)
+            messages = reraise_once(
+                caught, f"[{pooling}] {where}", EvaluationWarning, shown
+            )
             for record in records:
                 record.update(pooling=pooling, warnings=messages)
             ev.records += records
             if artifact is not None:
                 ev.artifacts[(pooling, records[0]["label"])] = artifact
             if "error" not in records[0]:
-                log(f"[{pooling}] {records[0]['label']}: {task.log_line(records)}")
+                log(f"[{pooling}] {records[0]['label']}: {progress(records)}")
     return ev

@@ -22,7 +22,7 @@ from .._utils import check_target, import_optional, publish_directory
 from ..exceptions import TruncationWarning
 from ..text import ONNX_OUTPUT_NAME, ONNX_SESSION_OPTIONS, BertPoolingVectorizer
 from ._affine import split_steps, split_text_pipeline
-from ._onnx import to_onnx
+from ._onnx_chain import chain_to_onnx as to_onnx  # the post-processors' graph
 
 __all__ = ["save_onnx_pipeline"]
 

@@ -21,10 +21,13 @@ from ..linear import StandardNormalizer, WhiteningTransformer
 __all__ = [
     "bypass_log_density",
     "check_raw_magnitude",
+    "fit_input_map",
     "fit_whitener",
+    "from_flow_input",
     "input_log_det",
     "standardization",
     "standardize",
+    "to_flow_input",
     "unstandardize",
 ]
 
@@ -63,6 +66,23 @@ def unstandardize(U64: np.ndarray, mean: np.ndarray, scale: np.ndarray) -> np.nd
     """Inverse of :func:`standardize` (non-finite where it overflows)."""
     with np.errstate(over="ignore", invalid="ignore"):
         return U64 * scale + mean
+
+
+def to_flow_input(X, mean, scale, whitener) -> np.ndarray:
+    """The fixed input map of the rows ``X``, in float64, cast to their dtype."""
+    U = standardize(X.astype(np.float64, copy=False), mean, scale)
+    if whitener is not None:
+        U = whitener.transform(U)
+    with np.errstate(over="ignore"):  # rows too far for float32 become inf
+        return U.astype(X.dtype, copy=False)
+
+
+def from_flow_input(U, mean, scale, whitener) -> np.ndarray:
+    """Inverse of :func:`to_flow_input`, in float64."""
+    U = U.astype(np.float64, copy=False)
+    if whitener is not None:
+        U = whitener.inverse_transform(U)
+    return unstandardize(U, mean, scale)
 
 
 def fit_whitener(Xs_train: np.ndarray, shrinkage) -> tuple[WhiteningTransformer, int]:
@@ -112,7 +132,43 @@ def fit_whitener(Xs_train: np.ndarray, shrinkage) -> tuple[WhiteningTransformer,
     return whitener, rank
 
 
-def bypass_log_density(U: np.ndarray, rank: int | None) -> np.ndarray:
+def fit_input_map(X64: np.ndarray, rng, params: dict) -> tuple:
+    """Fit the input map to ``X64`` for the estimator's ``params``, and apply it.
+
+    With early stopping, ``validation_fraction`` of the rows (drawn by
+    ``rng``) are held out first: they take no part in the whitening. Returns
+    ``mean, scale, whitener, rank, U_train, U_val`` (``whitener`` None with
+    ``init="bert-flow"``, ``U_val`` None without early stopping).
+    """
+    n_samples, n_features = X64.shape
+    if params["standardize"]:
+        mean, scale = standardization(X64)
+    else:
+        mean, scale = np.zeros(n_features), np.ones(n_features)
+    U_train, U_val = standardize(X64, mean, scale), None
+    if params["early_stopping"]:
+        fraction = params["validation_fraction"]
+        n_val = max(1, int(round(fraction * n_samples)))
+        if n_samples - n_val < 2:
+            raise ValueError(
+                f"early_stopping=True with validation_fraction={fraction} "
+                f"leaves {n_samples - n_val} training rows out of n_samples="
+                f"{n_samples}; at least 2 are needed. Pass more rows, a smaller "
+                "validation_fraction, or early_stopping=False."
+            )
+        perm = rng.permutation(n_samples)
+        U_train, U_val = U_train[perm[n_val:]], U_train[perm[:n_val]]
+    if not params["standardize"]:
+        check_raw_magnitude(X64, params["init"])
+    whitener, rank = None, n_features
+    if params["init"] == "whitening":
+        whitener, rank = fit_whitener(U_train, params["shrinkage"])
+        U_train = whitener.transform(U_train)
+        U_val = None if U_val is None else whitener.transform(U_val)
+    return mean, scale, whitener, rank, U_train, U_val
+
+
+def bypass_log_density(U: np.ndarray, rank: int) -> np.ndarray:
     """Standard normal log-density of the coordinates that bypass the Glow.
 
     With a singular covariance, the whitened coordinates past ``rank`` are
@@ -120,7 +176,7 @@ def bypass_log_density(U: np.ndarray, rank: int | None) -> np.ndarray:
     Glow does not model them, they go to the latent as they are, under the
     shrunk Gaussian of the initial whitening. Zeros when nothing bypasses.
     """
-    if rank is None or rank == U.shape[1]:
+    if rank == U.shape[1]:
         return np.zeros(U.shape[0])
     rest = U[:, rank:].astype(np.float64)
     return -0.5 * (np.sum(rest**2, axis=1) + rest.shape[1] * np.log(2 * np.pi))

@@ -35,7 +35,7 @@ does for sentence embeddings:
   float64 input map, then the flow), one module to trace for export.
 
 This module imports torch at import time; the scikit-learn wrapper
-(:mod:`sklearn_isotropy._glow`) only imports it when it needs it.
+(:mod:`sklearn_isotropy.flow._glow`) only imports it when it needs it.
 
 Examples
 --------
@@ -477,6 +477,28 @@ class Glow(nn.Module):
             x, ld = level.inverse(x)
             log_det = log_det + ld
         return x, log_det
+
+    @classmethod
+    def seeded(cls, config: dict, seed: int | None) -> Glow:
+        """``Glow(**config)`` seeded by ``seed``; torch's global RNG untouched."""
+        with torch.random.fork_rng(devices=[]):
+            if seed is not None:
+                torch.default_generator.manual_seed(seed)
+            return cls(**config)
+
+    def fix_mixing(self) -> None:
+        """Freeze the :class:`InvertibleLinear` layers (``init="whitening"``).
+
+        After a whitening, their gradients are sampling noise, which Adam
+        turns into steps of the size of the learning rate on every one of
+        their ``d**2`` entries (the ablation in ``benchmarks/README.md``);
+        they stay at their random orthogonal start, like the fixed
+        permutations of RealNVP. Frozen, each runs as one cached matrix
+        product (about 40% of the time of a training step on 384 features).
+        """
+        for module in self.modules():
+            if isinstance(module, InvertibleLinear):
+                module.requires_grad_(False)
 
     def initialize_identity(self) -> None:
         """Initialise every :class:`ActNorm` at the identity (no data needed).

@@ -1,11 +1,12 @@
 """Training of the flow: Adam on the exact negative log-likelihood.
 
 The scikit-learn wrapper (:mod:`sklearn_isotropy.flow._glow`) prepares the
-rows (standardised, whitened) and the module; :func:`train_flow` runs the
-epochs, monitors them (training loss or held-out log-likelihood), keeps the
-best parameters with early stopping, and stops at the first non-finite loss or
-gradient without applying it. Nothing here imports torch: the caller passes
-the module in.
+rows (standardised, whitened); :func:`fit_glow` builds and initialises the
+Glow, trains it and says what went wrong if training did; :func:`train_flow`
+runs the epochs, monitors them (training loss or held-out log-likelihood),
+keeps the best parameters with early stopping, and stops at the first
+non-finite loss or gradient without applying it. Nothing here imports torch:
+the caller passes the module in.
 
 Progress goes to ``sys.stderr`` through :class:`EpochReporter`, which writes
 its lines with ``tqdm.write`` when tqdm is installed, so they never break into
@@ -22,9 +23,52 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["EpochReporter", "TrainingResult", "mean_log_likelihood", "train_flow"]
+from .._utils import warn
+from ..exceptions import FlowTrainingWarning
+from ._input import bypass_log_density
+from ._runtime import CHUNK
 
-_CHUNK = 8192  # rows per forward pass when evaluating
+__all__ = [
+    "FLOW_PRESETS",
+    "EpochReporter",
+    "TrainingResult",
+    "fit_glow",
+    "glow_config",
+    "mean_log_likelihood",
+    "train_flow",
+]
+
+#: Named parameter sets for :meth:`GlowFlowTransformer.from_preset`.
+#:
+#: - ``"density"``: the defaults, written out: the flow starts at the
+#:   Gaussian maximum-likelihood fit (``init="whitening"``) and trains until
+#:   the log-likelihood of held-out rows stops improving, keeping the best
+#:   parameters. For density estimation, outlier scores and sampling.
+#: - ``"bert-flow"``: the BERT-flow paper's protocol for sentence similarity
+#:   (Li et al., 2020): its initialisation (ActNorm from the data, random
+#:   orthogonal mixing), one epoch over every row, no held-out rows. Used by
+#:   the ``flow`` method of :mod:`sklearn_isotropy.evaluation`.
+FLOW_PRESETS: dict[str, dict] = {
+    "density": {
+        "init": "whitening",
+        "learning_rate": 3e-3,
+        "max_iter": 20,
+        "early_stopping": True,
+        "validation_fraction": 0.1,
+        "n_iter_no_change": 3,
+        "tol": 1e-3,
+    },
+    "bert-flow": {
+        "n_levels": 2,
+        "depth": 3,
+        "hidden_size": 32,
+        "coupling": "additive",
+        "init": "bert-flow",
+        "learning_rate": 1e-3,
+        "max_iter": 1,
+        "early_stopping": False,
+    },
+}
 
 
 class EpochReporter:
@@ -101,8 +145,8 @@ def mean_log_likelihood(torch, flow, X) -> float:
     flow.eval()
     total = 0.0
     with torch.no_grad():
-        for start in range(0, X.shape[0], _CHUNK):
-            total += float(flow.log_prob(X[start : start + _CHUNK]).sum())
+        for start in range(0, X.shape[0], CHUNK):
+            total += float(flow.log_prob(X[start : start + CHUNK]).sum())
     return total / X.shape[0]
 
 
@@ -122,7 +166,6 @@ def train_flow(
     train_offset: float,
     val_offset: float,
     reporter: EpochReporter,
-    parameters=None,
 ) -> TrainingResult:
     """Train ``flow`` in place by Adam on the mean negative log-likelihood.
 
@@ -131,7 +174,8 @@ def train_flow(
     torch : module
         The torch module (imported by the caller).
     flow : torch.nn.Module
-        Bijector with ``log_prob``; initialised (ActNorm) already.
+        Bijector with ``log_prob``; initialised (ActNorm) already. The
+        optimiser updates the parameters that require a gradient.
     X_train : torch.Tensor of shape (n_train, d)
         Training rows in the flow's input space.
     X_val : torch.Tensor of shape (n_val, d) or None
@@ -149,9 +193,6 @@ def train_flow(
         of the flow, plus the log-density of any coordinates that bypass it.
     reporter : EpochReporter
         Progress output.
-    parameters : list of torch.nn.Parameter, default=None
-        What the optimiser updates; every parameter requiring a gradient when
-        None.
 
     Returns
     -------
@@ -163,8 +204,7 @@ def train_flow(
     result = TrainingResult()
     n_train = X_train.shape[0]
     device = X_train.device
-    if parameters is None:
-        parameters = [p for p in flow.parameters() if p.requires_grad]
+    parameters = [p for p in flow.parameters() if p.requires_grad]
     early_stopping = X_val is not None
 
     def epoch_order():
@@ -253,3 +293,128 @@ def train_flow(
                 f"log-likelihood {result.best_validation_score:.4f})"
             )
     return result
+
+
+def glow_config(rank: int, params: dict) -> dict:
+    """Keyword arguments of the Glow for the estimator's ``get_params()``."""
+    names = ("n_levels", "depth", "hidden_size", "coupling")
+    config = {"n_features": rank, **{name: params[name] for name in names}}
+    if params["init"] == "whitening":
+        config["output_scale"] = True
+    return config
+
+
+def fit_glow(torch, config, U_train, U_val, *, seed, device, log_det, params):
+    """Build, initialise and train the Glow of ``config``: ``(flow, result)``.
+
+    ``U_train`` and ``U_val`` (None without early stopping) are rows after the
+    fixed input map, whose ``log|det|`` is ``log_det``; their coordinates past
+    ``config["n_features"]`` bypass the Glow. ``seed`` seeds the parameters,
+    the rows that set ActNorm and the shuffling; ``params`` are the
+    estimator's. The flow is returned in evaluation mode.
+    """
+    from ._layers import Glow
+
+    rank = config["n_features"]
+    flow = Glow.seeded(config, seed).to(device)
+    X_train, X_val = (
+        None
+        if U is None
+        else torch.from_numpy(U[:, :rank].astype(np.float32)).to(device)
+        for U in (U_train, U_val)
+    )
+    train_offset, val_offset = (
+        log_det + (0.0 if U is None else float(np.mean(bypass_log_density(U, rank))))
+        for U in (U_train, U_val)
+    )
+    generator = torch.Generator().manual_seed(seed)
+    if params["init"] == "whitening":
+        flow.initialize_identity()
+    else:  # BERT-flow: data-dependent ActNorm on a (shuffled) slice
+        n_init = min(len(X_train), max(params["batch_size"], 1024))
+        rows = X_train[:n_init]
+        if params["shuffle"]:
+            rows = X_train[torch.randperm(len(X_train), generator=generator)[:n_init]]
+        flow.train()
+        with torch.no_grad():
+            flow(rows)
+
+    X_check = X_train[: min(X_train.shape[0], 4096)]
+    initial_nll = -mean_log_likelihood(torch, flow, X_check)
+    if not np.isfinite(initial_nll):
+        raise ValueError(
+            "The initial flow gives non-finite log-likelihoods on the "
+            "training rows: their values are too large or too spread for "
+            "its float32 computations. Set standardize=True or rescale the "
+            "input."
+        )
+    if params["init"] == "whitening":
+        flow.fix_mixing()  # the whitening is the best linear map already
+    reporter = EpochReporter(
+        params["verbose"], X_train.shape[0] * params["max_iter"], "GlowFlowTransformer"
+    )
+    settings = "max_iter batch_size learning_rate shuffle n_iter_no_change tol"
+    try:
+        result = train_flow(
+            torch,
+            flow,
+            X_train,
+            X_val,
+            **{name: params[name] for name in settings.split()},
+            generator=generator,
+            train_offset=train_offset,
+            val_offset=val_offset,
+            reporter=reporter,
+        )
+    finally:
+        reporter.close()
+    flow.eval()
+    lr = params["learning_rate"]
+    if result.diverged is not None:
+        _check_diverged(torch, flow, X_check, result, params)
+        return flow, result
+    final_nll = -mean_log_likelihood(torch, flow, X_check)
+    # noise-level changes are normal when the initial flow is already
+    # about right; a blow-up is far larger
+    if not final_nll <= initial_nll + 0.1 * X_check.shape[1]:
+        warn(
+            "Flow training made the model worse than its initialisation: the "
+            "mean negative log-likelihood of the training rows rose from "
+            f"{initial_nll - train_offset:.4g} to "
+            f"{final_nll - train_offset:.4g} nats per row, so training was "
+            f"unstable. Lower learning_rate (it is {lr:g}; try {lr / 10:g})"
+            + ("" if params["standardize"] else " or set standardize=True")
+            + ".",
+            FlowTrainingWarning,
+        )
+    return flow, result
+
+
+def _check_diverged(torch, flow, X_check, result, params):
+    """Warn that training stopped at a non-finite step, or raise if the
+    parameters kept give non-finite outputs too."""
+    epoch, batch, what = result.diverged
+    lr = params["learning_rate"]
+    remedy = (
+        f"lower learning_rate (it is {lr:g}; try {lr / 10:g})"
+        + ("" if params["standardize"] else ", set standardize=True")
+        + (", use coupling='additive'" if params["coupling"] == "affine" else "")
+    )
+    kept = (
+        f"the parameters of the best evaluation (epoch {result.best_epoch})"
+        if result.restored_best
+        else "the last parameters with a finite loss"
+    )
+    with torch.no_grad():
+        z, log_det = flow(X_check)
+    if not (torch.isfinite(z).all() and torch.isfinite(log_det).all()):
+        raise ValueError(
+            f"Flow training diverged: the {what} became non-finite at epoch "
+            f"{epoch}, batch {batch}, and the parameters reached by then give "
+            f"non-finite outputs. To fix it, {remedy}."
+        )
+    warn(
+        f"Flow training stopped early: the {what} became non-finite at epoch "
+        f"{epoch}, batch {batch}; kept {kept}. To train further, {remedy}.",
+        FlowTrainingWarning,
+    )

@@ -9,12 +9,7 @@ from typing import NamedTuple
 
 import numpy as np
 from scipy import linalg
-from sklearn.base import (
-    BaseEstimator,
-    ClassNamePrefixFeaturesOutMixin,
-    TransformerMixin,
-    _fit_context,
-)
+from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
 from sklearn.utils import check_array
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import (
@@ -24,7 +19,7 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
-from .._utils import is_dask_collection
+from .._utils import PrefixedFeatureNamesMixin, is_dask_collection
 from ._array_api import (
     check_fitted_namespace,
     float_dtype,
@@ -114,7 +109,7 @@ class _MapAttribute:
 
 
 class _StreamingMomentsMixin(
-    ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
+    PrefixedFeatureNamesMixin, TransformerMixin, BaseEstimator
 ):
     """Base of the estimators fitted from a :class:`MomentAccumulator`.
 

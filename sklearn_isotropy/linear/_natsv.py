@@ -34,7 +34,7 @@ class NATSVTransformer(_StreamingMomentsMixin):
     principal axes of the covariance, which is "all-but-the-top" (Mu and
     Viswanath, 2018); with ``center=False`` they are the leading right
     singular vectors of the uncentred data. The output keeps the input
-    width.
+    width, in columns named ``natsv0``, ``natsv1``, ...
 
     Parameters
     ----------

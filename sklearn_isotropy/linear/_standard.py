@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from sklearn.base import OneToOneFeatureMixin
 
 from ._base import LinearMap, _MapAttribute, _StreamingMomentsMixin
 from ._moments import MomentAccumulator
@@ -11,7 +12,7 @@ from ._scatter_kernels import unscale
 __all__ = ["StandardNormalizer"]
 
 
-class StandardNormalizer(_StreamingMomentsMixin):
+class StandardNormalizer(OneToOneFeatureMixin, _StreamingMomentsMixin):
     """Standardise every embedding dimension: subtract its mean, divide by its std.
 
     The SN baseline of the BERT-flow paper. Numerically it is
@@ -20,6 +21,7 @@ class StandardNormalizer(_StreamingMomentsMixin):
     zero), computed with the package's exact mergeable accumulator in its
     ``O(n_features)`` diagonal mode, so it streams with :meth:`partial_fit`
     and combines across workers like the other linear post-processors.
+    Like StandardScaler's, its output columns keep the input's names.
 
     Parameters
     ----------

@@ -53,6 +53,7 @@ class WhiteningTransformer(_StreamingMomentsMixin):
     the first ``k`` columns also reduces the dimension (their best result
     kept 256 of 768). The statistics are accumulated exactly in float64 and
     can be streamed with :meth:`partial_fit`.
+    The output columns are named ``whitening0``, ``whitening1``, ...
 
     Parameters
     ----------

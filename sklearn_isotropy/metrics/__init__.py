@@ -3,7 +3,9 @@
 :func:`cosine_spearman_score` is the STS metric (Spearman's rho between gold
 scores and cosine similarity); :class:`PairedCosineSimilarity` wraps any
 transformer so that :class:`~sklearn.model_selection.GridSearchCV` can tune it
-on labelled pairs; :func:`cosine_spearman_scorer` scores fitted estimators.
+on labelled pairs; :func:`cosine_spearman_scorer` scores fitted estimators;
+:func:`transform_pairs` is what all three compare, the distinct items of
+the pairs transformed once (arrays of any namespace the estimators take).
 
 Retrieval: :func:`retrieval_scores` (and :func:`mrr_score`,
 :func:`recall_at_k_score`, :func:`ndcg_at_k_score`) score a ranking against
@@ -13,12 +15,14 @@ queries, a corpus and judgements from rated pairs, and
 :class:`~sklearn.model_selection.GridSearchCV` can choose ``k`` for search.
 :func:`search_candidates` finds, exactly (numpy or faiss), every document a
 tie-averaged score at a cut-off needs, without scoring the whole corpus
-against every query at once; :func:`exact_index` is the index it searches.
+against every query at once; :func:`exact_index` is the index it searches;
+:func:`search_scores` scores that search per query, for the pair scorer and
+the evaluation's retrieval task alike.
 """
 
 from __future__ import annotations
 
-from ._paired import PairedCosineSimilarity, cosine_spearman_scorer
+from ._paired import PairedCosineSimilarity, cosine_spearman_scorer, transform_pairs
 from ._retrieval import (
     DEFAULT_RETRIEVAL_METRICS,
     make_retrieval_scorer,
@@ -27,6 +31,7 @@ from ._retrieval import (
     pairs_to_qrels,
     recall_at_k_score,
     retrieval_scores,
+    search_scores,
 )
 from ._scores import (
     cosine_spearman_score,
@@ -50,5 +55,7 @@ __all__ = [
     "recall_at_k_score",
     "retrieval_scores",
     "search_candidates",
+    "search_scores",
     "spearman_score",
+    "transform_pairs",
 ]

@@ -5,13 +5,23 @@ from __future__ import annotations
 import numpy as np
 from scipy import sparse
 from sklearn.base import BaseEstimator, _fit_context, clone
+from sklearn.externals import array_api_compat
 from sklearn.utils import get_tags
+from sklearn.utils._array_api import _convert_to_numpy, get_namespace
 from sklearn.utils._param_validation import HasMethods, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted
 
+from .._utils import DocLinkMixin
 from ._scores import _row_cosine, spearman_score
 
-__all__ = ["PairedCosineSimilarity", "cosine_spearman_scorer"]
+__all__ = ["PairedCosineSimilarity", "cosine_spearman_scorer", "transform_pairs"]
+
+
+def _host(a):
+    """``a`` as a numpy array in host memory if it is another namespace's array."""
+    if isinstance(a, np.ndarray) or not array_api_compat.is_array_api_obj(a):
+        return a
+    return _convert_to_numpy(a, array_api_compat.array_namespace(a))
 
 
 def _check_pairs(X):
@@ -20,7 +30,8 @@ def _check_pairs(X):
     Returns ``(kind, items, n_pairs)`` where `kind` is ``"text"`` or
     ``"embeddings"`` and `items` holds the first items of every pair followed
     by the second items: a list of ``2 * n_pairs`` strings, or an array of
-    shape ``(2 * n_pairs, n_features)``.
+    shape ``(2 * n_pairs, n_features)``, in the namespace and on the device
+    of `X` under ``array_api_dispatch`` (as the estimators take them).
     """
     if isinstance(X, (str, bytes)):
         raise TypeError(
@@ -29,35 +40,42 @@ def _check_pairs(X):
         )
     if sparse.issparse(X):
         raise TypeError("X_pairs cannot be a sparse matrix; pass a dense array")
+    xp, dispatched = get_namespace(X)
+    on_device = dispatched and not array_api_compat.is_numpy_namespace(xp)
     if hasattr(X, "to_numpy"):  # pandas DataFrame with two text columns
         X = X.to_numpy()
     try:
-        X = np.asarray(X)
+        X = X if on_device else np.asarray(X)
     except ValueError as exc:
         raise ValueError(
             "X_pairs could not be converted to an array of shape (n_pairs, 2) or "
             f"(n_pairs, 2, n_features): {exc}"
         ) from None
-    if X.ndim not in (2, 3) or X.shape[1] != 2:
+    shape = tuple(X.shape)
+    if len(shape) not in (2, 3) or shape[1] != 2:
         raise ValueError(
             "X_pairs must have shape (n_pairs, 2) (texts) or (n_pairs, 2, "
-            f"n_features) (embeddings), got shape {X.shape}"
+            f"n_features) (embeddings), got shape {shape}"
         )
-    n_pairs = X.shape[0]
+    n_pairs = shape[0]
     if n_pairs == 0:
         raise ValueError("X_pairs is empty: found 0 pairs, at least 1 is required")
-    if X.ndim == 3:
-        if X.dtype.kind not in "biuf":
+    if len(shape) == 3:
+        if not on_device and X.dtype.kind not in "biuf":
             raise TypeError(
                 "X_pairs of shape (n_pairs, 2, n_features) must hold numbers, got "
                 f"dtype {X.dtype}"
             )
-        items = np.concatenate([X[:, 0, :], X[:, 1, :]], axis=0)
-        items = check_array(items, dtype=[np.float64, np.float32], input_name="X_pairs")
-        return "embeddings", items, n_pairs
-    if X.dtype.kind in "biufc":
+        items = xp.concat([X[:, 0, :], X[:, 1, :]], axis=0)
+        dtype = "numeric" if on_device else [np.float64, np.float32]
+        return (
+            "embeddings",
+            check_array(items, dtype=dtype, input_name="X_pairs"),
+            n_pairs,
+        )
+    if on_device or X.dtype.kind in "biufc":
         raise ValueError(
-            f"X_pairs of shape {X.shape} holds numbers; a 2-D X_pairs must hold "
+            f"X_pairs of shape {shape} holds numbers; a 2-D X_pairs must hold "
             "texts. For precomputed embeddings pass shape (n_pairs, 2, n_features)"
         )
     items = list(X[:, 0]) + list(X[:, 1])
@@ -71,15 +89,21 @@ def _check_pairs(X):
     return "text", [str(s) for s in items], n_pairs
 
 
-def _unique(items):
-    """Unique strings in first-seen order and the index of each item."""
-    index = {}
-    inverse = np.fromiter(
-        (index.setdefault(s, len(index)) for s in items),
-        dtype=np.intp,
-        count=len(items),
+def _distinct(kind, items):
+    """The distinct items (texts in first-seen order, rows sorted) and the
+    index of each item among them."""
+    if kind == "text":
+        index = {}
+        inverse = [index.setdefault(s, len(index)) for s in items]
+        return list(index), np.asarray(inverse, dtype=np.intp)
+    _, first, inverse = np.unique(
+        _host(items), axis=0, return_index=True, return_inverse=True
     )
-    return list(index), inverse
+    if isinstance(items, np.ndarray):
+        return items[first], inverse.ravel()
+    xp = array_api_compat.array_namespace(items)
+    where = xp.asarray(first, device=array_api_compat.device(items))
+    return xp.take(items, where, axis=0), inverse.ravel()
 
 
 def _as_dense(Z, name):
@@ -87,7 +111,7 @@ def _as_dense(Z, name):
         Z = Z.toarray()
     elif hasattr(Z, "to_numpy"):
         Z = Z.to_numpy()
-    Z = np.asarray(Z)
+    Z = np.asarray(_host(Z))
     if Z.ndim != 2 or Z.dtype.kind not in "biuf":
         raise ValueError(
             f"{name}.transform must return a 2-D numeric array, got shape "
@@ -101,19 +125,78 @@ def _as_dense(Z, name):
     return Z
 
 
-def _paired_cosine_through(transformer, kind, items, n_pairs):
-    """Transform the items of every pair (each unique text once) and take cosines."""
-    name = type(transformer).__name__
-    if kind == "text":
-        unique, inverse = _unique(items)
-        Z = _as_dense(transformer.transform(unique), name)
-        Z = Z[inverse]
+def transform_pairs(estimator, X_pairs):
+    """The distinct items of sentence pairs through a fitted estimator.
+
+    Each distinct item (a text, or an embedding row) is transformed once:
+    transformers map rows independently, so repeats add nothing. This is
+    what :class:`PairedCosineSimilarity`, :func:`cosine_spearman_scorer`
+    and :func:`make_retrieval_scorer` compare.
+
+    Parameters
+    ----------
+    estimator : fitted estimator
+        A fitted :class:`PairedCosineSimilarity` (its ``transformer_``, or
+        the items as they are for passthrough), or any fitted transformer or
+        pipeline with ``transform``, fitted on sentences or embeddings.
+    X_pairs : array-like of shape (n_pairs, 2) or (n_pairs, 2, n_features)
+        Text pairs or embedding pairs; under ``array_api_dispatch``, an
+        array of the namespace and device the estimator was fitted on.
+
+    Returns
+    -------
+    Z : ndarray of shape (n_distinct, n_components)
+        The transformed distinct items, finite, in host memory.
+    index : ndarray of int of shape (n_pairs, 2)
+        The row of ``Z`` of each item: ``Z[index[:, 0]]`` are the first items.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn.preprocessing import StandardScaler
+    >>> from sklearn_isotropy.metrics import transform_pairs
+    >>> X_pairs = np.array([[[0.0, 1.0], [1.0, 0.0]], [[0.0, 1.0], [2.0, 2.0]]])
+    >>> scaler = StandardScaler().fit(X_pairs.reshape(-1, 2))
+    >>> Z, index = transform_pairs(scaler, X_pairs)
+    >>> Z.shape, index.tolist()
+    ((3, 2), [[0, 1], [0, 2]])
+    """
+    kind, items, n_pairs = _check_pairs(X_pairs)
+    if isinstance(estimator, PairedCosineSimilarity):
+        check_is_fitted(estimator, "transformer_")
+        if kind != estimator.input_kind_:
+            raise ValueError(
+                f"X_pairs holds {kind} but the estimator was fitted on "
+                f"{estimator.input_kind_}; pass pairs of the same kind"
+            )
+        if kind == "embeddings" and items.shape[1] != estimator.n_features_in_:
+            raise ValueError(
+                f"X_pairs has {items.shape[1]} features per item, but "
+                f"PairedCosineSimilarity was fitted with {estimator.n_features_in_}"
+            )
+        transformer = estimator.transformer_
+    elif hasattr(estimator, "transform"):
+        check_is_fitted(estimator)
+        transformer = estimator
     else:
-        Z = _as_dense(transformer.transform(items), name)
-    return _row_cosine(Z[:n_pairs], Z[n_pairs:])
+        raise TypeError(
+            "scoring pairs needs a fitted PairedCosineSimilarity or a fitted "
+            "transformer with a transform method, got "
+            f"{type(estimator).__name__}"
+        )
+    distinct, inverse = _distinct(kind, items)
+    if transformer is not None:
+        distinct = transformer.transform(distinct)
+    Z = _as_dense(distinct, type(transformer).__name__)
+    return Z, inverse.reshape(2, n_pairs).T
 
 
-class PairedCosineSimilarity(BaseEstimator):
+def _pair_cosines(estimator, X_pairs):
+    Z, index = transform_pairs(estimator, X_pairs)
+    return _row_cosine(Z[index[:, 0]], Z[index[:, 1]])
+
+
+class PairedCosineSimilarity(DocLinkMixin, BaseEstimator):
     """Cosine similarity of sentence pairs after a transformer, scored by Spearman.
 
     A meta-estimator that turns any embedding post-processor (or a whole text
@@ -216,7 +299,7 @@ class PairedCosineSimilarity(BaseEstimator):
         kind, items, n_pairs = _check_pairs(X_pairs)
         self.input_kind_ = kind
         if kind == "embeddings":
-            self.n_features_in_ = items.shape[1]
+            self.n_features_in_ = int(items.shape[1])
         elif hasattr(self, "n_features_in_"):
             del self.n_features_in_
         if self._is_passthrough():
@@ -244,21 +327,7 @@ class PairedCosineSimilarity(BaseEstimator):
         cosine : ndarray of shape (n_pairs,)
             Values in [-1, 1]; a pair with a zero vector gets 0.0 (warned).
         """
-        check_is_fitted(self, "transformer_")
-        kind, items, n_pairs = _check_pairs(X_pairs)
-        if kind != self.input_kind_:
-            raise ValueError(
-                f"X_pairs holds {kind} but this estimator was fitted on "
-                f"{self.input_kind_}; pass pairs of the same kind"
-            )
-        if kind == "embeddings" and items.shape[1] != self.n_features_in_:
-            raise ValueError(
-                f"X_pairs has {items.shape[1]} features per item, but "
-                f"PairedCosineSimilarity was fitted with {self.n_features_in_}"
-            )
-        if self.transformer_ is None:
-            return _row_cosine(items[:n_pairs], items[n_pairs:])
-        return _paired_cosine_through(self.transformer_, kind, items, n_pairs)
+        return _pair_cosines(self, X_pairs)
 
     def score(self, X_pairs, y, sample_weight=None):
         """Spearman's rho between the pair cosines and the gold scores `y`.
@@ -281,8 +350,7 @@ class PairedCosineSimilarity(BaseEstimator):
         """
         if sample_weight is not None:
             raise ValueError("sample_weight is not supported by a rank correlation")
-        y = _check_y(y, X_pairs)
-        return spearman_score(y, self.predict(X_pairs))
+        return cosine_spearman_scorer(self, X_pairs, y)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -294,11 +362,11 @@ class PairedCosineSimilarity(BaseEstimator):
         return tags
 
 
-def _check_y(y, X_pairs):
+def _check_y(y, n_pairs):
+    y = _host(y)
     y = check_array(y, ensure_2d=False, dtype=np.float64, input_name="y").ravel()
-    n = len(X_pairs)
-    if y.shape[0] != n:
-        raise ValueError(f"y has {y.shape[0]} scores but X_pairs has {n} pairs")
+    if y.shape[0] != n_pairs:
+        raise ValueError(f"y has {y.shape[0]} scores but X_pairs has {n_pairs} pairs")
     return y
 
 
@@ -342,20 +410,10 @@ def cosine_spearman_scorer(estimator, X_pairs, y):
     >>> -1.0 <= rho <= 1.0
     True
     """
-    if isinstance(estimator, PairedCosineSimilarity):
-        return estimator.score(X_pairs, y)
-    y = _check_y(y, X_pairs)
-    if hasattr(estimator, "predict"):
-        return spearman_score(
-            y, np.asarray(estimator.predict(X_pairs), dtype=np.float64)
-        )
-    if hasattr(estimator, "transform"):
-        check_is_fitted(estimator)
-        kind, items, n_pairs = _check_pairs(X_pairs)
-        return spearman_score(
-            y, _paired_cosine_through(estimator, kind, items, n_pairs)
-        )
-    raise TypeError(
-        "cosine_spearman_scorer needs a fitted PairedCosineSimilarity or a fitted "
-        f"transformer with a transform method, got {type(estimator).__name__}"
-    )
+    if hasattr(estimator, "predict") and not isinstance(
+        estimator, PairedCosineSimilarity
+    ):  # e.g. a pipeline ending in PairedCosineSimilarity
+        cos = np.asarray(_host(estimator.predict(X_pairs)), dtype=np.float64)
+    else:
+        cos = _pair_cosines(estimator, X_pairs)
+    return spearman_score(_check_y(y, len(cos)), cos)

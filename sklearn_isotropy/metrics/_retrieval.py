@@ -17,12 +17,13 @@ import re
 import numpy as np
 from scipy import sparse
 from sklearn.utils import Bunch
-from sklearn.utils.validation import check_array, check_is_fitted
+from sklearn.utils.validation import check_array
 
 from .._utils import normalize_rows, warn
 from ..exceptions import NoRelevantDocumentWarning
-from ._paired import PairedCosineSimilarity, _as_dense, _check_pairs, _check_y
+from ._paired import _check_y, transform_pairs
 from ._scores import check_same_shape
+from ._search import search_candidates
 
 __all__ = [
     "DEFAULT_RETRIEVAL_METRICS",
@@ -32,6 +33,7 @@ __all__ = [
     "pairs_to_qrels",
     "recall_at_k_score",
     "retrieval_scores",
+    "search_scores",
 ]
 
 #: The scores a retrieval evaluation reports unless told otherwise.
@@ -505,28 +507,64 @@ def pairs_to_qrels(pairs, scores, *, min_score=4.0, symmetric=False):
     )
 
 
-def _transform_items(estimator, kind, items):
-    """The vectors of ``items`` after the fitted estimator's transform."""
-    if isinstance(estimator, PairedCosineSimilarity):
-        check_is_fitted(estimator, "transformer_")
-        if kind != estimator.input_kind_:
-            raise ValueError(
-                f"X_pairs holds {kind} but the estimator was fitted on "
-                f"{estimator.input_kind_}; pass pairs of the same kind"
-            )
-        transformer = estimator.transformer_
-        if transformer is None:
-            return np.asarray(items)
-        name = type(transformer).__name__
-    elif hasattr(estimator, "transform"):
-        check_is_fitted(estimator)
-        transformer, name = estimator, type(estimator).__name__
-    else:
-        raise TypeError(
-            "a retrieval scorer needs a fitted PairedCosineSimilarity or a fitted "
-            f"transformer with a transform method, got {type(estimator).__name__}"
-        )
-    return _as_dense(transformer.transform(items), name)
+def search_scores(
+    queries,
+    corpus,
+    relevance,
+    *,
+    metrics=DEFAULT_RETRIEVAL_METRICS,
+    exclude=None,
+    metric="ip",
+    backend="auto",
+):
+    """Each query's retrieval scores when the corpus is searched exactly.
+
+    The ranking of :func:`~sklearn_isotropy.metrics.search_candidates`
+    (identical documents tie, excluded ones are never returned) scored by
+    :func:`retrieval_scores` with ties averaged, without a full score matrix.
+
+    Parameters
+    ----------
+    queries, corpus : ndarray of shape (n_queries, width), (n_documents, width)
+        Codes compared by `metric` (unit-norm float vectors for cosine).
+    relevance : sparse matrix of shape (n_queries, n_documents)
+        Relevance grades; every query needs a relevant document.
+    metrics : sequence of str, default=("mrr@10", "recall@1", "recall@10", \
+"ndcg@10")
+        As for :func:`retrieval_scores`.
+    exclude : sparse matrix of shape (n_queries, n_documents), default=None
+        Nonzero where a document is never returned to a query.
+    metric : {"ip", "hamming"}, default="ip"
+        Inner product, or Hamming distance of packed bits.
+    backend : {"auto", "numpy", "faiss"}, default="auto"
+        The search engine.
+
+    Returns
+    -------
+    scores : dict of str to ndarray of shape (n_queries,)
+        Each metric's value for every query.
+    """
+    k = max(_parse_metric(name)[1] for name in metrics)
+    documents, scores = search_candidates(
+        queries, corpus, k=k, metric=metric, backend=backend, exclude=exclude
+    )
+    # column j of row q: the j-th candidate of query q, then its relevant
+    # documents that are not candidates (score -inf); ranks up to k, all
+    # that the metrics read, are those of the full ranking
+    rel = sparse.csr_matrix(relevance)
+    rows_rel, rows_score = [], []
+    for q in range(len(documents)):
+        lo, hi = rel.indptr[q], rel.indptr[q + 1]
+        grade_of = dict(zip(rel.indices[lo:hi].tolist(), rel.data[lo:hi].tolist()))
+        rows_rel.append([grade_of.pop(d, 0.0) for d in documents[q].tolist()])
+        rows_rel[-1] += grade_of.values()
+        rows_score.append([*scores[q], *[-np.inf] * len(grade_of)])
+    width = max(len(r) for r in rows_rel)
+    y_true = np.zeros((len(documents), width))
+    y_score = np.full((len(documents), width), -np.inf)
+    for q, (g, s) in enumerate(zip(rows_rel, rows_score)):
+        y_true[q, : len(g)], y_score[q, : len(s)] = g, s
+    return retrieval_scores(y_true, y_score, metrics=metrics, average=False)
 
 
 class _PairRetrievalScorer:
@@ -544,49 +582,35 @@ class _PairRetrievalScorer:
         )
 
     def __call__(self, estimator, X_pairs, y):
-        y = _check_y(y, X_pairs)
-        kind, items, n_pairs = _check_pairs(X_pairs)
-        if kind == "text":
-            keys = list(items)
-        else:
-            keys = [row.tobytes() for row in np.ascontiguousarray(items)]
-        key_pairs = np.empty((n_pairs, 2), dtype=object)
-        key_pairs[:, 0], key_pairs[:, 1] = keys[:n_pairs], keys[n_pairs:]
+        # equal items are one document, and equal vectors tie exactly
+        Z, index = transform_pairs(estimator, X_pairs)
         qrels = pairs_to_qrels(
-            key_pairs, y, min_score=self.min_score, symmetric=self.symmetric
+            index,
+            _check_y(y, len(index)),
+            min_score=self.min_score,
+            symmetric=self.symmetric,
         )
         n_queries = qrels.queries.size
         if n_queries == 0:
             raise ValueError(
-                f"no pair of the {n_pairs} scored has a distinct second item and a "
-                f"gold score >= min_score={self.min_score}, so there is no query; "
+                f"no pair of the {len(index)} scored has a distinct second item and "
+                f"a gold score >= min_score={self.min_score}, so there is no query; "
                 "lower min_score or score more pairs per fold (fewer folds)"
             )
-        if kind == "text":
-            distinct = qrels.corpus
-        else:
-            first = {}
-            for i, key in enumerate(keys):
-                first.setdefault(key, i)
-            distinct = items[[first[key] for key in qrels.corpus]]
-        Z = _transform_items(estimator, kind, distinct)
-        # equal vectors must get equal scores (an exact tie): score the
-        # distinct vectors, then spread the scores over the documents
-        unique, inverse = np.unique(Z, axis=0, return_inverse=True)
-        U, _ = normalize_rows(unique)
-        Q, _ = normalize_rows(Z[qrels.queries])
-        total = 0.0
-        step = max(1, _BLOCK_ELEMENTS // max(len(qrels.corpus), 1))
-        for start in range(0, n_queries, step):
-            part = slice(start, start + step)
-            S = (Q[part] @ U.T)[:, inverse.ravel()]
-            rows = np.arange(S.shape[0])
-            S[rows, qrels.queries[part]] = -np.inf  # a query is not its own answer
-            value = retrieval_scores(qrels.relevance[part], S, metrics=[self.metric])[
-                self.metric
-            ]
-            total += value * S.shape[0]
-        return total / n_queries
+        U, _ = normalize_rows(Z[qrels.corpus])
+        exclude = sparse.csr_matrix(  # a query is not its own answer
+            (np.ones(n_queries), (np.arange(n_queries), qrels.queries)),
+            shape=qrels.relevance.shape,
+        )
+        per_query = search_scores(
+            U[qrels.queries],
+            U,
+            qrels.relevance,
+            metrics=[self.metric],
+            exclude=exclude,
+            backend="numpy",
+        )
+        return float(per_query[self.metric].mean())
 
 
 def make_retrieval_scorer(metric="mrr@10", *, min_score=4.0, symmetric=False):

@@ -59,9 +59,10 @@ class NumpyIndex:
         if metric == "hamming":
             self.n_bits = 8 * width
             per_query = max(n * width, 1)
-        else:
-            exact32 = codes.dtype.kind == "f" or _exact_in_float32(width)
-            self.codes = codes.astype(np.float32 if exact32 else np.float64)
+        else:  # float codes keep their precision
+            if codes.dtype.kind != "f":
+                exact32 = _exact_in_float32(width)
+                self.codes = codes.astype(np.float32 if exact32 else np.float64)
             per_query = max(n, 1)
         self.step = max(1, _BLOCK_ELEMENTS // per_query)
 

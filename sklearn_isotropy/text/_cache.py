@@ -33,9 +33,6 @@ What it guarantees:
   bad checksum or non-finite values is ignored, encoded again and replaced.
   An I/O or permission error (too many open files, say) is reported and the
   file is left alone.
-- The npz shard folders written by earlier releases are converted once:
-  their rows move into the database, the shard files and the temporary files
-  of interrupted writes are removed, and one warning says so.
 """
 
 from __future__ import annotations
@@ -43,10 +40,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
-import io
 import json
 import os
-import re
 import sqlite3
 import time
 import zlib
@@ -58,9 +53,7 @@ from .._utils import import_optional, warn
 from ..exceptions import CacheWarning
 
 #: Version of the cache key; part of every key, so a change of the
-#: fingerprint never reads entries of the old one. It is still 2, the
-#: version of the npz shard layout, so that the folders of that layout carry
-#: the keys of the databases they are converted into.
+#: fingerprint never reads entries of the old one.
 KEY_VERSION = 2
 
 #: ``PRAGMA user_version`` of the database layout described above.
@@ -630,14 +623,8 @@ class EmbeddingStore:
 
 
 def open_store(root, spec, width):
-    """The :class:`EmbeddingStore` of ``spec`` under ``root`` (not opened yet).
-
-    The npz shard folders of earlier releases under ``root`` are converted
-    first (see :func:`convert_npz_folders`).
-    """
-    store = EmbeddingStore(root, cache_key(spec), width, spec)
-    convert_npz_folders(root)
-    return store
+    """The :class:`EmbeddingStore` of ``spec`` under ``root`` (not opened yet)."""
+    return EmbeddingStore(root, cache_key(spec), width, spec)
 
 
 def store_root(memory):
@@ -651,117 +638,3 @@ def store_root(memory):
     if location is None:
         location = getattr(memory, "location", None)
     return None if location is None else os.fspath(location)
-
-
-# ---------------------------------------------- the npz layout, converted
-
-# Earlier releases wrote ``<key>/shard-<uuid>.npz`` files (arrays ``keys``,
-# ``values`` and ``digest``, the sha256 of both) through a temporary
-# ``<key>/.tmp-shard-<uuid>.npz``, which a killed write left behind.
-_NPZ_FOLDER = re.compile(r"[0-9a-f]{32}")
-
-
-class _DamagedShard(Exception):
-    """A shard whose content cannot be trusted; the message says why."""
-
-
-def _read_npz_shard(path):
-    """``(keys, values)`` of an npz shard, validated.
-
-    Raises ``OSError`` if the file cannot be read (its content unknown) and
-    :class:`_DamagedShard` if its content is not a valid shard.
-    """
-    with open(path, "rb") as fh:  # an OSError here says nothing of the content
-        blob = fh.read()
-    try:
-        with np.load(io.BytesIO(blob), allow_pickle=False) as data:
-            keys, values, digest = data["keys"], data["values"], data["digest"]
-    except Exception as exc:  # noqa: BLE001 - any failure to parse is damage
-        text = " ".join(str(exc).split())[:200]
-        raise _DamagedShard(f"{type(exc).__name__}: {text}") from exc
-    if keys.dtype != np.uint8 or keys.ndim != 2 or keys.shape[1] != _KEY_BYTES:
-        raise _DamagedShard(f"keys of dtype {keys.dtype} and shape {keys.shape}")
-    if values.dtype != np.float32 or values.ndim != 2 or len(values) != len(keys):
-        raise _DamagedShard(f"values of dtype {values.dtype}, shape {values.shape}")
-    check = hashlib.sha256(keys.tobytes() + values.tobytes()).digest()
-    if digest.tobytes() != check:
-        raise _DamagedShard("contents that do not match their checksum")
-    return keys, values
-
-
-def convert_npz_folders(root):
-    """Move the rows of npz shard folders under ``root`` into SQLite databases.
-
-    Each folder ``<key>/`` becomes ``<key>.sqlite3`` (the same key). A shard
-    is deleted once its rows are committed; a shard whose content is
-    damaged is renamed ``.damaged``; one that cannot be read, or whose
-    database cannot be written, is left for a later run. The temporary
-    files of interrupted writes are deleted, and so is a folder left empty.
-    One :class:`~sklearn_isotropy.exceptions.CacheWarning` says what was
-    done. Never raises for a problem of the files.
-    """
-    directory = cache_directory(root)
-    try:
-        folders = [p for p in directory.iterdir() if _NPZ_FOLDER.fullmatch(p.name)]
-    except OSError:
-        return  # no cache yet, or unreadable (reported when it is opened)
-    done = {"rows": 0, "shards": 0, "temporary": 0}
-    left = []
-    for folder in folders:
-        _convert_folder(root, folder, done, left)
-        with contextlib.suppress(OSError):
-            folder.rmdir()  # only if empty
-    if not (done["shards"] or done["temporary"] or left):
-        return
-    message = (
-        f"Converted the embedding cache in {directory} from the npz shard "
-        "folders of earlier releases to one SQLite database per key: "
-        f"{done['rows']} embeddings from {done['shards']} shard files were "
-        f"moved and the shard files removed; {done['temporary']} temporary "
-        "files left by interrupted writes were deleted."
-    )
-    if left:
-        shown = "; ".join(left[:3]) + ("; ..." if len(left) > 3 else "")
-        message += (
-            f" {len(left)} files could not be converted and were left in place "
-            f"({shown}). This release does not read them; delete them if you "
-            "do not need them."
-        )
-    _warn_once(directory, message, message)
-
-
-def _convert_folder(root, folder, done, left):
-    try:
-        shards = sorted(folder.glob("shard-*.npz"))
-        for path in folder.glob(".tmp-shard-*"):
-            path.unlink()
-            done["temporary"] += 1
-    except OSError as exc:
-        left.append(f"{folder}: {exc}")
-        return
-    store = None
-    try:
-        for shard in shards:
-            try:
-                keys, values = _read_npz_shard(shard)
-            except OSError as exc:  # unreadable: its content is unknown
-                left.append(f"{shard.name}: {exc}")
-                continue
-            except _DamagedShard as exc:
-                with contextlib.suppress(OSError):
-                    os.replace(shard, shard.with_name(shard.name + ".damaged"))
-                left.append(f"{shard.name}: damaged ({exc}), renamed .damaged")
-                continue
-            if store is None:
-                store = EmbeddingStore(root, folder.name, values.shape[1])
-                store.__enter__()
-            if not store.put(keys, values):
-                left.append(f"{folder}: its database cannot be written")
-                return
-            with contextlib.suppress(OSError):
-                shard.unlink()
-            done["rows"] += len(keys)
-            done["shards"] += 1
-    finally:
-        if store is not None:
-            store.__exit__(None, None, None)

@@ -16,6 +16,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._defaults import ENCODE_BATCH_SIZE
 from .._utils import (
+    PrefixedFeatureNamesMixin,
     interactive_stderr,
     normalize_rows,
     progress_bar,
@@ -116,7 +117,7 @@ def _is_name(model):
     return model is None or isinstance(model, (str, os.PathLike))
 
 
-class BertPoolingVectorizer(TransformerMixin, BaseEstimator):
+class BertPoolingVectorizer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEstimator):
     """Encode texts as pooled hidden states of a Hugging Face encoder.
 
     The first step of a sentence-embedding pipeline: a list of ``n`` texts
@@ -250,7 +251,8 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         description of the model object passed.
 
     hidden_size_ : int
-        Width of the output, the encoder's hidden size.
+        Width of the output, the encoder's hidden size; its columns are
+        named after the pooling (``mean0``, ``mean1``, ...).
 
     n_layers_ : int
         Number of transformer blocks; valid ``layers`` indices are
@@ -812,24 +814,9 @@ TruncationWarning` per call says how many. ``None`` uses the model's
 
     # --------------------------------------------------------- conventions
 
-    def get_feature_names_out(self, input_features=None):
-        """Output feature names, ``bertpoolingvectorizer0`` ... ``..{d-1}``.
-
-        Parameters
-        ----------
-        input_features : None
-            Ignored (the input is text); present for API consistency.
-
-        Returns
-        -------
-        feature_names_out : ndarray of str objects
-            ``hidden_size_`` names.
-        """
-        check_is_fitted(self)
-        prefix = type(self).__name__.lower()
-        return np.asarray(
-            [f"{prefix}{i}" for i in range(self.hidden_size_)], dtype=object
-        )
+    # output names: the pooling's, e.g. mean0, mean1, ... (get_feature_names_out)
+    _n_features_out = property(lambda self: self.hidden_size_)
+    _feature_name_prefix = property(lambda self: self.pooling)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
