@@ -241,7 +241,7 @@ def bench_ablation(args):
     import torch
 
     from sklearn_isotropy import BertPoolingVectorizer
-    from sklearn_isotropy.text import _onnx
+    from sklearn_isotropy.text import _encoders, _onnx
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -306,11 +306,11 @@ def bench_ablation(args):
         return [
             piece
             for rows, feed in batches
-            for piece in _onnx.row_slices(rows, feed, n_slices)
+            for piece in _encoders.row_slices(rows, feed, n_slices, cap)
         ]
 
     candidates = {}
-    cap = _onnx.TOKENS_PER_RUN
+    cap = _encoders.TOKENS_PER_RUN
     for backend in ("onnx", "onnx-int8"):
         vec, model = graph(backend, _onnx.EXPORT_ATTENTION)
         _, sdpa_model = graph(backend, None)

@@ -143,7 +143,6 @@ def bench_cache_key(args):
     import torch
 
     from sklearn_isotropy import BertPoolingVectorizer
-    from sklearn_isotropy.text import _cache
     from sklearn_isotropy.text._loading import LoadedEncoder
 
     if args.threads:
@@ -157,10 +156,10 @@ def bench_cache_key(args):
 
     def full_hash():
         # a new LoadedEncoder holds no digest: every weight is hashed
-        return _cache.fingerprint(LoadedEncoder(model, tokenizer, path))
+        return LoadedEncoder(model, tokenizer, path).fingerprint()
 
     loaded = LoadedEncoder(model, tokenizer, path)
-    _cache.fingerprint(loaded)
+    loaded.fingerprint()
     full_hash(), vec.transform(texts[:8])  # warm-up
     hashing, checking, encoding = [], [], []
     for _ in range(args.repeats):
@@ -169,7 +168,7 @@ def bench_cache_key(args):
         hashing.append(time.perf_counter() - start)
         start = time.perf_counter()
         for _ in range(100):
-            _cache.fingerprint(loaded)  # the per-transform check: no hashing
+            loaded.fingerprint()  # the per-transform check: no hashing
         checking.append((time.perf_counter() - start) / 100)
         start = time.perf_counter()
         vec._encode(texts)  # the encoder alone, no cache

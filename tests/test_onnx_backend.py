@@ -23,7 +23,7 @@ pytest.importorskip("onnxruntime")
 
 from sklearn_isotropy import BertPoolingVectorizer  # noqa: E402
 from sklearn_isotropy.exceptions import CacheWarning  # noqa: E402
-from sklearn_isotropy.text import _onnx  # noqa: E402
+from sklearn_isotropy.text import _encoders, _onnx, _onnx_cache  # noqa: E402
 
 # several lengths (so several padded batches), an empty text, word pieces
 TEXTS = [
@@ -52,7 +52,7 @@ POOLINGS = [
 @pytest.fixture
 def fresh_cache(tmp_path, monkeypatch):
     """An empty cache directory of this test's own."""
-    monkeypatch.setenv(_onnx.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(_onnx_cache.CACHE_ENV, str(tmp_path / "cache"))
     return tmp_path / "cache"
 
 
@@ -102,7 +102,7 @@ def test_normalize_and_batches_do_not_change_onnx_results(tiny_bert):
 
 @pytest.mark.parametrize("workers", [1, 3])
 def test_batches_on_several_threads_give_the_same_rows(tiny_bert, monkeypatch, workers):
-    monkeypatch.setattr(_onnx, "worker_threads", lambda: workers)
+    monkeypatch.setattr(_encoders, "worker_threads", lambda: workers)
     expected = BertPoolingVectorizer(tiny_bert).fit_transform(TEXTS)
     # many batches (at most two per thread in flight), and one batch cut in
     # row slices so that every thread has one
@@ -122,7 +122,7 @@ def test_large_batches_run_in_slices_of_few_tokens(tiny_bert, monkeypatch):
         return original(self, inputs)
 
     monkeypatch.setattr(_onnx.EncoderSession, "run", recorded)
-    monkeypatch.setattr(_onnx, "TOKENS_PER_RUN", 30)
+    monkeypatch.setattr(_encoders, "TOKENS_PER_RUN", 30)
     assert_allclose(vec.transform(TEXTS), expected, rtol=0, atol=1e-4)
     # one batch of 8 texts padded to 14 tokens (112): 4 slices of 2 rows,
     # each trimmed to its longer text
@@ -133,7 +133,7 @@ def test_large_batches_run_in_slices_of_few_tokens(tiny_bert, monkeypatch):
 
 
 def test_a_failing_batch_fails_the_transform(tiny_bert, monkeypatch):
-    monkeypatch.setattr(_onnx, "worker_threads", lambda: 2)
+    monkeypatch.setattr(_encoders, "worker_threads", lambda: 2)
     vec = BertPoolingVectorizer(tiny_bert, backend="onnx", batch_size=2).fit(["a"])
     calls = []
     original = _onnx.EncoderSession.run
@@ -327,7 +327,7 @@ def test_a_killed_export_leaves_nothing_behind(
         BertPoolingVectorizer((model, tokenizer), backend="onnx").fit(["a"])
     assert list(fresh_cache.iterdir()) == []  # no model, no staging directory
     monkeypatch.undo()
-    monkeypatch.setenv(_onnx.CACHE_ENV, str(fresh_cache))
+    monkeypatch.setenv(_onnx_cache.CACHE_ENV, str(fresh_cache))
     got = BertPoolingVectorizer((model, tokenizer), backend="onnx").fit_transform(TEXTS)
     expected = BertPoolingVectorizer((model, tokenizer)).fit_transform(TEXTS)
     assert_allclose(got, expected, rtol=0, atol=1e-4)
@@ -345,25 +345,198 @@ def test_a_damaged_cached_model_is_exported_again(tiny_bert_objects, fresh_cache
     assert path.stat().st_size > 100_000
 
 
+def _flip_signs(path):
+    """Negate the largest weight of a cached graph in place (it still parses)."""
+    data = bytearray(path.read_bytes())
+    largest = max(onnx.load(path).graph.initializer, key=lambda t: len(t.raw_data))
+    start = data.find(largest.raw_data)
+    for i in range(start + 3, start + len(largest.raw_data), 4):
+        data[i] ^= 0x80  # the sign bit of each float32
+    path.write_bytes(bytes(data))
+
+
+def test_a_bit_flipped_graph_is_exported_again_not_served(
+    tiny_bert_objects, fresh_cache, tmp_path
+):
+    model, tokenizer = _copy_of(tiny_bert_objects)
+    BertPoolingVectorizer((model, tokenizer), backend="onnx").fit(["a"])
+    (path,) = fresh_cache.glob("*-fp32.onnx")
+    _flip_signs(path)
+    # a new loaded encoder opens the file, as a new process does
+    with pytest.warns(CacheWarning, match="do not match"):
+        vec = BertPoolingVectorizer(
+            (model, tokenizer), backend="onnx", memory=tmp_path
+        ).fit(["a"])
+    expected = BertPoolingVectorizer((model, tokenizer)).fit_transform(TEXTS)
+    assert_allclose(vec.transform(TEXTS), expected, rtol=0, atol=1e-4)
+    # the rows it cached are torch's too
+    cached = BertPoolingVectorizer((model, tokenizer), memory=tmp_path).fit(["a"])
+    assert_allclose(cached.transform(TEXTS), expected, rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+def test_int8_is_never_built_from_a_damaged_fp32_graph(
+    tiny_bert_objects, fresh_cache, monkeypatch, damage
+):
+    model, tokenizer = _copy_of(tiny_bert_objects)
+    expected = BertPoolingVectorizer(
+        (model, tokenizer), backend="onnx-int8"
+    ).fit_transform(TEXTS)  # from a sound fp32 graph
+    monkeypatch.setenv(_onnx_cache.CACHE_ENV, str(fresh_cache / "other"))
+    BertPoolingVectorizer((model, tokenizer), backend="onnx").fit(["a"])
+    (path,) = (fresh_cache / "other").glob("*-fp32.onnx")
+    if damage == "truncate":
+        path.write_bytes(path.read_bytes()[:1000])
+    else:
+        _flip_signs(path)
+    with pytest.warns(CacheWarning, match="exporting it again"):
+        int8 = BertPoolingVectorizer((model, tokenizer), backend="onnx-int8")
+        got = int8.fit_transform(TEXTS)
+    assert_allclose(got, expected, rtol=0, atol=0)  # quantisation is deterministic
+
+
+def _read_only(monkeypatch, directory):
+    """Refuse every write under ``directory`` (root ignores a chmod)."""
+    import os
+
+    real_open, real_mkdir = os.open, os.mkdir
+
+    def inside(path):
+        return str(os.path.abspath(os.fspath(path))).startswith(str(directory))
+
+    def refused(path):
+        raise PermissionError(13, "Permission denied", os.fspath(path))
+
+    def opened(path, flags, *args, **kwargs):
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT) and inside(path):
+            refused(path)
+        return real_open(path, flags, *args, **kwargs)
+
+    def made(path, *args, **kwargs):
+        if inside(path):
+            refused(path)
+        return real_mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", opened)
+    monkeypatch.setattr(os, "mkdir", made)
+
+
+def test_a_read_only_cache_of_sound_graphs_is_served(
+    tiny_bert_objects, fresh_cache, monkeypatch
+):
+    import warnings
+
+    model, tokenizer = _copy_of(tiny_bert_objects)
+    for backend in ("onnx", "onnx-int8"):
+        BertPoolingVectorizer((model, tokenizer), backend=backend).fit(["a"])
+    exports = _CountExports(monkeypatch)
+    _read_only(monkeypatch, fresh_cache)
+    expected = BertPoolingVectorizer((model, tokenizer)).fit_transform(TEXTS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CacheWarning)
+        for backend in ("onnx", "onnx-int8"):
+            vec = BertPoolingVectorizer((model, tokenizer), backend=backend)
+            got = vec.fit_transform(TEXTS)
+            assert np.abs(got - expected).max() < 0.05 * np.abs(expected).max()
+    assert exports.calls == 0
+
+
+def test_an_export_removes_only_its_own_abandoned_staging_folders(
+    tiny_bert_objects, fresh_cache
+):
+    import os
+    import time
+
+    fresh_cache.mkdir()
+    old = time.time() - 3 * 24 * 3600
+    foreign = fresh_cache / ".staging-of-another-tool"
+    ours = fresh_cache / f"{_onnx_cache._STAGING}killed"
+    for folder in (foreign, ours):
+        folder.mkdir()
+        (folder / "model.onnx").write_bytes(b"half")
+        os.utime(folder, (old, old))
+    model, tokenizer = _copy_of(tiny_bert_objects)
+    BertPoolingVectorizer((model, tokenizer), backend="onnx").fit(["a"])
+    assert foreign.is_dir() and (foreign / "model.onnx").read_bytes() == b"half"
+    assert not ours.exists()
+
+
+def test_a_directory_in_place_of_a_cached_graph(tiny_bert_objects, fresh_cache):
+    model, tokenizer = _copy_of(tiny_bert_objects)
+    BertPoolingVectorizer((model, tokenizer), backend="onnx").fit(["a"])
+    (path,) = fresh_cache.glob("*-fp32.onnx")
+    path.unlink()
+    path.mkdir()
+    (path / "something").write_text("not ours")
+    with pytest.warns(CacheWarning) as caught:
+        vec = BertPoolingVectorizer((model, tokenizer), backend="onnx").fit(["a"])
+    # it cannot be read, nor replaced by the new export, which is used anyway
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 2 and all(str(path) in m for m in messages)
+    assert "it is a directory" in messages[0]
+    assert "Is a directory" in messages[1] and "Remove" in messages[1]
+    expected = BertPoolingVectorizer((model, tokenizer)).fit_transform(TEXTS)
+    assert_allclose(vec.transform(TEXTS), expected, rtol=0, atol=1e-4)
+    assert (path / "something").read_text() == "not ours"  # left alone
+
+
+def test_an_int8_export_logs_nothing_through_onnxruntime(
+    tiny_bert_objects, fresh_cache
+):
+    import logging
+
+    class Recorder(logging.Handler):
+        def __init__(self):
+            super().__init__(logging.DEBUG)
+            self.records = []
+
+        def emit(self, record):
+            self.records.append(record)
+
+    # an application that logs at INFO
+    root, recorder = logging.getLogger(), Recorder()
+    level, handlers, filters = root.level, list(root.handlers), list(root.filters)
+    quantization = logging.getLogger("onnxruntime.quantization")
+    root.addHandler(recorder)
+    root.setLevel(logging.INFO)
+    try:
+        model, tokenizer = _copy_of(tiny_bert_objects)
+        BertPoolingVectorizer((model, tokenizer), backend="onnx-int8").fit(["a"])
+        state = (
+            root.level,
+            list(root.handlers),
+            list(root.filters),
+            quantization.level,
+        )
+    finally:
+        root.removeHandler(recorder)
+        root.setLevel(level)
+    foreign = [r for r in recorder.records if not r.name.startswith("sklearn_isotropy")]
+    assert foreign == []
+    assert any("int8" in r.getMessage() for r in recorder.records)  # ours, kept
+    # the logging configuration is as it was
+    assert state == (logging.INFO, [*handlers, recorder], filters, logging.NOTSET)
+
+
 def test_an_unwritable_cache_warns_and_still_encodes(
     tiny_bert_objects, tmp_path, monkeypatch
 ):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")
-    monkeypatch.setenv(_onnx.CACHE_ENV, str(blocker / "cache"))
+    monkeypatch.setenv(_onnx_cache.CACHE_ENV, str(blocker / "cache"))
     model, tokenizer = _copy_of(tiny_bert_objects)
-    with pytest.warns(CacheWarning, match=_onnx.CACHE_ENV):
+    with pytest.warns(CacheWarning, match=_onnx_cache.CACHE_ENV):
         vec = BertPoolingVectorizer((model, tokenizer), backend="onnx").fit(["a"])
     expected = BertPoolingVectorizer((model, tokenizer)).fit_transform(TEXTS)
     assert_allclose(vec.transform(TEXTS), expected, rtol=0, atol=1e-4)
 
 
 def test_cache_directory_default(monkeypatch, tmp_path):
-    monkeypatch.delenv(_onnx.CACHE_ENV)
+    monkeypatch.delenv(_onnx_cache.CACHE_ENV)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert _onnx.cache_dir() == tmp_path / "sklearn_isotropy" / "onnx"
-    monkeypatch.setenv(_onnx.CACHE_ENV, str(tmp_path / "mine"))
-    assert _onnx.cache_dir() == tmp_path / "mine"
+    assert _onnx_cache.cache_dir() == tmp_path / "sklearn_isotropy" / "onnx"
+    monkeypatch.setenv(_onnx_cache.CACHE_ENV, str(tmp_path / "mine"))
+    assert _onnx_cache.cache_dir() == tmp_path / "mine"
 
 
 # ----------------------------------------------------- estimator contract

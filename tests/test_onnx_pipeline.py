@@ -152,6 +152,35 @@ def test_a_wrong_graph_is_refused(tiny_bert, corpus, monkeypatch):
         to_onnx(pipe)
 
 
+def test_a_damaged_cached_encoder_graph_is_exported_again(
+    tiny_bert, corpus, tmp_path, monkeypatch
+):
+    from sklearn_isotropy.exceptions import CacheWarning
+
+    monkeypatch.setenv("SKLEARN_ISOTROPY_ONNX_CACHE", str(tmp_path / "cache"))
+    pipe = make_pipeline(
+        BertPoolingVectorizer(tiny_bert), WhiteningTransformer(n_components=8)
+    ).fit(corpus[:60])
+    vec = pipe[0]
+    vec.get_onnx_encoder()  # exported and cached
+    (path,) = (tmp_path / "cache").glob("*-fp32.onnx")
+    sound = path.read_bytes()
+    path.write_bytes(sound[:1000])  # truncated
+    expected = pipe.transform(QUERIES)
+    with pytest.warns(CacheWarning, match="exporting it again"):
+        model = save_onnx_pipeline(pipe, tmp_path / "saved")
+    assert_allclose(_run(model, vec, QUERIES), expected, rtol=0, atol=1e-4)
+    # the sign of each float of the largest weight flipped: still parses
+    raw = max(onnx.load(path).graph.initializer, key=lambda t: len(t.raw_data))
+    start, data = sound.find(raw.raw_data), bytearray(sound)
+    for i in range(start + 3, start + len(raw.raw_data), 4):
+        data[i] ^= 0x80
+    path.write_bytes(bytes(data))
+    with pytest.warns(CacheWarning, match="exporting it again"):
+        model = to_onnx(pipe)
+    assert_allclose(_run(model, vec, QUERIES), expected, rtol=0, atol=1e-4)
+
+
 def _snippet(readme):
     (code,) = re.findall(r"```python\n(.*?)```", readme, flags=re.S)
     return code

@@ -866,20 +866,20 @@ def test_fingerprint_hashes_every_byte_and_is_reused(tiny_bert):
 
     model, tokenizer = _fresh_pair(tiny_bert)
     loaded = LoadedEncoder(model, tokenizer, "test")
-    first = _cache.fingerprint(loaded)
-    assert _cache.fingerprint(loaded) == first  # computed once, then reused
+    first = loaded.fingerprint()
+    assert loaded.fingerprint() == first  # computed once, then reused
     # every element matters, e.g. the last one of the largest tensor
     name = max(model.state_dict(), key=lambda k: model.state_dict()[k].numel())
     flat = model.state_dict()[name].view(-1)
     original = flat[-1].item()
     with torch.no_grad():
         flat[-1] += 1e-3
-    assert _cache.fingerprint(loaded) != first
+    assert loaded.fingerprint() != first
     with torch.no_grad():
         flat[-1] = original
     # the same bytes again give the same key, in a new encoder object too
-    assert _cache.fingerprint(loaded) == first
-    assert _cache.fingerprint(LoadedEncoder(model, tokenizer, "test")) == first
+    assert loaded.fingerprint() == first
+    assert LoadedEncoder(model, tokenizer, "test").fingerprint() == first
 
 
 def test_a_whole_tensor_changed_through_data_is_noticed(tiny_bert, tmp_path):

@@ -433,6 +433,30 @@ def test_memory_cache_skips_model_across_clones(tiny_bert, tmp_path):
     assert_allclose(first, no_cache, rtol=1e-6)
 
 
+def test_a_model_saved_again_to_its_path_is_loaded_again(tiny_bert, tmp_path):
+    # a notebook fine-tunes, saves to the same folder and evaluates again
+    import shutil
+
+    from transformers import AutoModel, AutoTokenizer
+
+    path = tmp_path / "model"
+    shutil.copytree(tiny_bert, path)
+    memory = tmp_path / "memory"
+    vec = BertPoolingVectorizer(str(path), memory=memory).fit(TEXTS)
+    before = vec.transform(TEXTS)  # vec keeps the first weights loaded
+    tuned = AutoModel.from_pretrained(path)
+    with torch.no_grad():
+        for p in tuned.encoder.layer[-1].parameters():
+            p.mul_(1.5)
+    tuned.save_pretrained(path)
+    expected = reference(tuned.eval(), AutoTokenizer.from_pretrained(path), TEXTS)
+    assert np.abs(expected - before).max() > 1e-2
+    for params in ({}, {"memory": memory}, {"backend": "onnx"}):
+        got = BertPoolingVectorizer(str(path), **params).fit_transform(TEXTS)
+        assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    assert_allclose(vec.fit(TEXTS).transform(TEXTS), expected, rtol=1e-5, atol=1e-5)
+
+
 def test_cleared_memory_is_not_served_from_ram(tiny_bert, tmp_path):
     joblib = pytest.importorskip("joblib")
     memory = joblib.Memory(tmp_path / "cache", verbose=0)

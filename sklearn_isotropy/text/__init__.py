@@ -4,10 +4,12 @@
 (``_loading.py``), the hidden-state taps that read intermediate layers
 (``_taps.py``), the pooling presets (``_pooling.py``, the registry
 :data:`POOLING_PRESETS`, extended with :func:`register_pooling`), the
-per-sentence embedding cache (``_cache.py``), the encoder exported to ONNX
-and run by onnxruntime for ``backend="onnx"`` (``_onnx.py``) and the
-partition-wise embedding of dask collections (``_dask.py``). torch and
-transformers are imported only when a model is loaded.
+per-sentence embedding cache (``_cache.py``), the backends that run the
+encoder (``_encoders.py``: torch, or onnxruntime for ``backend="onnx"``),
+the encoder exported to ONNX (``_onnx.py``) and its disk cache
+(``_onnx_cache.py``), and the partition-wise embedding of dask collections
+(``_dask.py``). torch and transformers are imported only when a model is
+loaded.
 """
 
 from __future__ import annotations

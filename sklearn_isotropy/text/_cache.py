@@ -49,7 +49,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._utils import import_optional, warn
+from .._utils import warn
 from ..exceptions import CacheWarning
 
 #: Version of the cache key; part of every key, so a change of the
@@ -71,124 +71,10 @@ _LOOKUP_CHUNK = 500
 # content, which is then left alone.
 _SQLITE_CORRUPT, _SQLITE_READONLY, _SQLITE_NOTADB = 11, 8, 26
 
-# Config entries that say where or how a model was loaded, not what it
-# computes: left out of the key so the same weights share one cache
-# across install paths, library upgrades and per-call output flags.
-_VOLATILE_CONFIG_KEYS = frozenset(
-    {
-        "_name_or_path",
-        "_commit_hash",
-        "_attn_implementation",
-        "_attn_implementation_autoset",
-        "transformers_version",
-        "output_attentions",
-        "output_hidden_states",
-        "return_dict",
-        "use_cache",
-        "dtype",  # the weights' dtypes are hashed with the weights
-        "torch_dtype",
-    }
-)
-
 _KEY_BYTES = 32  # sha256 of a text
 
 
 # ------------------------------------------------------------------- keys
-
-
-#: Entries of each tensor read by :func:`_weights_signature`.
-_SIGNATURE_SAMPLES = 16
-
-
-def _sample(tensor):
-    """A few evenly spaced entries of ``tensor``, as bytes."""
-    flat = tensor.detach().reshape(-1)
-    step = max(1, flat.numel() // _SIGNATURE_SAMPLES)
-    return flat[::step][:_SIGNATURE_SAMPLES].to("cpu").numpy().tobytes()
-
-
-def _weights_signature(model, tokenizer):
-    """Cheap identity of the current weights: tells when to hash them again.
-
-    An in-place change to a tensor bumps its version counter and a replaced
-    tensor has a new data pointer. A change through ``tensor.data`` bypasses
-    the version counter, so a few evenly spaced entries of every tensor are
-    compared too: a change of a whole tensor (``p.data.mul_(2)``, a copied
-    state) always shows there. Computing this takes about a millisecond,
-    against tenths of a second for hashing every weight.
-    """
-    tensors = model.state_dict(keep_vars=True)
-    return (
-        id(model),
-        id(tokenizer),
-        len(tokenizer) if hasattr(tokenizer, "__len__") else None,
-        tuple(
-            (name, t.data_ptr(), getattr(t, "_version", 0), str(t.dtype), _sample(t))
-            for name, t in tensors.items()
-        ),
-    )
-
-
-def _tensor_bytes(torch, tensor):
-    """The raw bytes of a tensor as a uint8 numpy view (copied to the CPU)."""
-    flat = tensor.detach().to("cpu").contiguous().reshape(-1)
-    try:
-        return flat.view(torch.uint8).numpy()
-    except (RuntimeError, TypeError):  # e.g. quantized tensors: hash the values
-        return np.ascontiguousarray(flat.dequantize().float().numpy()).view(np.uint8)
-
-
-def _tokenizer_state(tokenizer):
-    """A text that changes whenever the tokenizer would split text differently."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None:
-        state = json.loads(backend.to_str())
-        # A fast tokenizer remembers the truncation and padding of its last
-        # call; the vectorizer sets both on every call (max_length is part of
-        # the key), so they must not make a fresh tokenizer and a used one
-        # write to different cache folders.
-        state.pop("truncation", None)
-        state.pop("padding", None)
-        return json.dumps(state, sort_keys=True)
-    settings = {
-        key: value
-        for key, value in getattr(tokenizer, "init_kwargs", {}).items()
-        if isinstance(value, bool)
-    }
-    special = {
-        key: str(value)
-        for key, value in getattr(tokenizer, "special_tokens_map", {}).items()
-    }
-    vocab = sorted(tokenizer.get_vocab().items())
-    return json.dumps([settings, special, vocab], sort_keys=True)
-
-
-def fingerprint(loaded):
-    """sha256 of every weight, the config and the tokenizer of a loaded encoder.
-
-    Every byte of every tensor of ``state_dict()`` is hashed (for
-    the default encoder, 91 MB in well under a second; see
-    ``benchmarks/bench_vectorizer.py``). The digest is kept on ``loaded``
-    and computed again only when a tensor has changed since.
-    """
-    model, tokenizer = loaded.model, loaded.tokenizer
-    signature = _weights_signature(model, tokenizer)
-    cached = loaded.fingerprint
-    if cached is not None and cached[0] == signature:
-        return cached[1]
-    torch = import_optional("torch", purpose="BertPoolingVectorizer", extra="text")
-    digest = hashlib.sha256()
-    digest.update(type(model).__name__.encode())
-    config = json.loads(model.config.to_json_string(use_diff=False))
-    config = {k: v for k, v in config.items() if k not in _VOLATILE_CONFIG_KEYS}
-    digest.update(json.dumps(config, sort_keys=True).encode())
-    for name, tensor in model.state_dict().items():
-        digest.update(f"\0{name}{tuple(tensor.shape)}{tensor.dtype}\0".encode())
-        digest.update(memoryview(_tensor_bytes(torch, tensor)))
-    digest.update(type(tokenizer).__name__.encode())
-    digest.update(_tokenizer_state(tokenizer).encode())
-    loaded.fingerprint = (signature, digest.hexdigest())
-    return loaded.fingerprint[1]
 
 
 def text_keys(texts):
@@ -204,7 +90,8 @@ def text_keys(texts):
 def cache_key(spec):
     """The cache key (32 hex digits) of the settings that determine an embedding.
 
-    ``spec`` holds the model :func:`fingerprint`, the pooling, the layers and
+    ``spec`` holds the model's fingerprint
+    (:meth:`~._loading.LoadedEncoder.fingerprint`), the pooling, the layers and
     ``max_length``; :data:`KEY_VERSION` is added.
     """
     spec = {**spec, "version": KEY_VERSION}

@@ -8,12 +8,15 @@ maximum length it supports), loaded once per process and device.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
 import threading
 import weakref
 from pathlib import Path
+
+import numpy as np
 
 from .._defaults import DEFAULT_MODEL, DEFAULT_MODEL_PACKAGE
 from .._utils import import_optional
@@ -144,6 +147,92 @@ def default_max_length(tokenizer, config, sbert_max_length):
     return min(length, limit) if limit is not None else length
 
 
+# Config entries that say where or how a model was loaded, not what it
+# computes: left out of the key so the same weights share one cache
+# across install paths, library upgrades and per-call output flags.
+_VOLATILE_CONFIG_KEYS = frozenset(
+    {
+        "_name_or_path",
+        "_commit_hash",
+        "_attn_implementation",
+        "_attn_implementation_autoset",
+        "transformers_version",
+        "output_attentions",
+        "output_hidden_states",
+        "return_dict",
+        "use_cache",
+        "dtype",  # the weights' dtypes are hashed with the weights
+        "torch_dtype",
+    }
+)
+
+#: Entries of each tensor read by :func:`_weights_signature`.
+_SIGNATURE_SAMPLES = 16
+
+
+def _sample(tensor):
+    """A few evenly spaced entries of ``tensor``, as bytes."""
+    flat = tensor.detach().reshape(-1)
+    step = max(1, flat.numel() // _SIGNATURE_SAMPLES)
+    return flat[::step][:_SIGNATURE_SAMPLES].to("cpu").numpy().tobytes()
+
+
+def _weights_signature(model, tokenizer):
+    """Cheap identity of the current weights: tells when to hash them again.
+
+    An in-place change to a tensor bumps its version counter and a replaced
+    tensor has a new data pointer. A change through ``tensor.data`` bypasses
+    the version counter, so a few evenly spaced entries of every tensor are
+    compared too: a change of a whole tensor (``p.data.mul_(2)``, a copied
+    state) always shows there. Computing this takes about a millisecond,
+    against tenths of a second for hashing every weight.
+    """
+    tensors = model.state_dict(keep_vars=True)
+    return (
+        id(model),
+        id(tokenizer),
+        len(tokenizer) if hasattr(tokenizer, "__len__") else None,
+        tuple(
+            (name, t.data_ptr(), getattr(t, "_version", 0), str(t.dtype), _sample(t))
+            for name, t in tensors.items()
+        ),
+    )
+
+
+def _tensor_bytes(torch, tensor):
+    """The raw bytes of a tensor as a uint8 numpy view (copied to the CPU)."""
+    flat = tensor.detach().to("cpu").contiguous().reshape(-1)
+    try:
+        return flat.view(torch.uint8).numpy()
+    except (RuntimeError, TypeError):  # e.g. quantized tensors: hash the values
+        return np.ascontiguousarray(flat.dequantize().float().numpy()).view(np.uint8)
+
+
+def _tokenizer_state(tokenizer):
+    """A text that changes whenever the tokenizer would split text differently."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        state = json.loads(backend.to_str())
+        # A fast tokenizer remembers the truncation and padding of its last
+        # call; the vectorizer sets both on every call (max_length is part of
+        # the key), so they must not make a fresh tokenizer and a used one
+        # write to different cache folders.
+        state.pop("truncation", None)
+        state.pop("padding", None)
+        return json.dumps(state, sort_keys=True)
+    settings = {
+        key: value
+        for key, value in getattr(tokenizer, "init_kwargs", {}).items()
+        if isinstance(value, bool)
+    }
+    special = {
+        key: str(value)
+        for key, value in getattr(tokenizer, "special_tokens_map", {}).items()
+    }
+    vocab = sorted(tokenizer.get_vocab().items())
+    return json.dumps([settings, special, vocab], sort_keys=True)
+
+
 class LoadedEncoder:
     """A model and tokenizer loaded once and shared by every estimator using them."""
 
@@ -161,14 +250,42 @@ class LoadedEncoder:
         # Taps avoid output_hidden_states, which (transformers >= 5) leaves
         # unpicklable hooks on the model and keeps every layer's states.
         self.taps_ok = self.layer_list is not None
-        # (weights signature, digest) of the embedding cache key; see
-        # _cache.fingerprint
-        self.fingerprint = None
+        self._fingerprint = None  # (weights signature, digest)
+        self.sessions = {}  # ONNX backends' sessions, shared by clones
+
+    def fingerprint(self):
+        """sha256 of every weight, the config and the tokenizer.
+
+        What the embedding cache key and the names of exported graphs say
+        about the model. Every byte of every tensor of ``state_dict()`` is
+        hashed (for the default encoder, 91 MB in well under a second; see
+        ``benchmarks/bench_vectorizer.py``); the digest is kept and computed
+        again only when a tensor has changed since.
+        """
+        model, tokenizer = self.model, self.tokenizer
+        signature = _weights_signature(model, tokenizer)
+        if self._fingerprint is not None and self._fingerprint[0] == signature:
+            return self._fingerprint[1]
+        torch, _ = import_text_deps()
+        digest = hashlib.sha256()
+        digest.update(type(model).__name__.encode())
+        config = json.loads(model.config.to_json_string(use_diff=False))
+        config = {k: v for k, v in config.items() if k not in _VOLATILE_CONFIG_KEYS}
+        digest.update(json.dumps(config, sort_keys=True).encode())
+        for name, tensor in model.state_dict().items():
+            digest.update(f"\0{name}{tuple(tensor.shape)}{tensor.dtype}\0".encode())
+            digest.update(memoryview(_tensor_bytes(torch, tensor)))
+        digest.update(type(tokenizer).__name__.encode())
+        digest.update(_tokenizer_state(tokenizer).encode())
+        self._fingerprint = (signature, digest.hexdigest())
+        return self._fingerprint[1]
 
 
 # Loaded encoders are shared while any estimator holds them; the most recent
 # one is also kept alive, so the clones a grid search fits one after the other
-# do not each reload it from disk.
+# do not each reload it from disk. The key has the size and modification time
+# of each file of a model directory: a model saved again to the same path (a
+# notebook that fine-tunes and evaluates again) is loaded again.
 _LOADED = weakref.WeakValueDictionary()
 _LAST_LOADED = [None]
 _LOADED_LOCK = threading.Lock()
@@ -185,7 +302,12 @@ def load_by_name(model, device):
     _, transformers = import_text_deps()
     candidates, failures = candidate_sources(model)
     for description, source in candidates:
-        key = (source, str(device))
+        try:  # a local folder: the identity of its files (see _LOADED)
+            stats = [(f.name, f.stat()) for f in os.scandir(source) if f.is_file()]
+            files = sorted((name, s.st_size, s.st_mtime_ns) for name, s in stats)
+        except OSError:  # a hub name
+            files = []
+        key = (source, str(device), tuple(files))
         with _LOADED_LOCK:
             loaded = _LOADED.get(key)
         if loaded is not None:

@@ -1,7 +1,6 @@
-"""The encoder and its pooling as an ONNX graph, run with ONNX Runtime.
+"""The encoder and its pooling as an ONNX graph: export, check, quantise, open.
 
-``BertPoolingVectorizer(backend="onnx")`` runs this instead of the torch
-model. The graph is the vectorizer's own torch forward pass
+The graph is the vectorizer's own torch forward pass
 (:func:`~._pooling.pooled_batch`, early exit and pooling included) traced
 once by ``torch.onnx.export``: its inputs are ``input_ids``,
 ``attention_mask`` and, for models that take them, ``token_type_ids``
@@ -11,50 +10,30 @@ embedding before ``normalize``. A pooling that does not need the last block
 (``"embeddings_avg"``, ``layers=(0, 1)``) leaves the blocks after the
 deepest one it reads out of the graph.
 
-Every export is checked against the torch model on probe batches of other
-shapes than the one traced, and is cached on disk under a name derived from
-the model's fingerprint (every weight, the configuration, the tokenizer),
-the pooling and the format version, so it is paid once per model and
-machine and redone when the model changes. ``backend="onnx-int8"`` adds the
-dynamic int8 quantisation of that graph (``quantize_dynamic``), cached the
-same way.
+:func:`export` checks each export against the torch model on probe
+batches of other shapes; :func:`quantize` makes the int8 graph of
+``backend="onnx-int8"``. Graphs are kept by ``_onnx_cache.py`` and run by
+``_encoders.py``.
 """
 
 from __future__ import annotations
 
-import atexit
-import collections
-import concurrent.futures
 import contextlib
 import hashlib
 import inspect
 import json
 import logging
 import os
-import shutil
-import tempfile
 import threading
-import time
-import uuid
 import warnings
-import weakref
-from dataclasses import asdict, dataclass, replace
-from pathlib import Path
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .._utils import import_optional, warn
-from ..exceptions import CacheWarning
-from . import _cache
+from .._utils import import_optional
 from ._pooling import pooled_batch
 
 logger = logging.getLogger(__name__)
-
-#: ``backend`` value -> precision of the ONNX model it runs (None: torch).
-BACKENDS = {"torch": None, "onnx": "fp32", "onnx-int8": "int8"}
-
-#: Environment variable naming the directory of the exported models.
-CACHE_ENV = "SKLEARN_ISOTROPY_ONNX_CACHE"
 
 #: ONNX opset of the exported graphs (the default of
 #: :func:`~sklearn_isotropy.export.to_onnx`, and the lowest a flow allows).
@@ -62,7 +41,7 @@ OPSET = 18
 
 #: Version of the exported graphs (layout, export and quantisation
 #: settings); part of every file's name, so a change is exported anew.
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 
 #: The Hugging Face attention implementation the export traces (None: the
 #: model's own). Traced, torch's fused attention (SDPA) becomes a boolean
@@ -90,27 +69,6 @@ def import_onnx_deps():
     return onnx, ort
 
 
-def cache_dir():
-    """Where exported encoders are kept: ``$SKLEARN_ISOTROPY_ONNX_CACHE``, else
-    ``$XDG_CACHE_HOME/sklearn_isotropy/onnx`` (``~/.cache/...`` by default)."""
-    env = os.environ.get(CACHE_ENV)
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path("~", ".cache").expanduser()
-    return Path(base) / "sklearn_isotropy" / "onnx"
-
-
-def cache_key_entries(backend):
-    """Entries the embedding cache key gains for ``backend``.
-
-    The fp32 graph computes the torch forward to float32 round-off (checked
-    at every export), so ``"torch"`` and ``"onnx"`` share cached embeddings;
-    int8 changes them by far more, so it gets entries of its own.
-    """
-    precision = BACKENDS[backend]
-    return {} if precision in (None, "fp32") else {"encoder": f"onnx-{precision}"}
-
-
 @dataclass(frozen=True)
 class EncoderSpec:
     """What an exported graph computes, beside the model's weights."""
@@ -121,12 +79,13 @@ class EncoderSpec:
     token_types: bool
     precision: str
 
-    def file_name(self, fingerprint):
+    def stem(self, fingerprint):
+        """The start of the graph's file name (see ``_onnx_cache.py``)."""
         spec = dict(asdict(self), model=fingerprint, format=FORMAT_VERSION)
         spec["opset"] = OPSET
         spec["attention"] = EXPORT_ATTENTION
         digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode())
-        return f"encoder-{digest.hexdigest()[:32]}-{self.precision}.onnx"
+        return f"encoder-{digest.hexdigest()[:32]}"
 
     @classmethod
     def of(cls, loaded, reader, layers, n_layers, precision):
@@ -255,6 +214,18 @@ def _has_dynamo_flag(torch):
     return "dynamo" in inspect.signature(torch.onnx.export).parameters
 
 
+def export(loaded, spec, path):
+    """Export the pooled encoder of ``spec`` to ``path`` (fp32); the bytes,
+    once they computed the torch forward on probe batches."""
+    torch = import_optional("torch", purpose=_PURPOSE, extra="text")
+    import_onnx_deps()
+    logger.info("Exporting %s to ONNX", loaded.source)
+    _export(torch, loaded, spec, path)
+    data = path.read_bytes()
+    _check_export(torch, loaded, spec, EncoderSession(data, spec.input_names()))
+    return data
+
+
 def _check_export(torch, loaded, spec, session):
     """Raise if ``session`` does not compute the torch forward on new shapes."""
     module = _pooled_module(torch, loaded, spec)
@@ -278,148 +249,66 @@ def _check_export(torch, loaded, spec, session):
             )
 
 
+_QUANTIZING = threading.Lock()
+
+
 @contextlib.contextmanager
-def _quiet_root_logger():
-    """Drop the advice quantize_dynamic logs on the root logger.
+def _quiet_quantization(ort):
+    """Keep ``quantize_dynamic``'s log records out of the application's log.
 
-    It calls ``logging.warning``, which would also configure the root logger
-    of a program that has not (printing every later record): a handler held
-    during the call keeps that from happening, and a filter drops the advice
-    (to run its pre-processing, whose shape inference fails on these graphs).
+    It logs a dozen lines per graph through the root logger, and more under
+    ``onnxruntime.quantization``. Meanwhile, a root filter drops the records
+    of onnxruntime's code, a level silences the others, and a handler keeps
+    ``logging.warning`` from configuring the root logger of a program that
+    has not (printing every later record).
     """
-    root = logging.getLogger()
-    guard = logging.NullHandler()
+    root, named = logging.getLogger(), logging.getLogger("onnxruntime.quantization")
+    package = os.path.dirname(ort.__file__)
+    guard, level = logging.NullHandler(), named.level
 
-    def advice(record):
-        return "pre-processing" not in record.getMessage()
+    def foreign(record):
+        return not record.pathname.startswith(package)
 
-    root.addHandler(guard)
-    root.addFilter(advice)
-    try:
-        yield
-    finally:
-        root.removeFilter(advice)
-        root.removeHandler(guard)
+    with _QUANTIZING:  # one at a time: they share the loggers
+        root.addHandler(guard)
+        root.addFilter(foreign)
+        named.setLevel(logging.CRITICAL + 1)
+        try:
+            yield
+        finally:
+            named.setLevel(level)
+            root.removeFilter(foreign)
+            root.removeHandler(guard)
 
 
-def _quantize(source, target):
-    """Dynamic int8 quantisation of the matrix products (weights per channel).
+def quantize(source, target):
+    """Quantise the fp32 graph ``source`` (bytes) into ``target``; its bytes.
 
+    Dynamic int8 quantisation of the matrix products (weights per channel).
     ``reduce_range`` keeps the weights to 7 bits: CPUs without VNNI
     saturate in the int8 products otherwise, and the same file may serve on
     one (on the default encoder it cost no STS-B correlation against full
     range; ``benchmarks/bench_encoder.py`` prints int8's beside float32's).
     Embedding lookups (``Gather``) stay float32: they cost no arithmetic.
     """
+    onnx, ort = import_onnx_deps()
     quantization = import_optional(
         "onnxruntime.quantization", purpose=_PURPOSE, extra="onnx"
     )
-    with _quiet_root_logger():
+    logger.info("Quantising an encoder graph to int8")
+    with _quiet_quantization(ort):
         quantization.quantize_dynamic(
-            str(source),
+            onnx.load_from_string(source),
             str(target),
             weight_type=quantization.QuantType.QInt8,
             per_channel=True,
             reduce_range=True,
             op_types_to_quantize=["MatMul"],
         )
+    return target.read_bytes()
 
 
-# ----------------------------------------------------------- the cache
-_STAGING = ".staging-"
-# an export of even a large encoder takes minutes, not a day
-_ABANDONED_AFTER_S = 24 * 3600
-_UNWRITABLE = {}  # cache directory -> per-process fallback directory
-_LOCK = threading.Lock()
-
-
-def _writable_dir():
-    """The cache directory, or a per-process one if it cannot be written."""
-    directory = cache_dir()
-    with _LOCK:
-        if str(directory) in _UNWRITABLE:
-            return _UNWRITABLE[str(directory)]
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-            probe = directory / f".probe-{uuid.uuid4().hex}"
-            probe.touch()
-            probe.unlink()
-        except OSError as exc:
-            fallback = Path(tempfile.mkdtemp(prefix="sklearn_isotropy_onnx_"))
-            atexit.register(shutil.rmtree, fallback, ignore_errors=True)
-            _UNWRITABLE[str(directory)] = fallback
-            warn(
-                f"Cannot write exported ONNX encoders to {directory} ({exc}); they "
-                "are kept in a temporary directory until this process ends, so "
-                f"each process exports again. Set {CACHE_ENV} to a writable "
-                "directory.",
-                CacheWarning,
-            )
-            return fallback
-    return directory
-
-
-def _remove_abandoned(directory):
-    """Remove staging directories of exports killed long ago (not running)."""
-    limit = time.time() - _ABANDONED_AFTER_S
-    for staging in directory.glob(_STAGING + "*"):
-        try:
-            if staging.stat().st_mtime < limit:
-                shutil.rmtree(staging, ignore_errors=True)
-        except OSError:  # removed by another process meanwhile
-            pass
-
-
-def _build(torch, loaded, spec, directory, name):
-    """Write the model ``name`` into ``directory``; atomic (rename at the end).
-
-    Returns the session the export was checked with (fp32), or None.
-    """
-    _remove_abandoned(directory)
-    staging = Path(tempfile.mkdtemp(prefix=_STAGING, dir=directory))
-    try:
-        if spec.precision == "fp32":
-            logger.info("Exporting %s to ONNX", loaded.source)
-            _export(torch, loaded, spec, staging / "model.onnx")
-            session = EncoderSession(staging / "model.onnx", spec.input_names())
-            _check_export(torch, loaded, spec, session)
-            session.path = directory / name
-        else:
-            session = None
-            fp32, _ = _ensure_model(loaded, replace(spec, precision="fp32"))
-            logger.info("Quantising %s to %s", fp32, spec.precision)
-            _quantize(fp32, staging / "model.onnx")
-        os.replace(staging / "model.onnx", directory / name)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return session
-
-
-def model_path(loaded, reader, layers, n_layers, precision):
-    """Path of the exported model of a pooling, exported now if not cached.
-
-    ``reader`` and ``layers`` are those of a pooling preset (``layers``
-    non-negative), ``precision`` is ``"fp32"`` or ``"int8"``.
-    """
-    spec = EncoderSpec.of(loaded, reader, layers, n_layers, precision)
-    return _ensure_model(loaded, spec)[0]
-
-
-def _ensure_model(loaded, spec):
-    """``(path, session or None)``: the model's path, and the session an
-    export made now was checked with."""
-    torch = import_optional("torch", purpose=_PURPOSE, extra="text")
-    import_onnx_deps()
-    directory = _writable_dir()
-    name = spec.file_name(_cache.fingerprint(loaded))
-    path = directory / name
-    session = None
-    if not path.is_file():
-        session = _build(torch, loaded, spec, directory, name)
-    return path, session
-
-
-# ------------------------------------------------------------- running
+# ------------------------------------------------------------- opening
 # onnxruntime's fusion of the residual Add into its SkipLayerNormalization
 # kernel made the int8 graph slower: 2,513 texts/s with it, 3,151 without
 # (float32: 974 and 997;
@@ -436,176 +325,29 @@ class EncoderSession:
     """An onnxruntime session of an exported encoder, called with numpy arrays.
 
     Each call runs on the calling thread alone (one intra-op thread): the
-    vectorizer runs several batches at once instead (:class:`BatchRunner`).
-    A transformer's batch is many small operations (layer norms,
-    activations, the attention of short texts) that gain little from
-    splitting each across threads and pay a synchronisation at each; whole
-    batches on separate threads scale better. On 2 CPUs, the default
-    encoder ran 2,000 STS-B sentences in batches of 32 at 974 texts/s in
-    float32 and 2,513 in int8, against 926 and 2,075 on one session of two
-    intra-op threads (best of 5 rounds; ``benchmarks/bench_encoder.py
-    --ablation``).
+    vectorizer runs several batches at once instead
+    (:class:`~._encoders.BatchRunner`). A transformer's batch is many small
+    operations (layer norms, activations, the attention of short texts)
+    that gain little from splitting each across threads and pay a
+    synchronisation at each; whole batches on separate threads scale
+    better. On 2 CPUs, the default encoder ran 2,000 STS-B sentences in
+    batches of 32 at 974 texts/s in float32 and 2,513 in int8, against 926
+    and 2,075 on one session of two intra-op threads (best of 5 rounds;
+    ``benchmarks/bench_encoder.py --ablation``). ``model`` is the graph's
+    bytes, ``path`` where they were read from.
     """
 
-    def __init__(self, path, input_names):
+    def __init__(self, model, input_names, path=None):
         _, ort = import_onnx_deps()
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
-        self.path = Path(path)
+        self.path = path
         self.input_names = tuple(input_names)
-        self._session = ort.InferenceSession(
-            str(path),
-            options,
-            **SESSION_OPTIONS,
-        )
+        self._session = ort.InferenceSession(model, options, **SESSION_OPTIONS)
 
     def run(self, inputs):
         """Pooled embeddings, float32 ``(batch, hidden_size)``, of int64 inputs."""
         feed = {name: inputs[name] for name in self.input_names}
         return self._session.run([OUTPUT_NAME], feed)[0]
-
-
-#: Most padded tokens (rows x width) of one session run: a larger batch runs
-#: in row slices, each trimmed of the padding it does not need. onnxruntime's
-#: matrix products slow down as their operands outgrow the CPU's L2 cache;
-#: on the default encoder, 2,000 STS-B sentences in batches of 32 (the
-#: longest 46 tokens) ran 2 to 4% faster in float32 and 5 to 6% in int8 than
-#: in whole batches (``benchmarks/bench_encoder.py --ablation``). Caps from
-#: 320 to 512 tokens ran as fast; int8's STS-B correlation moves by a few
-#: hundredths with the grouping of its rows (a run shares the scale of each
-#: product's input), and is 81.91 with this cap (``bench_encoder.py``).
-TOKENS_PER_RUN = 384
-
-
-def worker_threads():
-    """Batches run at once: as many as the threads torch runs the encoder on."""
-    torch = import_optional("torch", purpose=_PURPOSE, extra="text")
-    return max(1, torch.get_num_threads())
-
-
-class BatchRunner:
-    """Run batches on a session from several threads; pooled rows go to ``out``.
-
-    :meth:`submit` a batch's row indices and padded inputs, in any number;
-    each is run on one of :func:`worker_threads` threads and written to
-    ``out[rows]`` by the submitting thread (at most two runs per thread
-    are in flight), and :meth:`close` waits for the rest. A batch of more
-    than :data:`TOKENS_PER_RUN` padded tokens is run in row slices of at
-    most that many, and with fewer batches than threads each batch is split
-    so that a small call uses every thread too; each slice is trimmed of
-    the padding it does not need.
-
-    Parameters
-    ----------
-    session : EncoderSession
-    out : ndarray of shape (n_texts, hidden_size)
-    n_batches : int
-        How many batches will be submitted.
-    on_done : callable, default=None
-        Called in the submitting thread with the row indices and the pooled
-        rows of each finished slice (to store them, and to move a progress
-        bar).
-    """
-
-    def __init__(self, session, out, n_batches, on_done=None):
-        self.session = session
-        self.out = out
-        self.on_done = on_done
-        self.workers = worker_threads()
-        self.slices = max(1, -(-self.workers // max(1, n_batches)))
-        self.pending = collections.deque()
-        self.pool = None
-        if self.workers > 1:
-            self.pool = concurrent.futures.ThreadPoolExecutor(
-                self.workers, thread_name_prefix="sklearn_isotropy_onnx"
-            )
-
-    def submit(self, rows, inputs):
-        for piece, piece_inputs in row_slices(rows, inputs, self.slices):
-            if self.pool is None:
-                self._write(piece, self.session.run(piece_inputs))
-                continue
-            while len(self.pending) >= 2 * self.workers:
-                self._finish_one()
-            future = self.pool.submit(self.session.run, piece_inputs)
-            self.pending.append((piece, future))
-
-    def _finish_one(self):
-        piece, future = self.pending.popleft()
-        self._write(piece, future.result())
-
-    def _write(self, rows, pooled):
-        self.out[rows] = pooled
-        if self.on_done is not None:
-            self.on_done(rows, self.out[rows])
-
-    def close(self):
-        """Wait for the batches in flight (and raise the first failure)."""
-        try:
-            while self.pending:
-                self._finish_one()
-        finally:
-            if self.pool is not None:
-                self.pool.shutdown(wait=True, cancel_futures=True)
-
-
-def row_slices(rows, inputs, n_slices=1):
-    """``(rows, inputs)`` cut into runs of the session, each without extra padding.
-
-    ``n_slices`` slices of rows at least, and at least as many as runs of
-    :data:`TOKENS_PER_RUN` padded tokens the batch fills (one row each at
-    most); each is trimmed to its longest row.
-    """
-    n_slices = max(n_slices, -(-inputs["attention_mask"].size // TOKENS_PER_RUN))
-    if n_slices == 1 or len(rows) == 1:
-        yield rows, inputs
-        return
-    mask = inputs["attention_mask"]
-    for part in np.array_split(np.arange(len(rows)), min(n_slices, len(rows))):
-        width = int(mask[part].sum(axis=1).max())
-        yield (
-            rows[part],
-            {
-                name: None if value is None else value[part, :width]
-                for name, value in inputs.items()
-            },
-        )
-
-
-# loaded encoder -> {spec: (fingerprint, session)}; clones of a vectorizer
-# share the loaded encoder, and so its sessions
-_SESSIONS = weakref.WeakKeyDictionary()
-
-
-def session_for(loaded, reader, layers, n_layers, precision):
-    """The (cached) session of a pooling on ``loaded``'s current weights.
-
-    Arguments as for :func:`model_path`.
-    """
-    import_onnx_deps()  # a clear ImportError, even with a session at hand
-    spec = EncoderSpec.of(loaded, reader, layers, n_layers, precision)
-    fingerprint = _cache.fingerprint(loaded)
-    key = (spec, EXPORT_ATTENTION)
-    with _LOCK:
-        sessions = _SESSIONS.setdefault(loaded, {})
-        found = sessions.get(key)
-    if found is not None and found[0] == fingerprint:
-        return found[1]
-    path, session = _ensure_model(loaded, spec)
-    try:
-        if session is None:
-            session = EncoderSession(path, spec.input_names())
-    except Exception as exc:  # noqa: BLE001 - a damaged file: export again
-        warn(
-            f"Ignoring the exported encoder {path}, which onnxruntime cannot "
-            f"load ({type(exc).__name__}: {str(exc)[:200]}); exporting it again.",
-            CacheWarning,
-        )
-        path.unlink(missing_ok=True)
-        path, session = _ensure_model(loaded, spec)
-        session = session or EncoderSession(path, spec.input_names())
-    with _LOCK:
-        _SESSIONS[loaded][key] = (fingerprint, session)
-    return session

@@ -24,8 +24,8 @@ from .._utils import (
     warn,
 )
 from ..exceptions import DeviceWarning, TruncationWarning
-from . import _cache, _loading, _onnx
-from ._pooling import POOLING_PRESETS, pooled_batch
+from . import _cache, _encoders, _loading
+from ._pooling import POOLING_PRESETS
 
 logger = logging.getLogger(__name__)
 
@@ -367,7 +367,7 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         "batch_size": [Interval(Integral, 1, None, closed="left")],
         "max_length": [None, Interval(Integral, 1, None, closed="left")],
         "device": [str],
-        "backend": [StrOptions(set(_onnx.BACKENDS))],
+        "backend": [StrOptions(set(_encoders.BACKENDS))],
         "memory": [None, str, os.PathLike, HasMethods(["cache"])],
         "show_progress_bar": [None, "boolean"],
         "verbose": ["verbose"],
@@ -452,19 +452,9 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         self.n_layers_ = n_layers
         self.hidden_size_ = hidden_size
         self.device_ = str(device)
-        self._loaded = loaded
-        self._onnx_session(loaded)  # export now (once per model): fail early
+        self._loaded, self._backend = loaded, None
+        self._get_backend()  # an ONNX backend exports now (once per model)
         return self
-
-    def _onnx_session(self, loaded):
-        """The onnxruntime session of an ONNX backend; None for ``"torch"``."""
-        precision = _onnx.BACKENDS[self.backend]
-        if precision is None:
-            return None
-        reader = POOLING_PRESETS[self.pooling].reader
-        return _onnx.session_for(
-            loaded, reader, self.layers_, self.n_layers_, precision
-        )
 
     def get_onnx_encoder(self):
         """The encoder and pooling as an ONNX graph, as ``backend="onnx"`` runs it.
@@ -484,13 +474,9 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         model : onnx.ModelProto
         """
         check_is_fitted(self)
-        onnx, _ = _onnx.import_onnx_deps()
-        precision = _onnx.BACKENDS[self.backend] or "fp32"
         reader = POOLING_PRESETS[self.pooling].reader
-        return onnx.load(
-            _onnx.model_path(
-                self._get_loaded(), reader, self.layers_, self.n_layers_, precision
-            )
+        return _encoders.onnx_graph(
+            self.backend, self._get_loaded(), reader, self.layers_, self.n_layers_
         )
 
     def _load(self, device):
@@ -586,6 +572,15 @@ TruncationWarning` per call says how many. ``None`` uses the model's
             self._loaded = loaded
         return loaded
 
+    def _get_backend(self):
+        """The :class:`~._encoders.Encoder` running the model (made anew after
+        unpickling)."""
+        if getattr(self, "_backend", None) is None:
+            reader = POOLING_PRESETS[self.pooling].reader
+            args = (self._get_loaded(), reader, self.layers_, self.n_layers_)
+            self._backend = _encoders.make_encoder(self.backend, *args)
+        return self._backend
+
     @property
     def model_(self):
         check_is_fitted(self)
@@ -678,11 +673,11 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         if root is None:
             return contextlib.nullcontext()
         spec = {
-            "model": _cache.fingerprint(self._get_loaded()),
+            "model": self._get_loaded().fingerprint(),
             "pooling": self.pooling,
             "layers": list(self.layers_),
             "max_length": self.max_length_,
-            **_onnx.cache_key_entries(self.backend),
+            **self._get_backend().cache_entries,
         }
         return _cache.open_store(root, spec, self.hidden_size_)
 
@@ -715,9 +710,8 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         ``on_batch(rows, values)``, if given, is called after each batch with
         the positions in ``texts`` it encoded and their embeddings.
         """
-        torch, _ = _loading.import_text_deps()
-        loaded = self._get_loaded()
-        tokenizer, model = loaded.tokenizer, loaded.model
+        tokenizer = self._get_loaded().tokenizer
+        backend = self._get_backend()
         ids, types, n_truncated = self._tokenize(tokenizer, texts)
         if n_truncated:
             warn(
@@ -735,12 +729,7 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         pad_id = getattr(tokenizer, "pad_token_id", None)
         pad_id = 0 if pad_id is None else pad_id
         pad_type = getattr(tokenizer, "pad_token_type_id", 0) or 0
-        device = next(model.parameters()).device
         out = np.empty((len(texts), self.hidden_size_), dtype=np.float32)
-        reader, layers = POOLING_PRESETS[self.pooling].reader, self.layers_
-        session = self._onnx_session(loaded)
-        was_training = model.training
-        model.eval()
         bar = self._progress_bar(len(texts), len(batches))
 
         def done(rows, values):  # a batch (or a slice of one) is encoded
@@ -749,56 +738,27 @@ TruncationWarning` per call says how many. ``None`` uses the model's
             if bar is not None:
                 bar.update(len(rows))
 
-        runner = None
-        if session is not None:  # backend="onnx": batches run in _onnx.py
-            runner = _onnx.BatchRunner(session, out, len(batches), done)
+        def padded(batch, rows, fill):  # int64 (batch, longest), rows sorted
+            values = np.full((len(batch), lengths[batch[0]]), fill, np.int64)
+            for row, j in enumerate(batch):
+                values[row, : lengths[j]] = rows[j]
+            return values
+
         try:
-            with torch.inference_mode():
+            with _encoders.BatchRunner(backend, out, len(batches), done) as runner:
                 for batch in batches:
-                    width = int(lengths[batch[0]])
-                    input_ids = np.full((len(batch), width), pad_id, dtype=np.int64)
-                    mask = np.zeros((len(batch), width), dtype=np.int64)
-                    token_types = None
+                    mask = np.arange(lengths[batch[0]]) < lengths[batch, None]
+                    inputs = {
+                        "input_ids": padded(batch, ids, pad_id),
+                        "attention_mask": mask.astype(np.int64),
+                        "token_type_ids": None,
+                    }
                     if types is not None:
-                        token_types = np.full((len(batch), width), pad_type, np.int64)
-                    for row, j in enumerate(batch):
-                        n = lengths[j]
-                        input_ids[row, :n] = ids[j]
-                        mask[row, :n] = 1
-                        if token_types is not None:
-                            token_types[row, :n] = types[j]
-                    if runner is not None:
-                        runner.submit(
-                            batch,
-                            {
-                                "input_ids": input_ids,
-                                "attention_mask": mask,
-                                "token_type_ids": token_types,
-                            },
-                        )
-                        continue
-                    mask_t = torch.from_numpy(mask).to(device)
-                    inputs = {"input_ids": torch.from_numpy(input_ids).to(device)}
-                    if lengths[batch[-1]] != width:
-                        # without padding the mask is all ones; omitting it lets
-                        # SDPA use its unmasked kernel (same result)
-                        inputs["attention_mask"] = mask_t
-                    if token_types is not None:
-                        inputs["token_type_ids"] = torch.from_numpy(token_types).to(
-                            device
-                        )
-                    pooled = pooled_batch(
-                        loaded, inputs, mask_t, reader, layers, self.n_layers_
-                    )
-                    out[batch] = pooled.float().cpu().numpy()
-                    done(batch, out[batch])
+                        inputs["token_type_ids"] = padded(batch, types, pad_type)
+                    runner.submit(batch, inputs)
         finally:
-            if runner is not None:
-                runner.close()  # the batches still running
             if bar is not None:
                 bar.close()
-            if was_training:
-                model.train()
         return out
 
     def _progress_bar(self, n_texts, n_batches):
@@ -844,18 +804,10 @@ TruncationWarning` per call says how many. ``None`` uses the model's
             new._sklearn_output_config = dict(self._sklearn_output_config)
         return new
 
-    #: parameters added after release 0.1.0.dev0, with the values that
-    #: describe a vectorizer pickled by that release
-    _LEGACY_DEFAULTS = {"backend": "torch", "output": "numpy"}
-
-    def __setstate__(self, state):
-        for key, value in self._LEGACY_DEFAULTS.items():
-            state.setdefault(key, value)
-        super().__setstate__(state)
-
     def __getstate__(self):
         state = super().__getstate__()
         # Never pickle loaded weights: names reload on first use; model
         # objects are pickled once, as the ``model`` parameter.
         state.pop("_loaded", None)
+        state.pop("_backend", None)
         return state
