@@ -26,7 +26,9 @@ from ._base import (
     _check_enough_samples,
     _dual_spectrum,
     _float_dtypes,
+    _MapAttribute,
     _numerical_rank,
+    _on_device_of,
     _power_scale,
     _rank_deficiency_reason,
     _sorted_eigh,
@@ -34,7 +36,6 @@ from ._base import (
 )
 from ._moments import MomentAccumulator
 from ._scatter_kernels import unscale
-from ._threads import small_problem
 
 __all__ = ["WhiteningTransformer"]
 
@@ -250,19 +251,19 @@ class WhiteningTransformer(_StreamingMomentsMixin):
         self.shrinkage = shrinkage
         self.noise_variance = noise_variance
 
-    _fitted_attributes = (
-        "mean_",
-        "covariance_",
-        "components_",
-        "explained_variance_",
-        "explained_variance_ratio_",
-        "whitening_",
-        "shrinkage_",
-        "noise_variance_",
-        "rank_",
-        "n_components_",
-        "_unwhitening",
-    )
+    # the attributes of the map (computed at first read after partial_fit);
+    # the dual form never builds the d x d covariance: it is built on request
+    mean_ = _MapAttribute()
+    covariance_ = _MapAttribute(missing="_full_covariance")
+    components_ = _MapAttribute()
+    explained_variance_ = _MapAttribute()
+    explained_variance_ratio_ = _MapAttribute()
+    whitening_ = _MapAttribute()
+    shrinkage_ = _MapAttribute()
+    noise_variance_ = _MapAttribute()
+    rank_ = _MapAttribute()
+    n_components_ = _MapAttribute()
+    _unwhitening = _MapAttribute()
 
     # ------------------------------------------------------------------ fitting
     def _needs_fourth_moments(self) -> bool:
@@ -379,11 +380,10 @@ class WhiteningTransformer(_StreamingMomentsMixin):
             )
             k = self._components_above(evals, k, s2, noise, e)
         if method == "cholesky":
-            with small_problem(d):
-                chol = linalg.cholesky(cov, lower=True, check_finite=False)
-                whitening = linalg.solve_triangular(
-                    chol, np.eye(d), lower=True, check_finite=False
-                ).T
+            chol = linalg.cholesky(cov, lower=True, check_finite=False)
+            whitening = linalg.solve_triangular(
+                chol, np.eye(d), lower=True, check_finite=False
+            ).T
             unwhitening = chol.T
             if e:
                 whitening, unwhitening = np.ldexp(whitening, -e), np.ldexp(chol.T, e)
@@ -415,15 +415,10 @@ class WhiteningTransformer(_StreamingMomentsMixin):
             attrs["covariance_"] = unscale(cov, 2 * e)
         return attrs
 
-    def _missing_attribute(self, name: str):
-        if name == "covariance_":
-            # the dual form never builds the d x d covariance; build it on
-            # request, with the parameters of the map
-            cov, e = self.moments_.scaled_covariance()
-            attrs = self._on_fitted_device({"covariance_": unscale(cov, 2 * e)})
-            self.covariance_ = attrs["covariance_"]
-            return self.covariance_
-        return super()._missing_attribute(name)
+    def _full_covariance(self):
+        """``covariance_`` of a map computed without it (the dual form)."""
+        cov, e = self.moments_.scaled_covariance()
+        return _on_device_of(unscale(cov, 2 * e), self.__dict__.get("_fitted_on"))
 
     @staticmethod
     def _components_above(evals, k, s2, noise, e) -> int:
@@ -485,12 +480,10 @@ class WhiteningTransformer(_StreamingMomentsMixin):
         """
         check_is_fitted(self)
         check_fitted_namespace(self, X, "score_samples")
-        target = input_namespace(X)
-        X = validate_data(self, X, reset=False, dtype=_float_dtypes(target))
-        self._ensure_map()
-        xp, _ = namespace_of(X) if target is not None else (np, None)
-        dtype = xp.float64 if target is None else float_dtype(*target)
-        X = xp.astype(X, dtype) if target is not None else X.astype(np.float64)
+        X = validate_data(self, X, reset=False, dtype=_float_dtypes(input_namespace(X)))
+        xp, device = namespace_of(X)
+        dtype = float_dtype(xp, device)
+        X = xp.astype(X, dtype)
         components = xp.astype(self.components_, dtype)
         variances = xp.astype(self.explained_variance_, dtype)
         d, q = X.shape[1], components.shape[0]
