@@ -338,28 +338,6 @@ def test_merges_of_rows_and_scatter_forms():
     assert small[0].n_samples == 10  # operands untouched
 
 
-def test_legacy_state_loads_into_the_new_layout(make_cone):
-    # statistics pickled before the dual form held public scatter/norm fields
-    X = make_cone(200, 6, seed=13, offset=5.0)
-    ref = MomentAccumulator(6, keep_rows=False).update(X)
-    legacy = {
-        "n_features": 6,
-        "kind": "full",
-        "n_samples": ref.n_samples,
-        "n_nonzero": ref.n_nonzero,
-        "sum_weights": ref.sum_weights,
-        "mean": ref.mean,
-        "scatter": ref.scatter,
-        "norm3": ref.norm3,
-        "norm4": ref.norm4,
-    }
-    acc = MomentAccumulator.__new__(MomentAccumulator)
-    acc.__setstate__(legacy)
-    _assert_same(acc, ref)
-    assert acc.fourth_moments and acc.representation == "scatter"
-    _assert_same(acc.merge(ref), MomentAccumulator(6).update(np.vstack([X, X])))
-
-
 # --------------------------------------------------- rows split by threads
 @pytest.fixture
 def split_rows(monkeypatch):

@@ -226,19 +226,6 @@ class MomentAccumulator:
             state["_row_weights"] = [weights]
         return state
 
-    def __setstate__(self, state: dict) -> None:
-        if "_exp" not in state:
-            # written before the dual form and the scaling existed: the
-            # statistics were public attributes, in the units of the data
-            state = dict(state)
-            state["_scatter"] = state.pop("scatter")
-            state["_norm3"] = state.pop("norm3", None)
-            state["_norm4"] = state.pop("norm4", None)
-            state["_fourth"] = state["_norm3"] is not None
-            state["_exp"] = 0
-            state["_rows"] = state["_row_weights"] = None
-        self.__dict__.update(state)
-
     # ------------------------------------------------------------------ update
     def update(self, X, sample_weight=None) -> MomentAccumulator:
         """Add the rows of ``X`` (with optional weights) in place.

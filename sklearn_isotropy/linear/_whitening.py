@@ -62,7 +62,7 @@ class WhiteningTransformer(_StreamingMomentsMixin):
 
         - ``None``: every component, capped at the numerical rank of the
           covariance (a :class:`~sklearn_isotropy.exceptions.RankDeficiencyWarning`
-          says when directions are dropped).
+          when too few rows limit it; constant features are logged).
         - int ``k``: the ``k`` leading components; ``k`` must not exceed the
           rank of the fitted covariance.
         - float in (0, 1): the fewest components whose eigenvalues explain
@@ -91,23 +91,15 @@ class WhiteningTransformer(_StreamingMomentsMixin):
         ``s > 0`` makes the covariance full rank, which keeps held-out rows
         bounded when ``n_samples <= n_features``.
     noise_variance : float >= 0, "auto" or None, default=None
-        Variance ``s2`` of isotropic noise under the probabilistic-PCA model
-        (Tipping and Bishop, 1999), in the units of the covariance. With
+        Variance ``s2`` of the isotropic noise of probabilistic PCA. With
         ``s2 > 0`` each component is the posterior mean of its whitened
-        latent, ``sqrt(max(lambda - s2, 0)) / lambda * u^T (x - mean)``
-        (``power=1``): a Wiener gain that stops whitening from amplifying
-        the directions at the noise floor, and the components with
-        ``lambda <= s2`` are dropped. ``None`` and ``0`` are plain
-        whitening. ``"auto"`` estimates ``s2`` from the spectrum alone, with
-        no labels (see Notes and :ref:`without_labels`). It composes with
-        the other parameters: ``n_components`` caps the kept components
-        (those above the noise floor), ``power`` whitens the denoised
-        signal partially (the gain is ``(lambda - s2) ** (1 - power / 2) /
-        lambda``, so ``power=0`` is the Wiener-filtered PCA), ``shrinkage``
-        acts first (``s2`` is then in the units of the shrunk covariance)
-        and ``method="zca"`` rotates the denoised latent back to the input
-        coordinates; ``method="cholesky"`` has no components to denoise and
-        needs ``noise_variance=None``.
+        latent, ``sqrt(max(lambda - s2, 0)) / lambda * u^T (x - mean)``: the
+        directions near the noise floor are damped instead of amplified,
+        those below it dropped (``power`` < 1: gain ``(lambda - s2) **
+        (1 - power / 2) / lambda``). ``None`` and 0 are plain whitening;
+        ``"auto"`` estimates ``s2`` from the spectrum, without labels (see
+        Notes and :ref:`without_labels`, which says how it composes with the
+        other parameters). ``method="cholesky"`` needs ``None``.
 
     Attributes
     ----------
@@ -129,13 +121,10 @@ class WhiteningTransformer(_StreamingMomentsMixin):
     shrinkage_ : float
         The shrinkage intensity used.
     noise_variance_ : float
-        Noise variance ``s2`` of the fitted model: the one the transform
-        used (``noise_variance`` given, or estimated with ``"auto"``), or,
-        with ``noise_variance=None``, the maximum-likelihood estimate of
-        probabilistic PCA, the mean of the eigenvalues beyond the kept
-        components (as :attr:`sklearn.decomposition.PCA.noise_variance_`;
-        0 when every direction is kept), which only :meth:`score_samples`
-        uses.
+        The ``s2`` the transform used; with ``noise_variance=None``, the
+        maximum-likelihood one of probabilistic PCA (the mean eigenvalue
+        beyond the kept components, as ``PCA.noise_variance_``), which only
+        :meth:`score_samples` uses.
     rank_ : int
         Numerical rank of ``covariance_``.
     n_components_ : int
@@ -178,9 +167,7 @@ class WhiteningTransformer(_StreamingMomentsMixin):
     aspect ratio ``n_features / n_samples`` (the noise estimate of Gavish
     and Donoho, 2014): the eigenvalues of pure noise of variance ``s2``
     have that median, and a signal spanning fewer than half the directions
-    leaves it in place. The rule was chosen on STS-B dev and retrieval
-    without labels in the transform; :ref:`without_labels` has the table
-    of the rules tried.
+    leaves it in place (chosen on STS-B dev: :ref:`without_labels`).
 
     :meth:`fit` computes the map before returning. :meth:`partial_fit` only
     merges statistics; the map is computed at its first use afterwards
