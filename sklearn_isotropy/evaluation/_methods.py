@@ -89,7 +89,7 @@ def check_new_name(name, registry, kind):
             f"A {kind} name must be a non-empty str without commas; got {name!r}."
         )
     if name in registry:
-        raise ValueError(f"The {kind} {name!r} is already registered.")
+        raise ValueError(f"The {kind} {name!r} is already registered; pick another.")
 
 
 def register_method(

@@ -124,7 +124,7 @@ class RetrievalTask(Task):
                 f"n_documents) = {shape}"
             )
         if not np.isfinite(rel.data).all() or (rel.data < 0).any():
-            raise ValueError("relevance grades must be finite and >= 0")
+            raise ValueError("relevance holds a negative or non-finite grade; use >= 0")
         rel.eliminate_zeros()
         missing = np.flatnonzero(np.diff(rel.indptr) == 0)
         if missing.size:

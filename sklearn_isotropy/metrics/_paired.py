@@ -347,7 +347,7 @@ class PairedCosineSimilarity(DocLinkMixin, BaseEstimator):
             when undefined (constant scores or cosines).
         """
         if sample_weight is not None:
-            raise ValueError("sample_weight is not supported by a rank correlation")
+            raise ValueError("a rank correlation takes no sample_weight; pass None")
         return cosine_spearman_scorer(self, X_pairs, y)
 
     def __sklearn_tags__(self):

@@ -91,7 +91,7 @@ def register_pooling(
     if not isinstance(name, str) or not name:
         raise TypeError(f"A pooling name must be a non-empty str; got {name!r}.")
     if name in POOLING_PRESETS:
-        raise ValueError(f"The pooling preset {name!r} is already registered.")
+        raise ValueError(f"The pooling {name!r} is already registered; pick another.")
     if reader not in _READERS:
         raise ValueError(f"reader must be one of {_READERS}; got {reader!r}.")
     if reader == "mean":
