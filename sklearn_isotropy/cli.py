@@ -27,6 +27,7 @@ import sys
 import tempfile
 import textwrap
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 __all__ = ["build_parser", "main"]
@@ -52,7 +53,7 @@ _COMMANDS = {
 
 
 def _number(text, *, integer=False, low=None):
-    """An argparse type: a finite int or float, at least ``low``."""
+    """Parse a finite int or float, at least ``low`` (an argparse type)."""
     try:
         value = int(text) if integer else float(text)
     except ValueError:
@@ -74,7 +75,7 @@ def _ints(text):
 
 
 def _names(registry, what):
-    """An argparse type: comma-separated names of ``registry``."""
+    """Return an argparse type reading comma-separated names of ``registry``."""
 
     def parse(text):
         names = [m.strip() for m in text.split(",") if m.strip()]
@@ -89,7 +90,7 @@ def _names(registry, what):
 
 
 def _argument_types():
-    """What each ``type`` name of the settings' command-line metadata means."""
+    """Return what each ``parser`` name of the settings' metadata means."""
     from .datasets import STS_FORMATS
     from .evaluation import QUANTIZATIONS
     from .text import POOLING_PRESETS
@@ -114,7 +115,7 @@ def _default_text(value):
 
 
 def _add_task_parser(sub, task):
-    """The subcommand of ``task``: its data, methods, protocol and settings."""
+    """Add the subcommand of ``task``: its data, methods, protocol and settings."""
     from .evaluation import METHODS, REPORTS, EvaluationSettings, Report
     from .text import POOLING_PRESETS
 
@@ -174,7 +175,7 @@ def _add_task_parser(sub, task):
     for f in options:
         cli = f.metadata["cli"]
         flag = "--" + f.name.replace("_", "-") if cli["flag"] is True else cli["flag"]
-        help_text = (cli["help"] or f.metadata["doc"].rstrip(".")).replace("%", "%%")
+        help_text = cli["help"].replace("%", "%%")
         shown = cli["shown"] or _default_text(f.default)
         parser_kwargs = (
             {"choices": cli["parser"]}
@@ -203,12 +204,13 @@ def _add_task_parser(sub, task):
     )
 
 
-def build_parser():
-    """The argument parser of ``sklearn-isotropy`` (choices from the registries).
+def build_parser() -> argparse.ArgumentParser:
+    """Build the argument parser of ``sklearn-isotropy``.
 
     Returns
     -------
     parser : argparse.ArgumentParser
+        One subcommand per task, its choices read from the registries.
     """
     from . import __version__
     from .evaluation import TASKS
@@ -371,7 +373,7 @@ def _package_log_on_stderr(level: int):
         package.propagate = saved[1]
 
 
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``sklearn-isotropy`` command; return its exit status.
 
     Parameters

@@ -89,10 +89,9 @@ class FlowTrainingWarning(IsotropyWarning, ConvergenceWarning):
 class DensityUnderflowWarning(IsotropyWarning):
     """Some rows lie so far from a fitted density that they score ``-inf``.
 
-    Their log-likelihood overflows the dtype it is computed in, as a density
-    that underflows. Raised by
+    Their log-likelihood overflows its dtype. Raised by
     :meth:`~sklearn_isotropy.GlowFlowTransformer.score_samples`, which
-    scores the other rows of the batch as it would alone.
+    scores the other rows as it would alone.
     """
 
 
@@ -104,10 +103,9 @@ class CacheWarning(IsotropyWarning):
     """The embedding cache could not be used as it is; no result is affected.
 
     Raised by ``BertPoolingVectorizer(memory=...)`` when a cache database or
-    some of its rows are damaged (set aside, and their sentences encoded
-    again), when the cache cannot be opened or written (the embeddings are
-    returned, not stored), and once when a cache of an earlier release is
-    converted.
+    some of its rows are damaged (set aside, their sentences encoded again),
+    or when the cache cannot be opened or written (the embeddings are
+    returned, not stored).
     """
 
 
@@ -117,6 +115,5 @@ class EvaluationWarning(IsotropyWarning):
     :func:`~sklearn_isotropy.evaluation.evaluate` records the warnings of
     each method with its result and raises each distinct one again, once, as
     this class, prefixed with the pooling and the method (``"[mean] grid:
-    RankDeficiencyWarning: ..."``), so that they are seen while the run goes
-    on and not only in ``results.json``.
+    RankDeficiencyWarning: ..."``).
     """

@@ -318,7 +318,7 @@ def test_a_killed_export_leaves_nothing_behind(
 ):
     model, tokenizer = _copy_of(tiny_bert_objects)
 
-    def killed(torch, loaded, spec, path):
+    def killed(loaded, spec, path):
         path.write_bytes(b"half a model")
         raise KeyboardInterrupt
 

@@ -99,7 +99,7 @@ def test_normalize_nodes_match_normalize_rows():
         [onnx.helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, ["n", 3])],
         [onnx.helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, ["n", 3])],
     )
-    _pipeline._add_normalize(onnx, graph, "X", "Y")
+    _pipeline._add_normalize(graph, "X", "Y")
     model = onnx.helper.make_model(
         graph, opset_imports=[onnx.helper.make_opsetid("", 18)]
     )

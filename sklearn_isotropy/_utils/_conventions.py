@@ -5,6 +5,7 @@ from __future__ import annotations
 from importlib import metadata
 
 import numpy as np
+from numpy.typing import ArrayLike
 from sklearn.utils.validation import _check_feature_names_in, check_is_fitted
 
 try:  # the version is written once, in pyproject.toml
@@ -34,8 +35,10 @@ class PrefixedFeatureNamesMixin(DocLinkMixin):
 
     _feature_name_prefix: str | None = None
 
-    def get_feature_names_out(self, input_features=None):
-        """Output feature names: what the columns hold, and their index.
+    def get_feature_names_out(
+        self, input_features: ArrayLike | None = None
+    ) -> np.ndarray:
+        """Get the output feature names: what the columns hold, and their index.
 
         Parameters
         ----------

@@ -82,25 +82,14 @@ def check_target(path, *, overwrite=False, what="export"):
 def publish_directory(path, write, *, overwrite=False, what="export"):
     """Have ``write(directory)`` fill a directory that then appears at ``path``.
 
-    ``write`` works in a staging directory next to its destination; only
-    once it has returned is the result moved into place, so a failure (or
-    a kill) never leaves a half-written export at ``path`` nor removes what
-    was there. The three cases:
-
-    - ``path`` does not exist: the staging directory is renamed to it.
-    - ``path`` is an empty directory (a mount point, the working directory
-      or a link to one included): the staging directory is made inside it
-      (on the same file system) and its entries are moved up into it.
-    - ``path`` holds files and ``overwrite=True``: it is renamed aside, the
-      staging directory takes its name, and the old one is deleted (or put
-      back if the rename fails). A link, the working directory (or one of
-      its parents) and a mount point are refused with a ``ValueError``
-      before any work, since they cannot be renamed.
-
-    A new directory gets the mode of any directory the user creates (0777
-    masked by the umask), not the private 0700 of a temporary directory,
-    and so does every folder in it; every file in it gets the mode of any
-    file the user creates (0666 masked by the umask).
+    ``write`` works in a staging directory; only once it has returned is the
+    result moved into place, so a failure (or a kill) never leaves a
+    half-written export at ``path`` nor removes what was there. A missing
+    ``path`` is the renamed staging directory; into an empty one (a mount
+    point, the working directory) the entries are moved; one that holds
+    files (``overwrite=True``) is renamed aside, replaced, then deleted (or
+    put back if the rename fails). Folders and files get the modes the
+    user's umask gives, not a temporary directory's 0700.
 
     Parameters
     ----------

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 from sklearn.utils import Bunch
@@ -20,7 +21,7 @@ from ._files import reading
 __all__ = ["load_beir"]
 
 
-def load_beir(folder, *, split="test"):
+def load_beir(folder: str | os.PathLike, *, split: str = "test") -> Bunch:
     """Read the corpus, the queries and the judgements of a BEIR folder.
 
     A document is ``title + " " + text`` (as BEIR embeds it), or its text

@@ -62,7 +62,7 @@ _SPLIT_FILE_PATTERNS = (
 _SPLIT_ALIASES = {"dev": ("dev", "trial", "validation")}
 
 
-def get_data_home(data_home=None) -> Path:
+def get_data_home(data_home: str | os.PathLike | None = None) -> Path:
     """Return the directory where downloaded data sets are cached.
 
     Parameters
@@ -462,13 +462,13 @@ def _stsb_cached(split: str, data_home, download_if_missing: bool) -> Path:
 
 
 def load_sts(
-    source,
+    source: str | os.PathLike,
     *,
-    split=None,
-    format=None,
-    data_home=None,
-    download_if_missing=True,
-):
+    split: str | None = None,
+    format: str | None = None,
+    data_home: str | os.PathLike | None = None,
+    download_if_missing: bool = True,
+) -> Bunch:
     """Load a semantic textual similarity data set as sentence pairs and scores.
 
     Parameters
@@ -476,24 +476,20 @@ def load_sts(
     source : str or path-like
         A file, a directory, or the name ``"stsb"``.
 
-        - A file in one of the formats below, detected from its name and first
-          line unless `format` is given.
+        - A file in one of the formats below (detected unless `format` is
+          given).
         - A directory holding one file per split (``train.csv``,
           ``dev.csv``, ``test.csv``; also ``stsb-en-<split>.csv``,
           ``sts-<split>.csv``, ``<split>.tsv``, ``SICK_<split>.txt``), or a
           single ``stsbenchmark.tsv.gz`` / ``SICK.txt`` holding every split.
-        - ``"stsb"``: the English STS Benchmark, downloaded on first use from
-          the public repository PhilipMay/stsb-multi-mt into the cache
-          directory (see :func:`get_data_home`), verified against a sha256
-          checksum, and read from the cache afterwards. (A file or directory
-          named ``stsb`` in the working directory takes precedence.)
+        - ``"stsb"``: the English STS Benchmark, downloaded once from
+          PhilipMay/stsb-multi-mt into :func:`get_data_home` and checked
+          against its sha256 (a local ``stsb`` file or folder wins).
 
     split : {"train", "dev", "test"}, default=None
-        Which split to read. Required for directories holding several splits
-        and for ``"stsb"``; for a file holding every split (the
-        sentence-transformers ``stsbenchmark.tsv.gz``, ``SICK.txt`` with a
-        ``SemEval_set`` column) it filters the rows, and None keeps all rows.
-        SICK's ``TRIAL`` set is its ``"dev"`` split.
+        Which split to read: required for a directory of splits and for
+        ``"stsb"``; for a file holding every split it filters the rows (None
+        keeps all). SICK's ``TRIAL`` set is its ``"dev"`` split.
     format : {"stsb-csv", "senteval", "sbert", "semeval", "sick"}, default=None
         The file format; detected when None. The names are also in
         :data:`STS_FORMATS`.
@@ -527,35 +523,28 @@ def load_sts(
     Returns
     -------
     data : :class:`~sklearn.utils.Bunch`
-        ``sentences1``, ``sentences2`` : lists of str;
-        ``scores`` : ndarray of shape (n_pairs,), float64 gold similarities;
-        ``pairs`` : ndarray of shape (n_pairs, 2), dtype object, the two
-        sentences of each pair (the input of
-        :class:`~sklearn_isotropy.metrics.PairedCosineSimilarity`);
-        ``filename`` : str, the file read; ``format`` : str;
-        ``split`` : str or None; ``n_skipped`` : int, pairs dropped for lack
-        of a gold score (SemEval only, else 0).
+        ``sentences1``, ``sentences2`` (lists of str), ``scores`` (float64,
+        shape (n_pairs,)), ``pairs`` (object array of shape (n_pairs, 2), the
+        input of :class:`~sklearn_isotropy.metrics.PairedCosineSimilarity`),
+        ``filename``, ``format``, ``split`` and ``n_skipped`` (SemEval pairs
+        without a gold score).
 
     Raises
     ------
     FileNotFoundError
         If `source` does not exist or a directory lacks the requested split.
     ValueError
-        If a line is malformed, a field is longer than the csv module's
-        limit (131,072 characters, usually an unclosed quote) or the file is
-        not UTF-8 text (each message gives file and line number), or an
-        argument is invalid.
+        If a line is malformed (an unclosed quote included) or the file is not
+        UTF-8 text (naming file and line), or an argument is invalid.
     OSError
-        If ``"stsb"`` is not cached and cannot be downloaded (including a
-        download that does not finish within its deadline, 300 s), or the
-        download does not match its checksum.
+        If ``"stsb"`` is not cached and cannot be downloaded within 300 s, or
+        the download does not match its checksum.
 
     Notes
     -----
-    Files are read as UTF-8; a leading byte-order mark (as Excel and
-    Notepad write) is dropped. A download goes to a temporary file that is
-    renamed into the cache only once its checksum matches; a failed download
-    leaves no file and no directory behind.
+    Files are read as UTF-8 (a byte-order mark is dropped); a download is
+    renamed into the cache only once its checksum matches. See
+    :ref:`reliability_data`.
 
     Examples
     --------

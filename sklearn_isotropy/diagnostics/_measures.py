@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.special import logsumexp
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_array
@@ -16,7 +17,7 @@ def _check_X(X, min_samples=2):
 
 
 def _covariance_eigenvalues(X, *, relative=False):
-    """Eigenvalues (descending, >= 0) of the covariance of X, computed by SVD.
+    """Return the covariance eigenvalues of X (descending, >= 0), by SVD.
 
     With ``relative=True`` they are divided by the squared largest centred
     magnitude, which keeps ratios exact for data near the float limits.
@@ -30,8 +31,13 @@ def _covariance_eigenvalues(X, *, relative=False):
     return ev if relative else ev * scale**2
 
 
-def pair_cosines(X, *, n_pairs=10_000, random_state=None):
-    """Cosine similarities of random pairs of distinct rows.
+def pair_cosines(
+    X: ArrayLike,
+    *,
+    n_pairs: int = 10_000,
+    random_state: int | np.random.RandomState | None = None,
+) -> np.ndarray:
+    """Compute the cosine similarities of random pairs of distinct rows.
 
     Parameters
     ----------
@@ -66,8 +72,13 @@ def pair_cosines(X, *, n_pairs=10_000, random_state=None):
     return np.clip(np.einsum("ij,ij->i", U[i], U[j]), -1.0, 1.0)
 
 
-def mean_pair_cosine(X, *, n_pairs=10_000, random_state=None):
-    """Mean cosine similarity of random pairs of distinct rows.
+def mean_pair_cosine(
+    X: ArrayLike,
+    *,
+    n_pairs: int = 10_000,
+    random_state: int | np.random.RandomState | None = None,
+) -> float:
+    """Compute the mean cosine similarity of random pairs of distinct rows.
 
     About 0 for isotropic embeddings, close to 1 for embeddings crowded in a
     narrow cone (Ethayarajh, 2019, measures anisotropy this way).
@@ -84,6 +95,7 @@ def mean_pair_cosine(X, *, n_pairs=10_000, random_state=None):
     Returns
     -------
     mean_cosine : float
+        In [-1, 1].
 
     Examples
     --------
@@ -98,8 +110,8 @@ def mean_pair_cosine(X, *, n_pairs=10_000, random_state=None):
     return float(np.mean(pair_cosines(X, n_pairs=n_pairs, random_state=random_state)))
 
 
-def isotropy_score(X, *, normalize=False):
-    """Isotropy score I(W) of Mu & Viswanath (2018), in [0, 1].
+def isotropy_score(X: ArrayLike, *, normalize: bool = False) -> float:
+    """Compute the isotropy score I(W) of Mu & Viswanath (2018), in [0, 1].
 
     ``I(W) = min_c Z(c) / max_c Z(c)`` with the partition function
     ``Z(c) = sum_i exp(c . w_i)`` over the rows ``w_i`` of `X`, where `c`
@@ -111,9 +123,8 @@ def isotropy_score(X, *, normalize=False):
     X : array-like of shape (n_samples, n_features)
         Embeddings (not centred: a common offset is anisotropy too).
     normalize : bool, default=False
-        Scale every row to unit norm first. ``Z(c)`` is not scale-invariant,
-        so use this to compare embeddings of different scale (e.g. before and
-        after whitening); False keeps the original definition.
+        Scale every row to unit norm first, to compare embeddings of different
+        scale (``Z(c)`` is not scale-invariant); False is the original.
 
     Returns
     -------
@@ -122,10 +133,8 @@ def isotropy_score(X, *, normalize=False):
 
     Notes
     -----
-    An eigenvector's sign is arbitrary, so both ``c`` and ``-c`` are used for
-    each eigenvector, which makes the value independent of the eigensolver's
-    sign choice. Without `normalize` the value depends on the scale of `X`,
-    as in the original definition.
+    Both ``c`` and ``-c`` are used for each eigenvector, so the value does
+    not depend on the eigensolver's sign choice.
 
     References
     ----------
@@ -154,8 +163,8 @@ def isotropy_score(X, *, normalize=False):
     return float(np.exp(np.min(log_z) - np.max(log_z)))
 
 
-def effective_rank(X, *, center=True):
-    """Effective rank of Roy & Vetterli (2007).
+def effective_rank(X: ArrayLike, *, center: bool = True) -> float:
+    """Compute the effective rank of Roy & Vetterli (2007).
 
     ``exp(H(p))`` where ``p_k = s_k / sum(s)`` are the normalised singular
     values of `X` (centred by default) and ``H`` is the Shannon entropy. It
@@ -202,8 +211,8 @@ def effective_rank(X, *, center=True):
     return float(np.exp(-np.sum(p * np.log(p))))
 
 
-def top_component_variance_ratio(X, *, n_components=1):
-    """Share of the total variance in the top principal component(s).
+def top_component_variance_ratio(X: ArrayLike, *, n_components: int = 1) -> float:
+    """Compute the share of the total variance in the top principal component(s).
 
     Parameters
     ----------
@@ -238,8 +247,13 @@ def top_component_variance_ratio(X, *, n_components=1):
     return float(min(1.0, ev[:n_components].sum() / total))
 
 
-def anisotropy_report(X, *, n_pairs=10_000, random_state=None):
-    """All anisotropy measures of an embedding matrix in one dict.
+def anisotropy_report(
+    X: ArrayLike,
+    *,
+    n_pairs: int = 10_000,
+    random_state: int | np.random.RandomState | None = None,
+) -> dict:
+    """Compute every anisotropy measure of an embedding matrix, in one dict.
 
     Parameters
     ----------

@@ -7,10 +7,17 @@ imported only when a plot is drawn.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._utils import import_optional
 from ._measures import _check_X, _covariance_eigenvalues, pair_cosines
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 __all__ = [
     "plot_cosine_histogram",
@@ -29,7 +36,7 @@ def _new_axes(ax):
 
 
 def _as_named(embeddings, *, keep_dtype=False):
-    """Accept one matrix or a mapping ``label -> matrix``.
+    """Return a mapping ``label -> matrix`` of one matrix or a mapping.
 
     With ``keep_dtype``, each value is ``(X, dtype)``: the float64 matrix and
     the dtype it came in (whose precision sets the numerical rank).
@@ -55,7 +62,7 @@ _LINESTYLES = ("-", "--", "-.", ":")
 
 
 def _numerical_rank_spectrum(X, dtype, *, relative):
-    """Covariance eigenvalues of ``X`` down to its numerical rank.
+    """Return the covariance eigenvalues of ``X`` down to its numerical rank.
 
     Directions whose singular value is below ``s_max * max(n, d) * eps`` (the
     rule of :func:`numpy.linalg.matrix_rank`, with the machine epsilon of the
@@ -84,17 +91,15 @@ def _legend_outside(ax, n_entries):
         )
 
 
-def plot_eigenvalue_spectrum(embeddings, *, normalize=True, ax=None):
+def plot_eigenvalue_spectrum(
+    embeddings: ArrayLike | dict, *, normalize: bool = True, ax: Axes | None = None
+) -> Axes:
     """Plot the sorted covariance eigenvalues of one or more embedding matrices.
 
     An anisotropic embedding has a spectrum that falls steeply (a few
     directions dominate); a whitened one is flat. Each spectrum is drawn down
-    to the numerical rank of its matrix (the rule of
-    :func:`numpy.linalg.matrix_rank`, with the machine epsilon of the
-    matrix's dtype): directions a transform removed, or that fewer rows than
-    dimensions cannot span, are left out instead of being drawn as round-off
-    at 1e-12. Lines get distinct markers and styles, so spectra that
-    coincide stay visible, and the legend sits outside the axes.
+    to the numerical rank of its matrix (:func:`numpy.linalg.matrix_rank`'s
+    rule, with the epsilon of the matrix's dtype), not into round-off.
 
     Parameters
     ----------
@@ -151,12 +156,16 @@ def plot_eigenvalue_spectrum(embeddings, *, normalize=True, ax=None):
 
 
 def plot_cosine_histogram(
-    embeddings, *, n_pairs=10_000, bins=50, random_state=None, ax=None
-):
+    embeddings: ArrayLike | dict,
+    *,
+    n_pairs: int = 10_000,
+    bins: int = 50,
+    random_state: int | np.random.RandomState | None = None,
+    ax: Axes | None = None,
+) -> Axes:
     """Plot histograms of the cosine similarity of random pairs of rows.
 
-    Anisotropic embeddings have all pair cosines bunched near 1; isotropic
-    ones spread around 0.
+    Anisotropic embeddings bunch near 1; isotropic ones spread around 0.
 
     Parameters
     ----------
@@ -168,14 +177,14 @@ def plot_cosine_histogram(
     bins : int, default=50
         Histogram bins over [-1, 1].
     random_state : int, RandomState instance or None, default=None
-        Seed of the pair sampling (the same pairs for every matrix with the
-        same number of rows).
+        Seed of the pair sampling (the same pairs for matrices of as many rows).
     ax : matplotlib Axes, default=None
         Axes to draw on; a new figure is created when None.
 
     Returns
     -------
     ax : matplotlib Axes
+        The axes drawn on.
 
     Examples
     --------
@@ -209,13 +218,18 @@ def plot_cosine_histogram(
 
 
 def plot_cosine_panels(
-    embeddings, *, reference=None, n_pairs=10_000, bins=50, random_state=0, figure=None
-):
-    """Small multiples of pair-cosine histograms: one panel per matrix.
+    embeddings: dict,
+    *,
+    reference: str | None = None,
+    n_pairs: int = 10_000,
+    bins: int = 50,
+    random_state: int | np.random.RandomState | None = 0,
+    figure: Figure | None = None,
+) -> Figure:
+    """Plot small multiples of pair-cosine histograms, one panel per matrix.
 
-    Each panel draws the cosine similarity of random pairs of rows of one
-    matrix, titled with its mean; the `reference` matrix's histogram (the
-    raw embeddings, say) is drawn in grey behind every other panel.
+    Each panel, titled with its mean, draws the cosines of random pairs of
+    rows of one matrix, over the `reference` matrix's histogram in grey.
 
     Parameters
     ----------
@@ -235,6 +249,7 @@ def plot_cosine_panels(
     Returns
     -------
     figure : matplotlib Figure
+        The figure drawn on.
 
     Examples
     --------
@@ -295,24 +310,26 @@ _PRECISION_LINES = {
 
 
 def plot_quality_vs_bytes(
-    records, *, metric="mrr@10", ax=None, title=None, legend=True, zoom=None
-):
+    records: list[dict],
+    *,
+    metric: str = "mrr@10",
+    ax: Axes | None = None,
+    title: str | None = None,
+    legend: bool = True,
+    zoom: float | None = None,
+) -> Axes:
     """Plot a quality score against bytes per vector (log scale).
 
-    One colour per method; within it one line per precision through the
-    method's dimensions (solid float32, dashed int8, dotted binary), so a
-    method's compression curve reads left to right. Methods without a
-    dimension (raw, NATSV) are single hollow markers per precision. The
-    legend sits outside the axes, on the right; save with
-    ``bbox_inches="tight"`` to keep it.
+    One colour per method, one line per precision through its dimensions
+    (solid float32, dashed int8, dotted binary); a method without a
+    dimension is a hollow marker. The legend sits right of the axes (save
+    with ``bbox_inches="tight"``).
 
     Parameters
     ----------
     records : list of dict
-        Records of a retrieval :func:`~sklearn_isotropy.evaluation.evaluate`
-        run (``Evaluation.records``; failed ones are skipped): each with
-        ``method``, ``label``, ``k``, ``quantization``, ``bytes_per_vector``
-        and the score.
+        ``Evaluation.records`` of a retrieval
+        :func:`~sklearn_isotropy.evaluation.evaluate` run (failed ones skipped).
     metric : str, default="mrr@10"
         Which score to plot (x100).
     ax : matplotlib.axes.Axes, default=None
@@ -327,6 +344,7 @@ def plot_quality_vs_bytes(
     Returns
     -------
     ax : matplotlib.axes.Axes
+        The axes drawn on.
     """
     ax = _new_axes(ax)
     ok = [r for r in records if "error" not in r]

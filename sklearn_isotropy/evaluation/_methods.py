@@ -58,7 +58,18 @@ class Method:
     needs_dev: bool = False
 
     def format_label(self, params: dict) -> str:
-        """The table label with ``params`` filled in (the bare name if missing)."""
+        """Return the table label with ``params`` filled in.
+
+        Parameters
+        ----------
+        params : dict
+            The reported parameters of a run.
+
+        Returns
+        -------
+        label : str
+            The label; the bare name if a field of its template is missing.
+        """
         try:
             if callable(self.label):
                 return str(self.label(params))
@@ -78,17 +89,33 @@ def check_new_name(name, registry, kind):
             f"A {kind} name must be a non-empty str without commas; got {name!r}."
         )
     if name in registry:
-        raise ValueError(f"The {kind} {name!r} is already registered.")
+        raise ValueError(f"The {kind} {name!r} is already registered; pick another.")
 
 
 def register_method(
-    name, *, label=None, help="", uses_k=False, full_width=True, needs_dev=False
-):
-    """Decorator that adds ``build`` to :data:`METHODS` under ``name``.
+    name: str,
+    *,
+    label: str | Callable | None = None,
+    help: str = "",
+    uses_k: bool = False,
+    full_width: bool = True,
+    needs_dev: bool = False,
+) -> Callable:
+    """Return a decorator that adds ``build`` to :data:`METHODS`.
 
-    The arguments are the fields of :class:`Method` (``label`` defaults to
-    the name); ``name`` must not be taken. Returns the decorator, which
-    registers ``build(k, n_features, settings, dev)`` and returns it.
+    Parameters
+    ----------
+    name : str
+        The name, not taken yet.
+    label : str or callable, default=None
+        The table label (see :class:`Method`); the name when None.
+    help, uses_k, full_width, needs_dev : see :class:`Method`
+        The other fields of the method.
+
+    Returns
+    -------
+    decorator : callable
+        Registers ``build(k, n_features, settings, dev)`` and returns it.
 
     Examples
     --------
@@ -127,7 +154,7 @@ def _build_sn(k, n_features, settings, dev=None):
 
 
 def _whitening(power=None, noise_variance=None):
-    """The build of whitening at ``power`` (None: the settings' power)."""
+    """Return the build of whitening at ``power`` (None: the settings' power)."""
 
     def build(k, n_features, settings, dev=None):
         from ..linear import WhiteningTransformer

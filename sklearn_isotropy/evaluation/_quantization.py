@@ -7,7 +7,7 @@ task's ``--quantize`` choices and its reports read the registry.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,13 +22,20 @@ __all__ = ["QUANTIZATIONS", "Quantization", "register_quantization"]
 class Quantization:
     """One output precision of the index.
 
-    ``name`` is the ``--quantize`` name and ``help`` one line for ``--help``
-    and the reports. ``encode(queries, corpus, calibration)`` returns the
-    query and corpus codes from unit-norm float rows (``calibration`` is
-    the unit-norm output of the method on the fitting sentences), compared
-    by ``metric`` (``"ip"`` or ``"hamming"``); ``bytes_per_vector(d)`` is
-    the index size of one vector of width ``d``; ``requires`` names the
-    modules ``encode`` imports, checked before a run starts.
+    Parameters
+    ----------
+    name, help : str
+        The ``--quantize`` name, and one line for ``--help`` and the reports.
+    encode : callable
+        ``encode(queries, corpus, calibration)`` returns the query and corpus
+        codes of unit-norm float rows (``calibration``: the unit-norm output
+        of the method on the fitting sentences).
+    metric : {"ip", "hamming"}
+        How codes are compared.
+    bytes_per_vector : callable
+        ``bytes_per_vector(d)`` is the index size of one vector of width ``d``.
+    requires : tuple of str, default=()
+        The modules ``encode`` imports, checked before a run starts.
     """
 
     name: str
@@ -38,8 +45,14 @@ class Quantization:
     bytes_per_vector: Callable
     requires: tuple = ()
 
-    def missing(self):
-        """The required modules that cannot be imported here."""
+    def missing(self) -> list[str]:
+        """Return the required modules that cannot be imported here.
+
+        Returns
+        -------
+        modules : list of str
+            Names from ``requires``.
+        """
         from importlib.util import find_spec
 
         return [m for m in self.requires if find_spec(m) is None]
@@ -49,12 +62,27 @@ class Quantization:
 QUANTIZATIONS: dict[str, Quantization] = {}
 
 
-def register_quantization(name, *, help, metric, bytes_per_vector, requires=()):
-    """Decorator that adds ``encode`` to :data:`QUANTIZATIONS` under ``name``.
+def register_quantization(
+    name: str,
+    *,
+    help: str,
+    metric: str,
+    bytes_per_vector: Callable[[int], int],
+    requires: Sequence[str] = (),
+) -> Callable:
+    """Return a decorator that adds ``encode`` to :data:`QUANTIZATIONS`.
 
-    The arguments are the fields of :class:`Quantization`; ``name`` must not
-    be taken. Returns the decorator, which registers ``encode(queries,
-    corpus, calibration)`` and returns it.
+    Parameters
+    ----------
+    name : str
+        The name, not taken yet.
+    help, metric, bytes_per_vector, requires : see :class:`Quantization`
+        The other fields of the precision.
+
+    Returns
+    -------
+    decorator : callable
+        Registers ``encode(queries, corpus, calibration)`` and returns it.
     """
     check_new_name(name, QUANTIZATIONS, "quantization")
     if metric not in ("ip", "hamming"):

@@ -13,12 +13,17 @@ import json
 import os
 import platform
 import uuid
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ._quantization import QUANTIZATIONS
+
+if TYPE_CHECKING:
+    from ._task import Evaluation
 
 __all__ = [
     "REPORTS",
@@ -33,9 +38,19 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Column:
-    """One column of a task's result table: its ``header``, ``value(record)
-    -> str`` for a record that ran, whether it is a ``score`` (a failed run
-    shows "failed" there, "-" elsewhere) and ``left``-aligned (text)."""
+    """One column of a task's result table.
+
+    Parameters
+    ----------
+    header : str
+        The column's heading.
+    value : callable
+        ``value(record) -> str``, the cell of a record that ran.
+    score : bool, default=False
+        Whether it is a score: a failed run shows "failed" there, "-" elsewhere.
+    left : bool, default=False
+        Whether the cells are left-aligned (text).
+    """
 
     header: str
     value: object
@@ -66,37 +81,90 @@ class Report:
     def __init__(self, evaluation):
         self.evaluation = evaluation
 
-    def columns(self) -> list:
-        """The :class:`Column` s of the result table, after the method's label."""
+    def columns(self) -> list[Column]:
+        """Return the columns of the result table, after the method's label.
+
+        Returns
+        -------
+        list of Column
+            The task's columns.
+        """
         return []
 
     def describe(self) -> str:
-        """The data's sizes in a few words."""
+        """Describe the data's sizes in a few words.
+
+        Returns
+        -------
+        str
+            The description.
+        """
         return ""
 
-    def header_lines(self) -> list:
-        """Task-specific lines of the Markdown report's header."""
+    def header_lines(self) -> list[str]:
+        """Return the task's lines of the Markdown report's header.
+
+        Returns
+        -------
+        list of str
+            Markdown lines.
+        """
         return []
 
-    def sections(self) -> list:
-        """Task-specific Markdown sections after the result tables."""
+    def sections(self) -> list[str]:
+        """Return the task's Markdown sections after the result tables.
+
+        Returns
+        -------
+        list of str
+            Markdown lines.
+        """
         return []
 
-    def console_lines(self) -> list:
-        """Task-specific lines printed under the console tables."""
+    def console_lines(self) -> list[str]:
+        """Return the task's lines printed under the console tables.
+
+        Returns
+        -------
+        list of str
+            Plain-text lines.
+        """
         return []
 
     def json_fields(self) -> dict:
-        """Task-specific entries of the JSON report."""
+        """Return the task's entries of the JSON report.
+
+        Returns
+        -------
+        dict
+            Entries that JSON can encode.
+        """
         return {}
 
-    def figures(self) -> list:
-        """``(file name, matplotlib Figure)`` of each figure (matplotlib is there)."""
+    def figures(self) -> list[tuple[str, object]]:
+        """Draw the task's figures (matplotlib is installed).
+
+        Returns
+        -------
+        list of tuple
+            ``(file name, matplotlib Figure)`` of each figure.
+        """
         return []
 
     @staticmethod
-    def progress(records) -> str:
-        """One line of progress text about a method's records."""
+    def progress(records: list[dict]) -> str:
+        """Describe a method's records in one line of progress text.
+
+        Parameters
+        ----------
+        records : list of dict
+            The records of one run.
+
+        Returns
+        -------
+        str
+            The line.
+        """
         return ""
 
 
@@ -303,7 +371,7 @@ REPORTS = {"sts": STSReport, "retrieval": RetrievalReport}
 
 
 def report_class(task):
-    """The report class of ``task`` (the plain :class:`Report` if it has none)."""
+    """Return the report class of ``task`` (:class:`Report` if it has none)."""
     return REPORTS.get(task.name, Report)
 
 
@@ -327,7 +395,7 @@ def _size(n_bytes):
 
 
 def _rows(evaluation, pooling):
-    """The header and the cells of one pooling's table."""
+    """Return the header and the cells of one pooling's table."""
     columns = report_class(evaluation.task)(evaluation).columns()
     header = ["method", *[c.header for c in columns]]
     rows = []
@@ -340,8 +408,10 @@ def _rows(evaluation, pooling):
     return header, rows, [True, *[c.left for c in columns]]
 
 
-def format_table(evaluation, *, markdown=False, pooling=None):
-    """The results: one block per pooling, one row per run.
+def format_table(
+    evaluation: Evaluation, *, markdown: bool = False, pooling: str | None = None
+) -> str:
+    """Format the results as tables: one block per pooling, one row per run.
 
     Each pooling gets its own block (a heading line, then the table), so
     the plain-text output stays narrow however many poolings were run, and
@@ -360,6 +430,7 @@ def format_table(evaluation, *, markdown=False, pooling=None):
     Returns
     -------
     table : str
+        The tables.
     """
     blocks = []
     for p in [pooling] if pooling else evaluation.poolings:
@@ -386,8 +457,10 @@ def format_table(evaluation, *, markdown=False, pooling=None):
     return "\n\n".join(blocks)
 
 
-def to_markdown(evaluation, figures=()):
-    """The Markdown report of an evaluation.
+def to_markdown(
+    evaluation: Evaluation, figures: Sequence[str | os.PathLike] = ()
+) -> str:
+    """Render the Markdown report of an evaluation.
 
     Parameters
     ----------
@@ -399,6 +472,7 @@ def to_markdown(evaluation, figures=()):
     Returns
     -------
     text : str
+        The report.
     """
     ev, report = evaluation, report_class(evaluation.task)(evaluation)
     md = [
@@ -433,8 +507,8 @@ def _json_default(obj):
     return str(obj)
 
 
-def to_json(evaluation, figures=()):
-    """The JSON report of an evaluation, as a string.
+def to_json(evaluation: Evaluation, figures: Sequence[str | os.PathLike] = ()) -> str:
+    """Render the JSON report of an evaluation, as a string.
 
     Parameters
     ----------
@@ -446,6 +520,7 @@ def to_json(evaluation, figures=()):
     Returns
     -------
     text : str
+        The report.
     """
     from .. import __version__
 
@@ -502,7 +577,7 @@ def _commit(out_dir, files):
 
 
 def _figure_files(evaluation):
-    """``{name: write(path)}`` of the figures, and why there are none (or None)."""
+    """Return ``{name: write(path)}`` of the figures, and why there are none."""
     try:
         import matplotlib.figure  # noqa: F401
     except ImportError:
@@ -514,7 +589,9 @@ def _figure_files(evaluation):
     }, None
 
 
-def write_reports(evaluation, out_dir, *, figures=True):
+def write_reports(
+    evaluation: Evaluation, out_dir: str | os.PathLike, *, figures: bool = True
+) -> tuple[list[str], str | None]:
     """Write ``<name>.md``, ``<name>.json`` and (optionally) the figures.
 
     ``<name>`` is the report's ``stem`` (``results`` for STS, ``retrieval``

@@ -13,11 +13,14 @@ pair retrieval scorer does.
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import sparse
 
 from .._utils import normalize_rows
@@ -45,6 +48,13 @@ _PROTOCOLS = {
 @dataclass
 class RetrievalTask(Task):
     """Queries, a corpus, relevance judgements, and the sentences to fit on.
+
+    :meth:`load` reads a BEIR folder (one that holds ``corpus.jsonl``;
+    :meth:`from_beir`) or STS data (:func:`load_sts_splits` with the
+    settings' ``max_pairs``, ``seed`` and ``format``): the pairs of the
+    settings' ``query_splits`` rated at least ``min_score`` give the queries
+    (:meth:`from_pairs`), every distinct sentence read the corpus, and
+    ``fit_on`` None is ``"train"`` when there is a train split.
 
     Parameters
     ----------
@@ -114,7 +124,7 @@ class RetrievalTask(Task):
                 f"n_documents) = {shape}"
             )
         if not np.isfinite(rel.data).all() or (rel.data < 0).any():
-            raise ValueError("relevance grades must be finite and >= 0")
+            raise ValueError("relevance holds a negative or non-finite grade; use >= 0")
         rel.eliminate_zeros()
         missing = np.flatnonzero(np.diff(rel.indptr) == 0)
         if missing.size:
@@ -149,7 +159,13 @@ class RetrievalTask(Task):
         return len(self.corpus)
 
     def summary(self) -> dict:
-        """Sizes and how the task was made, for reports."""
+        """Return the sizes and how the task was made, for reports.
+
+        Returns
+        -------
+        dict
+            Counts of queries, documents and judgements, and the ``notes``.
+        """
         return {
             "name": self.data_name,
             "queries": self.n_queries,
@@ -163,17 +179,17 @@ class RetrievalTask(Task):
     @classmethod
     def from_pairs(
         cls,
-        pairs,
-        scores,
+        pairs: ArrayLike,
+        scores: ArrayLike,
         *,
-        min_score=4.0,
-        symmetric=False,
-        extra_corpus=(),
-        data_name="STS pairs",
-        fit_texts=None,
-        fit_on="corpus",
-    ):
-        """A task from rated sentence pairs.
+        min_score: float = 4.0,
+        symmetric: bool = False,
+        extra_corpus: Iterable[str] = (),
+        data_name: str = "STS pairs",
+        fit_texts: list[str] | None = None,
+        fit_on: str = "corpus",
+    ) -> RetrievalTask:
+        """Make a task from rated sentence pairs.
 
         Each pair rated at least `min_score` makes its first sentence a
         query and its second sentence relevant to it (both ways with
@@ -195,12 +211,13 @@ class RetrievalTask(Task):
             Also query with the second sentence.
         extra_corpus : iterable of str, default=()
             More documents, none relevant.
-        data_name, fit_texts, fit_on
+        data_name, fit_texts, fit_on : see the class
             As for the class.
 
         Returns
         -------
         task : RetrievalTask
+            The task; its ``notes`` count the pairs used and left out.
 
         Raises
         ------
@@ -246,16 +263,39 @@ class RetrievalTask(Task):
         )
 
     @classmethod
-    def from_beir(cls, folder, *, split="test", data_name=None):
-        """A task from a BEIR folder (see :func:`~sklearn_isotropy.datasets.load_beir`).
+    def from_beir(
+        cls,
+        folder: str | os.PathLike,
+        *,
+        split: str = "test",
+        data_name: str | None = None,
+    ) -> RetrievalTask:
+        """Make a task from a BEIR folder.
 
         The queries are those of the ``split`` qrels file, in order of first
         appearance; a query whose judgements are all 0 is left out (counted
         in ``notes``). A document whose id is the query's id is excluded
         from its results, as BEIR does. The post-processors are fitted on
-        the corpus; ``data_name`` is the folder's name when None. Raises
-        ``EvaluationError`` if a file is missing, not UTF-8 or
-        malformed, naming the file and line.
+        the corpus.
+
+        Parameters
+        ----------
+        folder : str or path-like
+            The folder, as :func:`~sklearn_isotropy.datasets.load_beir` reads it.
+        split : str, default="test"
+            The qrels file.
+        data_name : str, default=None
+            How reports name the task; the folder's name when None.
+
+        Returns
+        -------
+        task : RetrievalTask
+            The task.
+
+        Raises
+        ------
+        EvaluationError
+            If a file is missing, not UTF-8 or malformed (naming file and line).
         """
         from ..datasets import load_beir
 
@@ -304,19 +344,6 @@ class RetrievalTask(Task):
 
     @classmethod
     def load(cls, data, settings=None, *, fit_on=None, methods=()):
-        """A task from a BEIR folder or from STS data.
-
-        ``data`` is a BEIR folder (it holds ``corpus.jsonl``), an STS
-        directory, one STS file (its pairs are the test split) or
-        ``"stsb"``, read by :func:`load_sts_splits` with the settings'
-        ``max_pairs``, ``seed`` and ``format``. From STS data, the pairs of
-        the settings' ``query_splits`` rated at least ``min_score`` give the
-        queries (:meth:`from_pairs`); the corpus is every distinct sentence
-        of every split read. ``fit_on`` None is ``"train"`` when STS data
-        has a train split, else ``"corpus"``; ``methods`` is unused. Raises
-        ``EvaluationError`` if the data cannot be read, or the
-        protocol needs a split it lacks.
-        """
         s = settings or EvaluationSettings()
         if fit_on is not None:
             check_fit_on(cls, fit_on)
@@ -392,27 +419,42 @@ class RetrievalTask(Task):
         ks = sorted({int(k) for k in settings.dimensions if 0 < k < n_features})
         return ks + ([None] if method.full_width else [])
 
-    def score(self, transformer, embeddings, settings=None):
+    def score(
+        self,
+        transformer: object,
+        embeddings: dict,
+        settings: EvaluationSettings | None = None,
+    ) -> tuple[list[dict], None]:
         """Fit a clone of ``transformer``, search the corpus, score the ranking.
 
         The clone is fitted on the ``"fit"`` embeddings only (the corpus
         when absent), applied to the queries and the corpus, and the rows
         are scaled to unit norm so that the inner product is the cosine. For
         each of the settings' ``quantizations`` the corpus is indexed, every
-        query searches it exactly and the ranking is scored; the index
-        memory is ``n_documents * bytes_per_vector`` and the latency is
-        timed on the same index.
+        query searches it exactly and the ranking is scored.
 
-        ``embeddings`` holds ``"queries"`` (n_queries, d) and ``"corpus"``
-        (n_documents, d) in the task's order, and optionally ``"fit"``
-        (n_fit, d), the fitting sentences (also the int8 calibration and
-        the binary centre). Returns one record per precision, with
-        ``quantization``, ``dimensions`` (output width),
-        ``bytes_per_vector``, ``index_bytes``, each metric, ``latency_ms``
-        (median of one-query searches on one thread),
-        ``batch_ms_per_query`` (the best of three searches of every query,
-        per query), ``search_seconds``, ``fit_seconds``,
-        ``transform_seconds`` and ``backend``; and no artifact.
+        Parameters
+        ----------
+        transformer : estimator or "passthrough"
+            The unfitted transformer of a method.
+        embeddings : dict
+            ``"queries"`` (n_queries, d) and ``"corpus"`` (n_documents, d) in
+            the task's order, and optionally ``"fit"`` (n_fit, d), the fitting
+            sentences (also the int8 calibration and the binary centre).
+        settings : EvaluationSettings, default=None
+            The options; the defaults when None.
+
+        Returns
+        -------
+        records : list of dict
+            One per precision: ``quantization``, ``dimensions`` (output
+            width), ``bytes_per_vector``, ``index_bytes`` (``n_documents *
+            bytes_per_vector``), each metric, ``latency_ms`` (median of
+            one-query searches on one thread), ``batch_ms_per_query`` (best
+            of three searches of every query), ``search_seconds``,
+            ``fit_seconds``, ``transform_seconds`` and ``backend``.
+        artifact : None
+            No figure needs more.
 
         Examples
         --------
@@ -501,7 +543,7 @@ class RetrievalTask(Task):
 
 
 def _latency(index, queries, n_timed, seed, k):
-    """Median ms of one-query searches (one thread); best of 3 batched, per query."""
+    """Time one-query searches (median ms, one thread) and batches (best of 3)."""
     if n_timed <= 0:
         return None, None
     rng = np.random.RandomState(seed)

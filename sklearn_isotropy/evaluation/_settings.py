@@ -2,15 +2,15 @@
 
 :class:`EvaluationSettings` is the only place an evaluation default is
 written. Each field's metadata says which tasks read it and, for the fields
-the command line exposes, its flag and help line: ``sklearn-isotropy
-evaluate --help``, ``sklearn-isotropy retrieval --help`` and the class's own
-docstring are generated from it.
+the command line exposes, its flag and help line, from which ``sklearn-isotropy
+evaluate --help`` and ``sklearn-isotropy retrieval --help`` are generated. The
+class docstring documents the fields; ``tests/test_evaluation.py`` checks that
+it names each field with its type, default and tasks.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field, fields
+from dataclasses import Field, dataclass, field, fields
 
 from .._defaults import DEFAULT_MODEL_NAME, ENCODE_BATCH_SIZE
 from ..exceptions import EvaluationError
@@ -18,23 +18,21 @@ from ..metrics import DEFAULT_RETRIEVAL_METRICS, SEARCH_BACKENDS, make_retrieval
 
 __all__ = ["EvaluationSettings"]
 
-_TASK_NAMES = {"sts": "STS", "retrieval": "Retrieval"}  # for the docstring
 
-
-def _option(default, doc, *, tasks=None, check=None, flag=None, **cli):
-    """A settings field: its default, its documentation, its command line.
+def _option(default, *, tasks=None, check=None, flag=None, help=None, **cli):
+    """Return a settings field: its default, the tasks reading it, its flag.
 
     A field with a ``flag`` (True: ``--`` and the field name with dashes)
     is a command-line option of the ``tasks`` that read it (None: every
-    task, a new one included): ``parser`` names how
+    task, a new one included), with the ``help`` line: ``parser`` names how
     its text is read (``"positive_int"``, ``"ints"``, ``"number>=0"``...) or
-    is a tuple of the choices; ``help`` is its help line (``doc`` when
-    None) and ``shown`` how the help names the default, if not its value.
-    ``check(names)`` raises if a non-empty tuple of names cannot run.
+    is a tuple of the choices, and ``shown`` how the help names the default,
+    if not its value. ``check(names)`` raises if a non-empty tuple of names
+    cannot run.
     """
-    cli = {"flag": flag, "parser": None, "help": None, "shown": None, **cli}
-    metadata = {"doc": doc, "tasks": tasks, "cli": cli if flag else None}
-    return field(default=default, metadata={**metadata, "check": check})
+    cli = {"flag": flag, "parser": None, "help": help, "shown": None, **cli}
+    metadata = {"tasks": tasks, "cli": cli if flag else None, "check": check}
+    return field(default=default, metadata=metadata)
 
 
 def _check_quantizations(names):
@@ -63,46 +61,105 @@ def _check_metrics(names):
 
 @dataclass
 class EvaluationSettings:
-    # the docstring is generated from the fields (see the end of the module)
+    """Options of an evaluation: encoding, methods, retrieval and output.
+
+    Every default of the evaluation is written here, once; the command
+    line's flags and help are generated from these fields. A task reads
+    the fields it needs and ignores the others.
+
+    Parameters
+    ----------
+    model : str or None, default=None
+        Hugging Face model name or local directory of the encoder; None is
+        the embedded default (all-MiniLM-L6-v2).
+    encoder : str, default="transformer"
+        ``transformer`` encodes per pooling; ``static`` is
+        :class:`~sklearn_isotropy.StaticEmbeddingVectorizer` of ``model`` with
+        its defaults, fitted on the task's texts (the poolings are not used).
+    poolings : tuple of str, default=("mean", "embeddings_avg")
+        Pooling presets to evaluate, in order.
+    batch_size : int, default=32
+        Encoding batch size.
+    device : str, default="cpu"
+        Torch device of the encoder and the flow.
+    cache : str or None, default=None
+        Directory caching sentence encodings across runs (``memory=``).
+    format : str or None, default=None
+        File format of STS data (see :func:`~sklearn_isotropy.datasets.load_sts`);
+        detected from the files when None.
+    max_pairs : int or None, default=None
+        Keep a fixed random subset of at most this many pairs per STS split.
+    seed : int, default=0
+        Seeds the subset, the flow, the grid's folds and the timed queries.
+    n_components : int, default=256
+        Dimension ``k`` of ``whitening``, ``pca`` and ``truncate`` on STS
+        (every dimension when the embeddings are not wider). STS only.
+    dimensions : tuple of int, default=(32, 64, 128, 256)
+        Dimensions ``k`` of the retrieval study, for the methods that take
+        one; those not below the embedding width are skipped. Retrieval only.
+    power : float, default=1.0
+        Power of ``whitening`` (1 whitens fully, 0 is PCA).
+    natsv_components : int, default=5
+        Top principal directions removed by ``natsv`` (at most ``d - 1``).
+    flow_epochs : int, default=1
+        Training epochs of ``flow`` (1 is BERT-flow's protocol).
+    cv : int, default=5
+        Folds of the ``grid`` search on the dev pairs. STS only.
+    grid_k : tuple of int, default=(64, 128, 256)
+        Whitening dimensions the ``grid`` method searches (with every
+        dimension, and no transform). STS only.
+    grid_power : tuple of float, default=(0.0, 0.5, 1.0)
+        Whitening powers the ``grid`` method searches. STS only.
+    quantizations : tuple of str, default=("float32", "int8", "binary")
+        Index precisions, names in :data:`QUANTIZATIONS`. Retrieval only.
+    metrics : tuple of str, default=("mrr@10", "recall@1", "recall@10", "ndcg@10")
+        Retrieval scores to report (``"mrr@10"``...). Retrieval only.
+    min_score : float, default=4.0
+        STS pairs rated at least this are relevant. Retrieval only.
+    symmetric : bool, default=False
+        Query with both sentences of a relevant STS pair. Retrieval only.
+    query_splits : tuple of str, default=("test",)
+        STS splits whose pairs give the queries. Retrieval only.
+    backend : str, default="auto"
+        Exact search engine (``auto``: faiss when installed). Retrieval only.
+    latency_queries : int, default=100
+        Queries timed one at a time (0: no timing). Retrieval only.
+    per_query : bool, default=False
+        Also keep every query's scores in each record. Retrieval only.
+    progress : bool or None, default=False
+        Progress bars of long steps: True shows them, False hides them, None
+        shows them on an interactive stderr only.
+    """
+
     model: str | None = _option(
         None,
-        "Hugging Face model name or local directory of the encoder; None is "
-        f"the embedded default ({DEFAULT_MODEL_NAME}).",
         flag=True,
         help="Hugging Face model name or local directory",
         shown=f"the embedded {DEFAULT_MODEL_NAME}",
     )
     encoder: str = _option(
         "transformer",
-        "``transformer`` encodes per pooling; ``static`` is "
-        ":class:`~sklearn_isotropy.StaticEmbeddingVectorizer` of ``model`` with "
-        "its defaults, fitted on the task's texts (the poolings are not used).",
         flag=True,
         parser=("transformer", "static"),
         help="transformer (per pooling) or static token means (fitted on the texts)",
     )
     poolings: tuple[str, ...] = _option(
         ("mean", "embeddings_avg"),
-        "Pooling presets to evaluate, in order.",
         flag="--pooling",
         parser="pooling",
         help="pooling preset; repeat for several",
     )
     batch_size: int = _option(
-        ENCODE_BATCH_SIZE, "Encoding batch size.", flag=True, parser="positive_int"
+        ENCODE_BATCH_SIZE, flag=True, parser="positive_int", help="encoding batch size"
     )
-    device: str = _option("cpu", "Torch device of the encoder and the flow.", flag=True)
+    device: str = _option(
+        "cpu", flag=True, help="torch device of the encoder and the flow"
+    )
     cache: str | None = _option(
-        None,
-        "Directory caching sentence encodings across runs (the vectorizer's "
-        "``memory=``).",
-        flag=True,
-        help="directory caching sentence encodings across runs",
+        None, flag=True, help="directory caching sentence encodings across runs"
     )
     format: str | None = _option(
         None,
-        "File format of STS data (see :func:`~sklearn_isotropy.datasets."
-        "load_sts`); detected from the files when None.",
         flag=True,
         parser="sts_format",
         help="file format of STS data",
@@ -110,30 +167,26 @@ class EvaluationSettings:
     )
     max_pairs: int | None = _option(
         None,
-        "Keep a fixed random subset of at most this many pairs per STS split "
-        "(for quick runs).",
         flag=True,
         parser="positive_int",
+        help="keep a random subset of at most this many pairs per STS split",
         shown="all",
     )
     seed: int = _option(
         0,
-        "Seeds the subset, the flow, the grid's folds and the timed queries.",
         flag=True,
         parser="int",
+        help="seeds the subset, the flow, the grid's folds and the timed queries",
     )
     n_components: int = _option(
         256,
-        "Dimension ``k`` of ``whitening``, ``pca`` and ``truncate`` on STS "
-        "(every dimension when the embeddings are not wider).",
         tasks=("sts",),
         flag=True,
         parser="positive_int",
+        help="dimension k of whitening, pca and truncate",
     )
     dimensions: tuple[int, ...] = _option(
         (32, 64, 128, 256),
-        "Dimensions ``k`` of the retrieval study, for the methods that take "
-        "one; those not below the embedding width are skipped.",
         tasks=("retrieval",),
         flag="--dims",
         parser="ints",
@@ -141,44 +194,27 @@ class EvaluationSettings:
     )
     power: float = _option(
         1.0,
-        "Power of ``whitening`` (1 whitens fully, 0 is PCA).",
         flag=True,
         parser="number>=0",
+        help="power of whitening (1 whitens fully, 0 is PCA)",
     )
     natsv_components: int = _option(
-        5,
-        "Top principal directions removed by ``natsv`` (at most ``d - 1``).",
-        flag=True,
-        parser="positive_int",
+        5, flag=True, parser="positive_int", help="top directions removed by natsv"
     )
     flow_epochs: int = _option(
-        1,
-        "Training epochs of ``flow`` (1 is BERT-flow's protocol).",
-        flag=True,
-        parser="positive_int",
+        1, flag=True, parser="positive_int", help="training epochs of flow"
     )
     cv: int = _option(
         5,
-        "Folds of the ``grid`` search on the dev pairs.",
         tasks=("sts",),
         flag=True,
         parser="positive_int",
+        help="folds of the grid search on the dev pairs",
     )
-    grid_k: tuple[int, ...] = _option(
-        (64, 128, 256),
-        "Whitening dimensions the ``grid`` method searches (with every "
-        "dimension, and no transform).",
-        tasks=("sts",),
-    )
-    grid_power: tuple[float, ...] = _option(
-        (0.0, 0.5, 1.0),
-        "Whitening powers the ``grid`` method searches.",
-        tasks=("sts",),
-    )
+    grid_k: tuple[int, ...] = _option((64, 128, 256), tasks=("sts",))
+    grid_power: tuple[float, ...] = _option((0.0, 0.5, 1.0), tasks=("sts",))
     quantizations: tuple[str, ...] = _option(
         ("float32", "int8", "binary"),
-        "Index precisions of the retrieval study (names in "
-        ":data:`~sklearn_isotropy.evaluation.QUANTIZATIONS`).",
         tasks=("retrieval",),
         flag="--quantize",
         parser="quantizations",
@@ -186,29 +222,19 @@ class EvaluationSettings:
         check=_check_quantizations,
     )
     metrics: tuple[str, ...] = _option(
-        DEFAULT_RETRIEVAL_METRICS,
-        "Retrieval scores to report (see "
-        ":func:`~sklearn_isotropy.metrics.retrieval_scores`).",
-        tasks=("retrieval",),
-        check=_check_metrics,
+        DEFAULT_RETRIEVAL_METRICS, tasks=("retrieval",), check=_check_metrics
     )
     min_score: float = _option(
         4.0,
-        "STS pairs rated at least this are relevant (4.0 is 80% of STS-B's 0-5 scale).",
         tasks=("retrieval",),
         flag=True,
         parser="number",
         help="STS pairs rated at least this are relevant",
     )
-    symmetric: bool = _option(
-        False, "Query with both sentences of a relevant STS pair.", tasks=("retrieval",)
-    )
-    query_splits: tuple[str, ...] = _option(
-        ("test",), "STS splits whose pairs give the queries.", tasks=("retrieval",)
-    )
+    symmetric: bool = _option(False, tasks=("retrieval",))
+    query_splits: tuple[str, ...] = _option(("test",), tasks=("retrieval",))
     backend: str = _option(
         "auto",
-        "Exact search engine: ``auto`` (faiss when installed), ``numpy`` or ``faiss``.",
         tasks=("retrieval",),
         flag=True,
         parser=("auto", *SEARCH_BACKENDS),
@@ -216,23 +242,13 @@ class EvaluationSettings:
     )
     latency_queries: int = _option(
         100,
-        "Queries timed one at a time for the latency figure (0: no timing).",
         tasks=("retrieval",),
         flag=True,
         parser="int>=0",
+        help="queries timed one at a time for the latency figure (0: no timing)",
     )
-    per_query: bool = _option(
-        False,
-        "Also keep every query's scores in each record (``per_query``), for "
-        "paired comparisons.",
-        tasks=("retrieval",),
-    )
-    progress: bool | None = _option(
-        False,
-        "Progress bars of long steps (encoding, the flow's epoch, the grid "
-        "search): True shows them, False hides them, None shows them only on "
-        "an interactive stderr.",
-    )
+    per_query: bool = _option(False, tasks=("retrieval",))
+    progress: bool | None = _option(False)
 
     @property
     def show_bars(self) -> bool:
@@ -241,8 +257,14 @@ class EvaluationSettings:
 
         return interactive_stderr() if self.progress is None else bool(self.progress)
 
-    def check(self, task):
-        """Raise before any work if a field ``task`` reads cannot run."""
+    def check(self, task: str) -> None:
+        """Raise before any work if a field that ``task`` reads cannot run.
+
+        Parameters
+        ----------
+        task : str
+            The name of the task (``"sts"``, ``"retrieval"``).
+        """
         for f in fields(self):
             only, check = f.metadata["tasks"], f.metadata["check"]
             if check is not None and (only is None or task in only):
@@ -251,35 +273,22 @@ class EvaluationSettings:
                 check(getattr(self, f.name))
 
     @classmethod
-    def options(cls, task):
-        """The fields ``task`` reads and the command line exposes, in order."""
+    def options(cls, task: str) -> list[Field]:
+        """Return the fields that ``task`` reads and the command line exposes.
+
+        Parameters
+        ----------
+        task : str
+            The name of the task (``"sts"``, ``"retrieval"``).
+
+        Returns
+        -------
+        list of dataclasses.Field
+            The fields, in declaration order.
+        """
         return [
             f
             for f in fields(cls)
             if f.metadata["cli"] is not None
             and (f.metadata["tasks"] is None or task in f.metadata["tasks"])
         ]
-
-
-def _docstring():
-    lines = [
-        "Options of an evaluation: encoding, methods, retrieval and output.",
-        "",
-        "Every default of the evaluation is written here, once; the command",
-        "line's flags and help are generated from these fields. A task reads",
-        "the fields it needs and ignores the others.",
-        "",
-        "Parameters",
-        "----------",
-    ]
-    for f in fields(EvaluationSettings):
-        kind = re.sub(r"tuple\[(\w+), \.\.\.\]", r"tuple of \1", str(f.type))
-        lines.append(f"{f.name} : {kind.replace(' | ', ' or ')}, default={f.default!r}")
-        only = f.metadata["tasks"]
-        names = ", ".join(_TASK_NAMES.get(t, t) for t in only or ())
-        where = f" ({names} only.)" if names else ""
-        lines.append(f"    {f.metadata['doc']}{where}")
-    return "\n".join(lines) + "\n"
-
-
-EvaluationSettings.__doc__ = _docstring()

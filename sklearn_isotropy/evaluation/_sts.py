@@ -8,10 +8,13 @@ pairs by :class:`~sklearn_isotropy.metrics.PairedCosineSimilarity`.
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
+from sklearn.utils import Bunch
 
 from ..exceptions import EvaluationError, NoSplitColumnError
 from ._methods import METHODS
@@ -21,8 +24,8 @@ from ._task import Task, check_fit_on, encode_once
 __all__ = ["STSTask", "load_sts_splits", "required_splits"]
 
 
-def required_splits(methods, fit_on="target"):
-    """The splits an STS evaluation of ``methods`` under ``fit_on`` reads.
+def required_splits(methods: Iterable[str], fit_on: str = "target") -> list[str]:
+    """Return the splits an STS evaluation of ``methods`` under ``fit_on`` reads.
 
     Parameters
     ----------
@@ -52,8 +55,13 @@ def required_splits(methods, fit_on="target"):
 
 
 def load_sts_splits(
-    data, splits=("test",), *, max_pairs=None, random_state=0, format=None
-):
+    data: str | os.PathLike,
+    splits: Sequence[str] = ("test",),
+    *,
+    max_pairs: int | None = None,
+    random_state: int = 0,
+    format: str | None = None,
+) -> dict[str, Bunch]:
     """Load the named splits of an STS data set.
 
     Parameters
@@ -137,6 +145,10 @@ def load_sts_splits(
 class STSTask(Task):
     """Rated sentence pairs: Spearman's rho x100 of cosines on the test split.
 
+    :meth:`load` reads the splits the methods need with
+    :func:`load_sts_splits` (the settings' ``max_pairs``, ``seed`` and
+    ``format``). See :mod:`sklearn_isotropy.evaluation` for an example.
+
     Parameters
     ----------
     splits : dict of str to Bunch
@@ -148,8 +160,6 @@ class STSTask(Task):
         the train split's.
     data_name : str, default="splits passed in"
         How reports name the data.
-
-    See :mod:`sklearn_isotropy.evaluation` for an example.
     """
 
     name = "sts"
@@ -176,11 +186,6 @@ class STSTask(Task):
 
     @classmethod
     def load(cls, data, settings=None, *, fit_on=None, methods=()):
-        """Read the splits an evaluation of ``methods`` needs from ``data``.
-
-        ``data`` is read by :func:`load_sts_splits` (with the settings'
-        ``max_pairs``, ``seed`` and ``format``).
-        """
         settings = settings or EvaluationSettings()
         fit_on = fit_on or "target"
         splits = load_sts_splits(
@@ -203,7 +208,21 @@ class STSTask(Task):
         k = settings.n_components
         return [k if method.uses_k and k < n_features else None]
 
-    def dev(self, embeddings):
+    def dev(self, embeddings: dict) -> tuple[np.ndarray, np.ndarray]:
+        """Return the dev pairs, for the methods that select on them.
+
+        Parameters
+        ----------
+        embeddings : dict
+            What :meth:`embed` returned.
+
+        Returns
+        -------
+        pairs : ndarray of shape (n_pairs, 2, n_features)
+            The embeddings of the dev pairs.
+        scores : ndarray of shape (n_pairs,)
+            Their gold scores.
+        """
         if "dev" not in embeddings:
             raise EvaluationError("the method selects on a dev split; none was loaded")
         return embeddings["dev"], self.splits["dev"].scores

@@ -13,8 +13,10 @@ render them. Nothing here prints or writes files.
 
 from __future__ import annotations
 
+import os
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -32,12 +34,8 @@ __all__ = ["Evaluation", "Task", "encode_texts", "evaluate"]
 class Task(ABC):
     """Labelled data and how a transformer is scored on it.
 
-    A task reads its data (:meth:`load`), has the texts it needs encoded
-    (:meth:`embed`), chooses the dimensions at which a method runs
-    (:meth:`dimensions`) and scores one unfitted transformer (:meth:`score`).
-    How its records are shown is its report's business
-    (:data:`~sklearn_isotropy.evaluation.REPORTS`). Adding a task is one
-    module implementing this class, and a report if its records need one.
+    Adding a task is one module implementing these methods, and a report
+    (:data:`~sklearn_isotropy.evaluation.REPORTS`) if its records need one.
     """
 
     #: The task's name, as the settings' fields list it ("sts", "retrieval").
@@ -57,32 +55,102 @@ class Task(ABC):
 
     @classmethod
     @abstractmethod
-    def load(cls, data, settings=None, *, fit_on=None, methods=()):
-        """Read the task from ``data`` (a path, or a name the task knows)."""
+    def load(
+        cls,
+        data: str | os.PathLike,
+        settings: EvaluationSettings | None = None,
+        *,
+        fit_on: str | None = None,
+        methods: Sequence[str] = (),
+    ) -> Task:
+        """Read the task from ``data``.
 
-    @abstractmethod
-    def embed(self, encode):
-        """What :meth:`score` reads, from ``encode(texts) -> embeddings``.
+        Parameters
+        ----------
+        data : str or path-like
+            A path, or a name the task knows (``"stsb"``).
+        settings : EvaluationSettings, default=None
+            The options, of which loading reads some (``max_pairs``...).
+        fit_on : str, default=None
+            The fitting protocol, a key of :attr:`protocols`; the first when None.
+        methods : sequence of str, default=()
+            The methods to run, if only some of the data is needed for them.
 
-        ``encode`` is called once, with every distinct text the task needs.
+        Returns
+        -------
+        task : Task
+            The task, ready to :meth:`embed` and :meth:`score`.
+
+        Raises
+        ------
+        EvaluationError
+            If the data cannot be read, or the protocol needs data it lacks.
         """
 
     @abstractmethod
-    def dimensions(self, method, n_features, settings) -> list:
-        """The output dimensions ``k`` to run ``method`` at (None: full width)."""
+    def embed(self, encode: Callable[[list[str]], np.ndarray]) -> dict:
+        """Encode the task's texts into what :meth:`score` reads.
+
+        Parameters
+        ----------
+        encode : callable
+            ``encode(texts) -> embeddings``, called once, with every
+            distinct text the task needs.
+
+        Returns
+        -------
+        embeddings : dict of str to ndarray
+            The embeddings by role (``"test"``, ``"queries"``...).
+        """
 
     @abstractmethod
-    def score(self, transformer, embeddings, settings):
+    def dimensions(
+        self, method: Method, n_features: int, settings: EvaluationSettings
+    ) -> list[int | None]:
+        """Return the output dimensions ``k`` to run ``method`` at.
+
+        Parameters
+        ----------
+        method : Method
+            The method to run.
+        n_features : int
+            The width of the embeddings.
+        settings : EvaluationSettings
+            The options.
+
+        Returns
+        -------
+        dimensions : list of int or None
+            One run per entry; None is the full width.
+        """
+
+    @abstractmethod
+    def score(
+        self, transformer: object, embeddings: dict, settings: EvaluationSettings
+    ) -> tuple[list[dict], object]:
         """Fit a clone of ``transformer`` and score it.
 
-        Returns ``(records, artifact)``: a list of dicts, each with the
-        output ``dimensions``, ``fit_seconds`` and the task's scores, and
-        what the task's figures need (or None).
+        Parameters
+        ----------
+        transformer : estimator or "passthrough"
+            The unfitted transformer of a method.
+        embeddings : dict
+            What :meth:`embed` returned.
+        settings : EvaluationSettings
+            The options.
+
+        Returns
+        -------
+        records : list of dict
+            Each with the output ``dimensions``, ``fit_seconds`` and the
+            task's scores.
+        artifact : object
+            What the task's figures need, or None.
         """
 
 
 def check_fit_on(task, fit_on):
-    """Raise ``EvaluationError`` unless ``fit_on`` is a protocol of ``task``."""
+    """Raise an ``EvaluationError`` unless ``fit_on`` is a protocol of ``task``."""
     if fit_on not in task.protocols:
         raise EvaluationError(
             f"fit_on must be one of {tuple(task.protocols)} for the {task.name} "
@@ -91,7 +159,7 @@ def check_fit_on(task, fit_on):
 
 
 def encode_once(encode, *groups):
-    """The embeddings of each group of texts, each distinct text encoded once."""
+    """Return the embeddings of each group of texts, each distinct text once."""
     texts = list(dict.fromkeys(t for group in groups for t in group))
     E, row = encode(texts), {t: i for i, t in enumerate(texts)}
     return [E[[row[t] for t in group]] for group in groups]
@@ -101,16 +169,14 @@ def encode_once(encode, *groups):
 class Evaluation:
     """Everything one :func:`evaluate` run measured.
 
-    Attributes
+    Parameters
     ----------
     task : Task
         The task that was run.
     settings : EvaluationSettings
         The options.
-    methods : list of str
-        Methods run, in order.
-    poolings : list of str
-        Poolings run, in order.
+    methods, poolings : list of str
+        Methods and poolings run, in order.
     records : list of dict
         One per (pooling, method, dimension) and whatever the task scores
         per run (a precision of the retrieval index), in run order: the
@@ -159,8 +225,19 @@ class Evaluation:
             (r["label"], r["pooling"], r["error"]) for r in self.records if "error" in r
         ]
 
-    def results(self, pooling=None, method=None) -> list:
-        """The records of one pooling and/or one method, in run order."""
+    def results(self, pooling: str | None = None, method: str | None = None) -> list:
+        """Return the records of one pooling and/or one method, in run order.
+
+        Parameters
+        ----------
+        pooling, method : str, default=None
+            The pooling and the method name to keep; None keeps all.
+
+        Returns
+        -------
+        records : list of dict
+            The records that match.
+        """
         return [
             r
             for r in self.records
@@ -168,21 +245,53 @@ class Evaluation:
             and (method is None or r["method"] == method)
         ]
 
-    def record(self, method, pooling):
-        """The first record of ``method`` for ``pooling`` (KeyError if none)."""
+    def record(self, method: str, pooling: str) -> dict:
+        """Return the first record of ``method`` for ``pooling``.
+
+        Parameters
+        ----------
+        method, pooling : str
+            The method name and the pooling.
+
+        Returns
+        -------
+        record : dict
+            The record; a ``KeyError`` if there is none.
+        """
         found = self.results(pooling, method)
         if not found:
             raise KeyError((method, pooling))
         return found[0]
 
 
-def encode_texts(texts, settings=None, pooling="mean"):
+def encode_texts(
+    texts: Sequence[str],
+    settings: EvaluationSettings | None = None,
+    pooling: str = "mean",
+) -> tuple[np.ndarray, float]:
     """Encode texts with the vectorizer ``settings.encoder`` names.
 
-    The settings name the encoder (``model``), ``batch_size``, ``device``,
-    ``cache`` and ``progress``. Returns the embeddings, of shape (n_texts,
-    d), and the seconds spent encoding (the model is loaded first, not
-    counted). Raises ``EvaluationError`` if the model cannot be loaded.
+    Parameters
+    ----------
+    texts : sequence of str
+        The texts.
+    settings : EvaluationSettings, default=None
+        Its ``encoder``, ``model``, ``batch_size``, ``device``, ``cache`` and
+        ``progress`` are read; the defaults when None.
+    pooling : str, default="mean"
+        The pooling preset of a ``transformer`` encoder.
+
+    Returns
+    -------
+    embeddings : ndarray of shape (n_texts, n_features)
+        The embeddings.
+    seconds : float
+        The time spent encoding (loading the model first is not counted).
+
+    Raises
+    ------
+    EvaluationError
+        If the model cannot be loaded.
     """
     from ..text import BertPoolingVectorizer, StaticEmbeddingVectorizer
 
@@ -228,7 +337,7 @@ def _check_methods(task, methods):
 
 
 def _runs(task, methods, transformers, n_features, settings):
-    """``(name, method, k, n_ks)`` of every run, the custom transformers last."""
+    """Return ``(name, method, k, n_ks)`` of every run, custom transformers last."""
     chosen = [(name, METHODS[name]) for name in methods]
     for label, estimator in (transformers or {}).items():
         chosen.append((str(label), _custom(str(label), estimator)))
@@ -240,7 +349,7 @@ def _runs(task, methods, transformers, n_features, settings):
 
 
 def _custom(label, estimator):
-    """A transformer passed in by label, as a method of its own ("custom")."""
+    """Return a transformer passed in by label as a method of its own."""
     return Method("custom", lambda params: label, "", lambda *args: (estimator, {}))
 
 
@@ -261,17 +370,21 @@ def _run(task, method, k, bundle, n_features, settings):
 
 
 def evaluate(
-    task, *, methods=None, settings=None, embeddings=None, transformers=None, log=None
-):
+    task: Task,
+    *,
+    methods: Sequence[str] | None = None,
+    settings: EvaluationSettings | None = None,
+    embeddings: dict | None = None,
+    transformers: dict | None = None,
+    log: Callable[[str], None] | None = None,
+) -> Evaluation:
     """Run methods on a task and score them, for every pooling.
 
     Each distinct text of the task is encoded once per pooling (unless
-    ``embeddings`` are given). Each method's failure (e.g. a numerical
-    error) is recorded and the run goes on. The warnings each method raised
-    are recorded with its result, and each distinct one is raised again
-    once per pooling, as an
-    :class:`~sklearn_isotropy.exceptions.EvaluationWarning` naming the
-    pooling and the first method that raised it.
+    ``embeddings`` are given). A method's failure (e.g. a numerical error) is
+    recorded and the run goes on; its warnings are recorded with its result
+    and raised again once per pooling, as an
+    :class:`~sklearn_isotropy.exceptions.EvaluationWarning`.
 
     Parameters
     ----------
@@ -291,7 +404,10 @@ def evaluate(
     log : callable, default=None
         Called with one line of progress text after each step.
 
-    Returns an :class:`Evaluation`.
+    Returns
+    -------
+    evaluation : Evaluation
+        The records of every run.
     """
     from ._report import report_class
 

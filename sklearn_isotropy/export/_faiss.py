@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.pipeline import Pipeline
 
 from .._utils import import_optional
 from ._affine import fold_affine, split_steps
+
+if TYPE_CHECKING:
+    import faiss
 
 __all__ = ["to_faiss"]
 
 _WHAT = "to_faiss"
 
 
-def to_faiss(estimator_or_chain):
-    """A ``faiss.LinearTransform`` applying fitted linear post-processors.
+def to_faiss(
+    estimator_or_chain: BaseEstimator | Pipeline | list,
+) -> faiss.LinearTransform:
+    """Make a ``faiss.LinearTransform`` applying fitted linear post-processors.
 
     Wrap an index with it, ``faiss.IndexPreTransform(to_faiss(whiten),
     index)``, and faiss whitens the database vectors on ``add`` and the
@@ -49,12 +58,9 @@ def to_faiss(estimator_or_chain):
 
     Notes
     -----
-    faiss works in float32. ``is_orthonormal`` is set by
-    ``set_is_orthonormal()``; it is False for a whitening (the map scales
-    directions), and faiss then raises on ``reverse_transform``, which it
-    implements for orthonormal maps only. Use
-    :meth:`~sklearn_isotropy.WhiteningTransformer.inverse_transform` to map
-    back.
+    faiss implements ``reverse_transform`` for orthonormal maps only, which a
+    whitening is not; map back with
+    :meth:`~sklearn_isotropy.WhiteningTransformer.inverse_transform`.
 
     Examples
     --------

@@ -8,7 +8,12 @@ the linear post-processors.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
+from sklearn.base import BaseEstimator
+from sklearn.pipeline import Pipeline
 
 from .._utils import import_optional
 from ._affine import _AFFINE_RULES, fold_affine
@@ -16,28 +21,29 @@ from ._onnx_chain import chain_to_onnx, onnx_type
 from ._pipeline import starts_with_vectorizer, text_pipeline_to_onnx
 from ._static import starts_with_static, static_to_onnx
 
+if TYPE_CHECKING:
+    import onnx
+
 __all__ = ["register_skl2onnx_converters", "to_onnx"]
 
 
 def to_onnx(
-    estimator_or_pipeline,
-    n_features=None,
+    estimator_or_pipeline: BaseEstimator | Pipeline | list,
+    n_features: int | None = None,
     *,
-    dtype=np.float32,
-    target_opset=None,
-    X_check=None,
-):
+    dtype: DTypeLike = np.float32,
+    target_opset: int | None = None,
+    X_check: ArrayLike | None = None,
+) -> onnx.ModelProto:
     """Export fitted post-processors (linear or the flow) as an ONNX model.
 
     The graph has one input ``"X"`` of shape ``(N, n_features)`` and one
-    output ``"Z"`` of shape ``(N, n_features_out)``, both of ``dtype``, with
-    the batch axis ``N`` dynamic, and computes what ``transform`` computes.
-    Linear post-processors and chains of them become one affine map, ``Sub``
-    (the centring, kept apart from the product for float32 accuracy),
-    ``MatMul`` and ``Add``; a :class:`~sklearn_isotropy.GlowFlowTransformer`
-    (alone or chained with linear steps) is traced through torch, from the
-    torch module of its own fitted map
-    (:meth:`~sklearn_isotropy.GlowFlowTransformer.transform_module`).
+    output ``"Z"`` of shape ``(N, n_features_out)``, both of ``dtype``, and
+    computes what ``transform`` computes. Linear post-processors and chains
+    of them become one affine map (``Sub``, ``MatMul``, ``Add``); a
+    :class:`~sklearn_isotropy.GlowFlowTransformer` is traced through torch.
+    A pipeline that starts with a text vectorizer becomes one graph from
+    token ids, as :func:`save_onnx_pipeline` writes it.
 
     Parameters
     ----------
@@ -46,45 +52,39 @@ def to_onnx(
         :class:`~sklearn_isotropy.NATSVTransformer`,
         :class:`~sklearn_isotropy.StandardNormalizer` or
         :class:`~sklearn_isotropy.GlowFlowTransformer`, or a chain of them
-        (a :class:`~sklearn.pipeline.Pipeline` or a list, applied in order).
+        (a :class:`~sklearn.pipeline.Pipeline` or a list, applied in order),
+        possibly after a vectorizer.
     n_features : int, default=None
-        Width of the input; must equal the first step's ``n_features_in_``
-        (the default).
+        Width of the input; must equal the first step's ``n_features_in_``.
     dtype : {numpy.float32, numpy.float64}, default=numpy.float32
         Element type of the input, output and weights.
     target_opset : int, default=None
-        ONNX opset of the graph (of its default domain); 18 by default. A
-        linear chain can be written in opsets 9 and later, a chain with a
-        flow in 18 and later; the newest is the one the installed onnx
-        knows (``onnx.defs.onnx_opset_version()``).
+        ONNX opset of the graph's default domain; 18 when None. A linear chain
+        can be written in opsets 9 and later, a chain with a flow in 18 and
+        later, up to the newest the installed onnx knows.
     X_check : array-like of shape (n_samples, n_features), default=None
-        Rows on which the exported graph is run with onnxruntime and
-        compared with the estimators' ``transform`` (a RuntimeError if they
-        differ beyond float round-off). For a chain that starts with a
-        flow, rows drawn from the flow (``sample``) are used when None.
+        Rows on which the graph is run with onnxruntime and compared with
+        ``transform``; for a flow, rows drawn from it when None.
 
     Returns
     -------
     model : onnx.ModelProto
-        Checked by ``onnx.checker``, with the opset ``target_opset`` and the
-        lowest IR version that opset allows, so models exported with the
-        same ``target_opset`` can be joined with :mod:`onnx.compose` (the
-        ``"Z"`` of one feeding the ``"X"`` of the next). Save it with
-        ``onnx.save(model, "whitening.onnx")``.
+        Checked by ``onnx.checker``, with the lowest IR version its opset
+        allows, so models of one ``target_opset`` join with
+        :mod:`onnx.compose`. Save it with ``onnx.save(model, path)``.
 
     Raises
     ------
     sklearn.exceptions.NotFittedError
         If a step is not fitted.
     TypeError
-        For a step that cannot be exported (the text vectorizer: use
-        :func:`to_sentence_transformers`), naming it.
+        For a step that cannot be exported, naming it.
     ValueError
         For a ``target_opset`` the graph cannot be written in, before any
         export work.
     RuntimeError
-        If the exported graph differs from ``transform`` on ``X_check``, or
-        torch cannot export a flow.
+        If the graph differs from ``transform`` on ``X_check`` (beyond float
+        round-off), or torch cannot export a flow.
 
     See Also
     --------
@@ -94,20 +94,10 @@ def to_onnx(
 
     Notes
     -----
-    A flow is exported by torch's ``torch.export``-based exporter
-    (``torch.onnx.export(..., dynamo=True)``, which needs the ``onnxscript``
-    package) from the module its estimator builds
-    (:meth:`~sklearn_isotropy.GlowFlowTransformer.transform_module`): the
-    fitted flow's own layers behind its fixed input map. Nothing in this
-    exporter knows a flow layer, so a layer that keeps the layer contract
-    exports with no code here; its ``forward`` must trace with
-    ``torch.export`` in evaluation mode. The exporter's optimiser folds
-    every computation on parameters alone (such as the LU-parametrised
-    mixing matrices) into constants. The graph standardises its input in
-    float64, as the estimator does; the Glow runs in ``dtype``. This
-    exporter writes opset 18 and later itself and converts to older opsets
-    unreliably, hence the floor of ``target_opset`` for a flow; torch's
-    older TorchScript exporter (``dynamo=False``) is deprecated.
+    A flow is traced by ``torch.onnx.export(..., dynamo=True)`` (the
+    ``onnxscript`` package) from the module its estimator builds, so nothing
+    here knows a flow layer; that exporter writes opset 18 and later, hence
+    the floor of ``target_opset`` for a flow. See :ref:`deploying`.
 
     Examples
     --------
@@ -149,8 +139,7 @@ def _skl2onnx_convert(scope, operator, container):
     est = operator.raw_operator
     source = operator.inputs[0]
     dtype = np.float64 if isinstance(source.type, DoubleTensorType) else np.float32
-    onnx = import_optional("onnx", purpose="skl2onnx", extra="export")
-    elem = onnx_type(onnx, dtype)
+    elem = onnx_type(dtype)
     affine = fold_affine([(type(est).__name__, est)], what="skl2onnx")
     names = {k: scope.get_unique_variable_name(k) for k in ("center", "weight", "bias")}
     for key in names:
@@ -178,7 +167,7 @@ def _skl2onnx_convert(scope, operator, container):
     )
 
 
-def register_skl2onnx_converters():
+def register_skl2onnx_converters() -> list[type]:
     """Teach skl2onnx to convert the linear post-processors.
 
     After this call, ``skl2onnx.to_onnx`` converts

@@ -32,8 +32,11 @@ _MIN_OPSET_TORCH = 18
 _DTYPES = {np.dtype(np.float32): "FLOAT", np.dtype(np.float64): "DOUBLE"}
 
 
-def onnx_type(onnx, dtype):
-    return getattr(onnx.TensorProto, _DTYPES[np.dtype(dtype)])
+def onnx_type(dtype):
+    """Return the ONNX element type of a float dtype."""
+    from onnx import TensorProto
+
+    return getattr(TensorProto, _DTYPES[np.dtype(dtype)])
 
 
 def _check_dtype(dtype):
@@ -90,9 +93,11 @@ def _finish(onnx, model, doc):
 
 
 # ------------------------------------------------------------ linear chains
-def _affine_graph(onnx, affine: AffineMap, dtype, opset, n_features_in):
-    helper, numpy_helper = onnx.helper, onnx.numpy_helper
-    elem = onnx_type(onnx, dtype)
+def _affine_graph(affine: AffineMap, dtype, opset, n_features_in):
+    import onnx
+    from onnx import helper, numpy_helper
+
+    elem = onnx_type(dtype)
     initializers = [
         numpy_helper.from_array(affine.weight.astype(dtype), name="weight"),
         numpy_helper.from_array(affine.bias.astype(dtype), name="bias"),
@@ -128,8 +133,9 @@ def _safe(name):
 
 
 # ------------------------------------------------------- torch (the flow)
-def _torch_modules(torch, steps, dtype):
-    """One torch module per segment: folded linear runs, and each flow's own."""
+def _torch_modules(steps, dtype):
+    """Return one torch module per segment: folded linear runs, each flow's own."""
+    import torch
 
     class Affine(torch.nn.Module):
         def __init__(self, affine):
@@ -157,13 +163,15 @@ def _torch_modules(torch, steps, dtype):
 
 
 @contextlib.contextmanager
-def _quiet_exporter(torch):
+def _quiet_exporter():
     """Silence what torch's exporter says about itself, not about the model.
 
     Its progress lines (``verbose=False`` stops them), its notes on optional
     packages it does not need here (torchvision), and deprecation notices of
     its own internals.
     """
+    import torch
+
     logger = logging.getLogger("torch.onnx")
     level = logger.level
     logger.setLevel(logging.ERROR)
@@ -176,15 +184,20 @@ def _quiet_exporter(torch):
         logger.setLevel(level)
 
 
-def _export_torch(onnx, torch, module, dtype, opset, n_features_in, steps):
-    """ONNX of ``module`` by torch's exporter (the Notes of ``to_onnx``)."""
+def _export_torch(module, dtype, opset, n_features_in, steps):
+    """Return the ONNX of ``module`` by torch's exporter (the Notes of ``to_onnx``)."""
+    import onnx
+    import torch
+
     import_optional("onnxscript", purpose=f"{_WHAT} of a flow", extra="export")
-    example = torch.zeros((2, n_features_in), dtype=_torch_dtype(torch, dtype))
+    example = torch.zeros(
+        (2, n_features_in), dtype=getattr(torch, np.dtype(dtype).name)
+    )
     names = ", ".join(
         n if n == type(e).__name__ else f"{n} ({type(e).__name__})" for n, e in steps
     )
     try:
-        with _quiet_exporter(torch):
+        with _quiet_exporter():
             program = torch.onnx.export(
                 module,
                 (example,),
@@ -224,10 +237,6 @@ def _first_line(exc):
 def _has_module(est):
     """Whether ``est`` gives a torch module of its transform (the flow)."""
     return callable(getattr(est, "transform_module", None))
-
-
-def _torch_dtype(torch, dtype):
-    return torch.float64 if np.dtype(dtype) == np.float64 else torch.float32
 
 
 # ------------------------------------------------------------------ checks
@@ -297,7 +306,7 @@ def chain_to_onnx(
         opset = _check_opset(
             onnx, target_opset, minimum=_MIN_OPSET_AFFINE, graph="a linear chain"
         )
-        model = _affine_graph(onnx, fold_affine(steps, what=_WHAT), dtype, opset, n_in)
+        model = _affine_graph(fold_affine(steps, what=_WHAT), dtype, opset, n_in)
     else:
         opset = _check_opset(
             onnx,
@@ -305,9 +314,9 @@ def chain_to_onnx(
             minimum=_MIN_OPSET_TORCH,
             graph="a chain with a flow (exported by torch)",
         )
-        torch = import_optional("torch", purpose=_WHAT, extra="flow")
-        module = _torch_modules(torch, steps, dtype)
-        model = _export_torch(onnx, torch, module, dtype, opset, n_in, steps)
+        import_optional("torch", purpose=_WHAT, extra="flow")
+        module = _torch_modules(steps, dtype)
+        model = _export_torch(module, dtype, opset, n_in, steps)
         if X_check is None and hasattr(first, "sample"):
             X_check = first.sample(256, random_state=0)
     if X_check is not None:

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import textwrap
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from sklearn.pipeline import Pipeline
@@ -24,6 +27,9 @@ from ..text import ONNX_OUTPUT_NAME, ONNX_SESSION_OPTIONS, BertPoolingVectorizer
 from ._affine import split_steps, split_text_pipeline
 from ._onnx_chain import chain_to_onnx as to_onnx  # the post-processors' graph
 from ._static import save_static_onnx, starts_with_static
+
+if TYPE_CHECKING:
+    import onnx
 
 __all__ = ["save_onnx_pipeline"]
 
@@ -46,7 +52,7 @@ _CHECK_TEXTS = [
 
 
 def starts_with_vectorizer(obj):
-    """True for a vectorizer, or a Pipeline or list whose first step is one."""
+    """Tell whether ``obj`` is a vectorizer or a chain whose first step is one."""
     if isinstance(obj, BertPoolingVectorizer):
         return True
     try:
@@ -65,7 +71,7 @@ def _rename_output(graph, old, new):
             value.name = new
 
 
-def _add_normalize(onnx, graph, source, target):
+def _add_normalize(graph, source, target):
     """Unit-norm rows, zero rows kept zero, as ``normalize_rows`` computes them.
 
     Each row is divided by its largest absolute entry first (so the squares
@@ -73,7 +79,8 @@ def _add_normalize(onnx, graph, source, target):
     1)`` is the norm itself, except for rows of zeros, which stay zero. The
     reductions take their axes as an input (opset 18 and later).
     """
-    helper, numpy_helper = onnx.helper, onnx.numpy_helper
+    from onnx import helper, numpy_helper
+
     name = "normalize_"
     graph.initializer.extend(
         [
@@ -110,12 +117,14 @@ def _add_normalize(onnx, graph, source, target):
 
 
 def _opset(model):
-    """The default-domain opset a graph was written at."""
+    """Return the default-domain opset a graph was written at."""
     return next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
 
 
-def _text_graph(onnx, vec, post):
-    """The merged ModelProto of the vectorizer and the post-processors."""
+def _text_graph(vec, post):
+    """Return the merged ModelProto of the vectorizer and the post-processors."""
+    import onnx
+
     model = vec.get_onnx_encoder()
     graph = model.graph
     (encoder_output,) = [o.name for o in graph.output]
@@ -126,7 +135,7 @@ def _text_graph(onnx, vec, post):
         tail = _POOLED
     if vec.normalize:
         target = OUTPUT if not post else "normalized_embedding"
-        _add_normalize(onnx, graph, tail, target)
+        _add_normalize(graph, tail, target)
         del graph.output[:]
         graph.output.append(
             onnx.helper.make_tensor_value_info(
@@ -153,8 +162,7 @@ def _text_graph(onnx, vec, post):
 def text_pipeline_to_onnx(
     pipeline, *, n_features=None, dtype=np.float32, target_opset=None, X_check=None
 ):
-    """:func:`~sklearn_isotropy.export.to_onnx` of a pipeline starting with
-    a vectorizer; see :func:`save_onnx_pipeline` for the graph."""
+    """Export a pipeline starting with a vectorizer (see :func:`save_onnx_pipeline`)."""
     onnx = import_optional("onnx", purpose="to_onnx", extra="onnx")
     vec, post = split_text_pipeline(pipeline, what=_WHAT)
     if n_features is not None:
@@ -167,14 +175,14 @@ def text_pipeline_to_onnx(
             f"A text pipeline's graph computes in float32, as the vectorizer "
             f"does; got dtype={np.dtype(dtype)}. Pass dtype=numpy.float32."
         )
-    model = _text_graph(onnx, vec, post)
+    model = _text_graph(vec, post)
     opset = _opset(model)
     if target_opset is not None and target_opset != opset:
         raise ValueError(
             f"The encoder of a text pipeline is exported at opset {opset}; got "
             f"target_opset={target_opset!r}. Pass target_opset=None or {opset}."
         )
-    _set_metadata(onnx, model, vec, post)
+    _set_metadata(model, vec, post)
     onnx.checker.check_model(model, full_check=False)
     texts = _CHECK_TEXTS if X_check is None else list(X_check)
     _check_parity(model, vec, post, texts)
@@ -196,17 +204,17 @@ def _settings(vec, post):
     }
 
 
-def _set_metadata(onnx, model, vec, post):
+def _set_metadata(model, vec, post):
+    from onnx.helper import set_model_props
+
     settings = _settings(vec, post)
     settings["input_names"] = [i.name for i in model.graph.input]
-    onnx.helper.set_model_props(
-        model, {"sklearn_isotropy": json.dumps(settings, sort_keys=True)}
-    )
+    set_model_props(model, {"sklearn_isotropy": json.dumps(settings, sort_keys=True)})
     model.producer_name = "sklearn-isotropy"
 
 
 def _feed(vec, input_names, texts):
-    """The graph's inputs for ``texts``, tokenized as the vectorizer does."""
+    """Return the graph's inputs for ``texts``, tokenized as the vectorizer does."""
     enc = vec.tokenizer_(
         texts,
         padding=True,
@@ -323,7 +331,7 @@ def _fill(text):
 
 
 def _save_tokenizer(vec, directory):
-    """The tokenizer files, with ``tokenizer.json`` set to pad and truncate."""
+    """Save the tokenizer files, with ``tokenizer.json`` set to pad and truncate."""
     tokenizer = vec.tokenizer_
     tokenizer.save_pretrained(str(directory))
     backend = getattr(tokenizer, "backend_tokenizer", None)
@@ -343,28 +351,27 @@ def _save_tokenizer(vec, directory):
     serving.save(str(Path(directory) / "tokenizer.json"))
 
 
-def save_onnx_pipeline(pipeline, path, *, overwrite=False, X_check=None):
+def save_onnx_pipeline(
+    pipeline: Pipeline | BertPoolingVectorizer,
+    path: str | os.PathLike,
+    *,
+    overwrite: bool = False,
+    X_check: Sequence[str] | None = None,
+) -> onnx.ModelProto:
     """Write a fitted text pipeline as one ONNX graph, with its tokenizer.
 
-    The folder holds ``model.onnx``, a single graph from token ids
-    (``input_ids``, ``attention_mask`` and, for models that take them,
-    ``token_type_ids``; int64, ``(batch, tokens)``) to the pipeline's final
-    embedding (``sentence_embedding``, float32), the encoder's tokenizer
-    files (``tokenizer.json`` set to truncate at the vectorizer's
-    ``max_length_`` and to pad), ``sklearn_isotropy_onnx.json`` with the
-    settings, and a ``README.md`` with the few lines that serve it with
-    onnxruntime and the ``tokenizers`` package alone, without torch. The
-    graph is also what ``to_onnx(pipeline)`` returns.
+    The folder holds ``model.onnx``, one graph from token ids (int64,
+    ``(batch, tokens)``) to the pipeline's float32 ``sentence_embedding``
+    (what ``to_onnx(pipeline)`` returns), the tokenizer files
+    (``tokenizer.json`` set to truncate and pad), the settings
+    (``sklearn_isotropy_onnx.json``) and a ``README.md`` that serves it with
+    onnxruntime and ``tokenizers`` alone, without torch.
 
     Parameters
     ----------
     pipeline : Pipeline or BertPoolingVectorizer
-        A fitted :class:`~sklearn.pipeline.Pipeline` whose first step is a
-        :class:`~sklearn_isotropy.BertPoolingVectorizer` and whose other
-        steps (any number, including none) are post-processors
-        :func:`~sklearn_isotropy.export.to_onnx` exports (the linear ones
-        and :class:`~sklearn_isotropy.GlowFlowTransformer`); or a fitted
-        vectorizer alone.
+        A fitted vectorizer, or a :class:`~sklearn.pipeline.Pipeline` of one
+        followed by post-processors :func:`to_onnx` exports.
     path : str or os.PathLike
         Directory to write. It must not exist or be empty unless
         ``overwrite=True``.
@@ -390,8 +397,7 @@ def save_onnx_pipeline(pipeline, path, *, overwrite=False, X_check=None):
         If ``path`` holds files and ``overwrite`` is False.
     ValueError
         If ``path`` would have to be replaced but cannot be (a link, the
-        working directory, a mount point); see the "Failure behaviour"
-        section of the reliability page.
+        working directory, a mount point); see :ref:`failure_behaviour`.
 
     See Also
     --------
@@ -400,23 +406,13 @@ def save_onnx_pipeline(pipeline, path, *, overwrite=False, X_check=None):
 
     Notes
     -----
-    The encoder and pooling are the graph ``backend="onnx"`` runs, traced by
-    ``torch.onnx.export`` and checked against the torch model (see
-    :doc:`/user_guide/onnx_runtime`); a vectorizer with
-    ``backend="onnx-int8"`` gives the int8 graph. ``normalize=True`` becomes
-    ``ReduceMax``/``ReduceL2``/``Div`` nodes (rows of zeros stay zero); the
-    post-processors are :func:`to_onnx`'s graph of them, joined with
-    ``onnx.compose.merge_models``.
-
-    The check runs one text at a time, on a session with the vectorizer's
-    options (onnxruntime's ``SkipLayerNormFusion`` off, as the README's
-    snippet has it). An int8 graph needs both to give the pipeline's numbers
-    exactly: its activations are quantised with one scale per batch, so an
-    embedding moves a little with the other texts of its batch, and a
-    rounding difference upstream of a quantisation (another fusion) can move
-    an activation by one step. Otherwise an int8 graph differs from
-    ``transform`` by quantisation noise, which a whitening amplifies in its
-    weakest directions; a float32 graph is unaffected.
+    The encoder and pooling are the graph ``backend="onnx"`` runs (the int8
+    one for ``backend="onnx-int8"``); ``normalize=True`` becomes
+    ``ReduceMax``/``ReduceL2``/``Div`` nodes; the post-processors are
+    :func:`to_onnx`'s graph of them, joined with ``onnx.compose``. The check
+    runs one text at a time with the vectorizer's session options, which an
+    int8 graph needs to give the pipeline's numbers exactly (see
+    :ref:`deploying_text_onnx`).
 
     Examples
     --------

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
+from typing import TYPE_CHECKING
 
 import numpy as np
+from sklearn.pipeline import Pipeline
 
 from .._utils import check_target, import_optional, publish_directory
-from ..text import POOLING_PRESETS
+from ..text import POOLING_PRESETS, BertPoolingVectorizer
 from ._affine import fold_affine, split_text_pipeline
 from ._static import starts_with_static, static_to_sentence_transformers
+
+if TYPE_CHECKING:
+    import sentence_transformers
 
 __all__ = ["to_sentence_transformers"]
 
@@ -25,12 +31,12 @@ def _import_st():
         purpose=_WHAT + " (sentence-transformers >= 6)",
         extra="export",
     )
-    torch = import_optional("torch", purpose=_WHAT, extra="export")
-    return st, modules, torch
+    import_optional("torch", purpose=_WHAT, extra="export")
+    return st, modules
 
 
 # ------------------------------------------------------- pooling, by reader
-# ``reader -> build(vec, modules, torch)``, returning the Transformer's extra
+# ``reader -> build(vec)``, returning the Transformer's extra
 # arguments, the pooling modules and a description for the model card: how
 # the vectorizer's pooling is written with sentence-transformers' own
 # modules, so that the saved model loads with a plain
@@ -49,7 +55,10 @@ def _pooling_export(reader):
 
 
 @_pooling_export("mean")
-def _mean(vec, modules, torch):
+def _mean(vec):
+    import torch
+    from sentence_transformers.sentence_transformer import modules
+
     layers, n_layers, width = vec.layers_, vec.n_layers_, vec.hidden_size_
     pooling = modules.Pooling(width, pooling_mode="mean")
     if layers == (n_layers,):  # the last block: sentence-transformers' mean
@@ -74,13 +83,15 @@ def _mean(vec, modules, torch):
 
 
 @_pooling_export("cls")
-def _cls(vec, modules, torch):
+def _cls(vec):
+    from sentence_transformers.sentence_transformer import modules
+
     pooling = modules.Pooling(vec.hidden_size_, pooling_mode="cls")
     return {}, [pooling], "first token of the last block"
 
 
 @_pooling_export("pooler")
-def _pooler(vec, modules, torch):
+def _pooler(vec):
     # the Transformer itself returns the model's pooler_output as the
     # sentence embedding
     kwargs = {
@@ -92,9 +103,12 @@ def _pooler(vec, modules, torch):
     return kwargs, [], "the model's pooler_output"
 
 
-def _dense(modules, torch, weight, bias):
-    """A ``Dense`` computing ``x @ weight + bias``: identity activation, a bias."""
-    return modules.Dense(
+def _dense(weight, bias):
+    """Return a ``Dense`` computing ``x @ weight + bias`` (identity activation)."""
+    import torch
+    from sentence_transformers.sentence_transformer.modules import Dense
+
+    return Dense(
         weight.shape[0],
         weight.shape[1],
         bias=True,
@@ -106,7 +120,7 @@ def _dense(modules, torch, weight, bias):
     )
 
 
-def _dense_modules(modules, torch, affine):
+def _dense_modules(affine):
     """``(x - center) @ weight + bias`` as one or two ``Dense`` modules.
 
     The centring is a ``Dense`` of its own (identity weight, bias
@@ -117,8 +131,8 @@ def _dense_modules(modules, torch, affine):
     out = []
     if np.any(affine.center):
         d = affine.n_features_in
-        out.append(_dense(modules, torch, np.eye(d), -affine.center))
-    out.append(_dense(modules, torch, affine.weight, affine.bias))
+        out.append(_dense(np.eye(d), -affine.center))
+    out.append(_dense(affine.weight, affine.bias))
     return out
 
 
@@ -164,40 +178,34 @@ def _model_card(vec, pooling_text, affine, normalize):
     return "\n".join(lines) + "\n"
 
 
-def to_sentence_transformers(pipeline, path, *, overwrite=False):
+def to_sentence_transformers(
+    pipeline: Pipeline | BertPoolingVectorizer,
+    path: str | os.PathLike,
+    *,
+    overwrite: bool = False,
+) -> sentence_transformers.SentenceTransformer:
     """Write a fitted text pipeline as a sentence-transformers model directory.
 
     ``SentenceTransformer(path).encode(texts)`` then returns what
-    ``pipeline.transform(texts)`` returns (float32, equal to about 1e-5): the
-    encoder, its tokenizer and maximum length, the pooling preset (every
-    one, including ``first_last_avg``, ``last2_avg``, ``embeddings_avg`` and
-    explicit ``layers=``), ``normalize=`` and the linear post-processors,
-    folded into one affine ``Dense`` layer with the identity activation and
-    the bias ``-mean @ W``.
+    ``pipeline.transform(texts)`` returns (float32, to about 1e-5): the
+    encoder, its tokenizer and maximum length, every pooling preset and
+    ``layers=``, ``normalize=`` and the linear post-processors, folded into
+    one affine ``Dense`` layer.
 
     Parameters
     ----------
     pipeline : Pipeline or BertPoolingVectorizer
-        A fitted :class:`~sklearn.pipeline.Pipeline` whose first step is a
-        :class:`~sklearn_isotropy.BertPoolingVectorizer` and whose other
-        steps (any number, including none) are
-        :class:`~sklearn_isotropy.WhiteningTransformer`,
-        :class:`~sklearn_isotropy.NATSVTransformer` or
-        :class:`~sklearn_isotropy.StandardNormalizer`; or a fitted
-        vectorizer alone.
+        A fitted vectorizer, or a :class:`~sklearn.pipeline.Pipeline` of one
+        followed by any number of linear post-processors.
     path : str or os.PathLike
         Directory to write. It must not exist or be empty unless
-        ``overwrite=True``; an empty directory (a mount point, ``"."``, a
-        link to one) is written into in place. The model is written into a
-        staging folder and moved into place only when complete, so a
-        failure leaves ``path`` as it was. Folders and files get the modes
-        the user's umask gives (0755 and 0644 under umask 022).
+        ``overwrite=True``; an empty directory is written into in place. The
+        model is moved into place only when complete, so a failure leaves
+        ``path`` as it was (see :ref:`failure_behaviour`).
     overwrite : bool, default=False
-        Replace an existing ``path``: the new model takes the place of the
-        directory and everything in it (nothing of an earlier export is
-        left behind to be published with it). A link, the working
-        directory (or one of its parents) and a mount point cannot be
-        replaced that way and are refused before any work.
+        Replace an existing ``path`` and everything in it. A link, the
+        working directory (or one of its parents) and a mount point cannot
+        be replaced that way and are refused before any work.
 
     Returns
     -------
@@ -226,26 +234,13 @@ def to_sentence_transformers(pipeline, path, *, overwrite=False):
 
     Notes
     -----
-    The saved model uses only sentence-transformers' own modules, so it
-    loads without sklearn-isotropy and without ``trust_remote_code``:
-
-    - ``Transformer`` with the encoder, its tokenizer and ``max_seq_length``
-      set to the vectorizer's resolved ``max_length_``;
-    - the pooling: ``Pooling("mean")`` for ``"mean"``, ``Pooling("cls")``
-      for ``"cls"``, the model's ``pooler_output`` for ``"pooler"``, and for
-      an average of several hidden states ``WeightedLayerPooling`` with
-      weight 1 on the chosen layers and 0 on the others (exactly their
-      mean), followed by ``Pooling("mean")``, with ``output_hidden_states``
-      set in the saved ``config.json``;
-    - ``Normalize`` when the vectorizer has ``normalize=True``;
-    - ``Dense`` with weight ``W.T``, bias ``-mean @ W`` and the identity
-      activation (sentence-transformers' default is Tanh, which would
-      bend the map).
-
-    The model card (``README.md``) says how it was made. Poolings that read
-    intermediate hidden states need the default ``backend="torch"``:
-    sentence-transformers' ONNX and OpenVINO backends export the last hidden
-    state only.
+    The saved model uses only sentence-transformers' own modules
+    (``Transformer``, ``WeightedLayerPooling`` for an average of several
+    hidden states, ``Pooling``, ``Normalize``, ``Dense`` with the identity
+    activation), so it loads without sklearn-isotropy and without
+    ``trust_remote_code``; its model card says how it was made. Poolings
+    that read intermediate hidden states need sentence-transformers' default
+    ``backend="torch"``. See :ref:`deploying`.
 
     Examples
     --------
@@ -263,7 +258,7 @@ def to_sentence_transformers(pipeline, path, *, overwrite=False):
     """
     if starts_with_static(pipeline):
         return static_to_sentence_transformers(pipeline, path, overwrite=overwrite)
-    st, modules, torch = _import_st()
+    st, modules = _import_st()
     vec, post = split_text_pipeline(pipeline, what=_WHAT)
     affine = fold_affine(post, what=_WHAT) if post else None
     if affine is not None and affine.n_features_in != vec.hidden_size_:
@@ -274,9 +269,7 @@ def to_sentence_transformers(pipeline, path, *, overwrite=False):
     check_target(path, overwrite=overwrite, what=_WHAT)
 
     reader = POOLING_PRESETS[vec.pooling].reader
-    transformer_kwargs, pooling, pooling_text = _POOLING_EXPORTS[reader](
-        vec, modules, torch
-    )
+    transformer_kwargs, pooling, pooling_text = _POOLING_EXPORTS[reader](vec)
     with tempfile.TemporaryDirectory(prefix="sklearn_isotropy_export_") as tmp:
         vec.model_.save_pretrained(tmp)
         vec.tokenizer_.save_pretrained(tmp)
@@ -287,7 +280,7 @@ def to_sentence_transformers(pipeline, path, *, overwrite=False):
     if vec.normalize:
         chain.append(modules.Normalize())
     if affine is not None:
-        chain += _dense_modules(modules, torch, affine)
+        chain += _dense_modules(affine)
     model = st.SentenceTransformer(modules=chain, device="cpu")
     model.eval()
 

@@ -7,8 +7,10 @@ and runtime; torch is imported only when it is fitted or used.
 from __future__ import annotations
 
 from numbers import Integral, Real
+from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
 from sklearn.utils import check_array, check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
@@ -27,6 +29,9 @@ from ._runtime import (
 )
 from ._training import FLOW_PRESETS, fit_glow, glow_config
 
+if TYPE_CHECKING:
+    import torch
+
 __all__ = ["GlowFlowTransformer"]
 
 
@@ -35,20 +40,15 @@ class GlowFlowTransformer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEstim
 
     The flow is an invertible map ``f`` trained by maximum likelihood so that
     ``f(x)`` follows a standard normal distribution; :meth:`transform` returns
-    the latent ``z = f(x)``, which is isotropic by construction, and the same
+    the latent ``z = f(x)`` (columns ``flow0``, ``flow1``, ...), and the same
     model is a density: :meth:`score_samples` (log-likelihood in nats per
-    row), :meth:`inverse_transform` and :meth:`sample`. The encoder that
-    produced the embeddings is not involved: only vectors are seen. The
-    latent's columns are named ``flow0``, ``flow1``, ...
+    row), :meth:`inverse_transform` and :meth:`sample`.
 
-    ``f`` is a fixed input map followed by a trainable Glow. The input map
-    standardises every feature and, with ``init="whitening"``, whitens the
-    rows (a :class:`~sklearn_isotropy.WhiteningTransformer`), so the flow
-    *starts* as the Gaussian maximum-likelihood fit and training only adds
-    non-Gaussian structure. The Glow has ``n_levels`` levels of ``depth``
-    steps (ActNorm, an LU-parametrised invertible linear layer, a coupling
-    whose conditioner is a residual MLP of width ``hidden_size``); after
-    each level but the last, half of the dimensions left go to the latent.
+    ``f`` is a fixed input map (standardisation and, with
+    ``init="whitening"``, a :class:`~sklearn_isotropy.WhiteningTransformer`,
+    so the flow *starts* as the Gaussian maximum-likelihood fit) followed by
+    a trainable Glow of ``n_levels`` levels of ``depth`` steps (ActNorm, an
+    LU-parametrised invertible linear layer, an affine or additive coupling).
 
     Read more in the :ref:`User Guide <density>`.
 
@@ -66,50 +66,38 @@ class GlowFlowTransformer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEstim
     init : {"whitening", "bert-flow"}, default="whitening"
         How the flow starts.
 
-        - ``"whitening"``: the input map ends with the whitening map of the
-          training rows (shrunk if their covariance is singular, see
-          ``shrinkage``) and the Glow starts as an orthogonal map, so before
-          training :meth:`score_samples` is exactly the log-density of that
-          Gaussian and :meth:`transform` the whitening up to a rotation.
-          Training updates the couplings, the ActNorm scales and a final
-          per-coordinate scale; the mixing layers stay at their random
-          orthogonal start (the User Guide says why). Directions in which
-          the rows do not vary bypass the Glow (see ``rank_``).
+        - ``"whitening"``: the input map ends with the whitening of the
+          training rows (see ``shrinkage``) and the Glow starts as an
+          orthogonal map, so before training :meth:`score_samples` is exactly
+          that Gaussian's log-density. The mixing layers stay at their random
+          orthogonal start; directions in which the rows do not vary bypass
+          the Glow (see ``rank_``).
         - ``"bert-flow"``: BERT-flow's initialisation: no whitening; every
-          ActNorm is set from up to ``max(batch_size, 1024)`` (shuffled)
-          training rows to zero mean and unit variance per feature, and
-          everything trains: a Gaussian of per-feature scales at first.
+          ActNorm is set from up to ``max(batch_size, 1024)`` training rows,
+          and everything trains.
     shrinkage : "auto", float in [0, 1], "ledoit-wolf" or "oas", default="auto"
         Shrinkage of the covariance of the initial whitening (``init=
         "whitening"``; ignored otherwise), as in
-        :class:`~sklearn_isotropy.WhiteningTransformer`. ``"auto"`` uses the
-        maximum-likelihood covariance when it has full numerical rank and
-        ``"oas"`` when it does not (as for the LayerNorm output of a
-        transformer, which lies on a hyperplane); ``0`` on a singular
-        covariance is an error: the flow needs a full-rank initial map.
+        :class:`~sklearn_isotropy.WhiteningTransformer`. ``"auto"`` is 0 when
+        the covariance has full numerical rank and ``"oas"`` when it does not
+        (a LayerNorm output lies on a hyperplane); 0 on a singular covariance
+        is an error: the flow needs a full-rank initial map.
     learning_rate : float, default=3e-3
-        Adam learning rate. On STS-B embeddings, 3e-3 gained more held-out
-        likelihood than 1e-3 and 1e-2 with ``init="whitening"`` and was
-        unstable with ``init="bert-flow"``, whose preset uses BERT-flow's
-        1e-3 (see ``benchmarks/README.md``).
+        Adam learning rate (the ``"bert-flow"`` preset uses the paper's 1e-3;
+        ``benchmarks/README.md`` compares them).
     batch_size : int, default=128
         Rows per gradient step. The last batch of an epoch may be smaller.
     max_iter : int, default=20
         Maximum number of epochs (passes over the training rows). 0 trains
-        nothing: the flow is its initialisation (with ``init="whitening"``,
-        the Gaussian fit). Reaching it does not warn: on sentence embeddings
-        the held-out likelihood can still creep up after 20 epochs, and the
-        default bounds the fit on 17k x 384 to under a minute on two cores.
+        nothing: the flow is its initialisation. Reaching it does not warn.
     shuffle : bool, default=True
         Whether to shuffle the rows at every epoch.
     early_stopping : bool, default=True
-        Hold out ``validation_fraction`` of the rows (from the gradient steps
-        and the initial whitening), score them before training and after each
-        epoch, stop after ``n_iter_no_change`` epochs without an improvement
-        above ``tol``, and keep the parameters of the best evaluation (maybe
-        the initialisation). When False, every row trains and ``tol`` and
-        ``n_iter_no_change`` watch the training loss, as in
-        :class:`~sklearn.neural_network.MLPRegressor`.
+        Hold out ``validation_fraction`` of the rows, score them before
+        training and after each epoch, stop after ``n_iter_no_change`` epochs
+        without an improvement above ``tol``, and keep the best evaluation's
+        parameters. When False, ``tol`` and ``n_iter_no_change`` watch the
+        training loss, as in :class:`~sklearn.neural_network.MLPRegressor`.
     validation_fraction : float, default=0.1
         Fraction of rows held out when ``early_stopping=True``.
     n_iter_no_change : int, default=3
@@ -119,30 +107,24 @@ class GlowFlowTransformer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEstim
         Minimum improvement of the mean log-likelihood (nats per row) that
         counts as progress.
     standardize : bool, default=True
-        Standardise every feature first, in float64, safe for any finite
-        magnitude; it is part of the fitted map, which :meth:`transform`,
-        :meth:`inverse_transform` and :meth:`score_samples` all include. With
-        ``init="bert-flow"`` and ``standardize=False`` the flow sees the raw
-        values in float32, which must then be of moderate magnitude.
+        Standardise every feature first, in float64, as part of the fitted
+        map. Without it (``init="bert-flow"``) the flow sees the raw values in
+        float32, which must then be of moderate magnitude.
     device : str, default="cpu"
-        Torch device to train on, e.g. ``"cpu"``, ``"cuda"`` or ``"cuda:1"``.
-        A model trained on CUDA and unpickled on a machine without CUDA runs
-        on the CPU (with a warning).
+        Torch device to train on, e.g. ``"cpu"``, ``"cuda"`` or ``"cuda:1"``;
+        unpickled where CUDA is missing, a model runs on the CPU (warned).
     random_state : int, RandomState instance or None, default=None
         Seeds the parameter initialisation, the shuffling and the validation
-        split. Torch's global random state is never used or changed: the same
-        ``random_state`` gives identical parameters and outputs.
+        split; torch's global random state is never used or changed.
     verbose : int, default=0
         0 is silent; 1 prints one line per epoch to standard error (training
-        NLL, validation log-likelihood, time), without any logging set up;
-        2 also draws a tqdm progress bar over rows, if tqdm is installed.
-        Lines are written with ``tqdm.write``, so they never break a bar.
+        NLL, validation log-likelihood, time); 2 also draws a tqdm progress
+        bar over rows, if tqdm is installed.
 
     Attributes
     ----------
     flow_ : torch.nn.Module
-        The fitted :class:`~sklearn_isotropy.flow._layers.Glow` module (float32
-        parameters), in evaluation mode.
+        The fitted ``Glow`` module (float32 parameters), in evaluation mode.
     mean_ : ndarray of shape (n_features_in_,)
         Per-feature mean used for standardisation (zeros when
         ``standardize=False``).
@@ -150,26 +132,18 @@ class GlowFlowTransformer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEstim
         Per-feature standard deviation used for standardisation (ones when
         ``standardize=False``; constant features get 1).
     whitener_ : WhiteningTransformer or None
-        The initial whitening (``init="whitening"``), fitted on the
-        standardised training rows; None with ``init="bert-flow"``. Its
-        ``mean_`` and ``covariance_`` are the Gaussian the flow started from,
-        in standardised coordinates.
+        The initial whitening, fitted on the standardised training rows: the
+        Gaussian the flow started from. None with ``init="bert-flow"``.
     rank_ : int
-        Number of whitened coordinates the Glow transforms: the numerical rank
-        of the covariance of the standardised training rows (``n_features_in_``
-        with ``init="bert-flow"``). The others, directions in which the rows
-        do not vary beyond round-off, bypass the Glow and reach the latent as
-        they are, under the shrunk Gaussian.
+        Number of whitened coordinates the Glow transforms (the numerical
+        rank of the covariance); the others bypass it, as they are.
     n_iter_ : int
         Number of epochs run (an epoch cut short by a non-finite loss counts).
     loss_curve_ : list of float
-        Mean training negative log-likelihood (nats per row, in the input
-        space) of each epoch, averaged over its batches (over the batches that
-        ran, for an epoch cut short).
+        Mean training negative log-likelihood (nats per row) of each epoch.
     validation_scores_ : list of float or None
-        With ``early_stopping=True``, the mean log-likelihood (nats per row)
-        of the held-out rows before training (entry 0) and after each epoch
-        (entry ``i``), so ``n_iter_ + 1`` entries; else None.
+        With early stopping, the mean log-likelihood (nats per row) of the
+        held-out rows before training (entry 0) and after each epoch.
     best_validation_score_ : float or None
         Best entry of ``validation_scores_``, whose parameters are kept, or
         None without early stopping.
@@ -197,26 +171,17 @@ class GlowFlowTransformer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEstim
     the fixed input map is included. They depend on the units of the input
     (rescaling every feature by ``c`` shifts them by ``-d log c``).
 
-    Two uses, two protocols (:meth:`from_preset`): the defaults (``"density"``)
-    make a density never worse than the Gaussian on held-out rows; the preset
-    ``"bert-flow"`` is the paper's protocol for sentence similarity.
+    The defaults (preset ``"density"``) make a density never worse than the
+    Gaussian on held-out rows; the preset ``"bert-flow"`` is the paper's
+    protocol for sentence similarity (:ref:`density`).
 
     A non-finite loss or gradient is never applied: training stops and keeps
-    the last finite parameters (with early stopping, the best evaluation's)
-    with a :class:`~sklearn_isotropy.exceptions.FlowTrainingWarning`, or
-    raises a ``ValueError`` if even those give non-finite outputs. A training
-    NLL that ends more than 0.1 nats per feature above the initial flow's
-    warns too. The fixed input map computes in float64, the Glow in the
-    input's dtype (on a float64 copy of its parameters for float64 input).
-
-    Training uses torch's intra-op thread pool as configured by the caller;
-    this estimator never changes it. On a CPU shared with other busy
-    processes, ``torch.set_num_threads(1)`` can be several times faster than
-    the default (measured in ``benchmarks/bench_flow.py``).
-
-    Data-dependent initialisation (the input map, ActNorm) happens once, in
-    :meth:`fit`, and is part of the saved state: a loaded model is never
-    re-initialised.
+    the last finite parameters with a
+    :class:`~sklearn_isotropy.exceptions.FlowTrainingWarning`, or raises a
+    ``ValueError`` if even those give non-finite outputs. Torch's thread
+    pool is left as the caller set it (``torch.set_num_threads(1)`` can be
+    much faster on a busy CPU). Data-dependent initialisation happens once,
+    in :meth:`fit`, and is saved with the model.
 
     References
     ----------
@@ -317,7 +282,7 @@ class GlowFlowTransformer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEstim
 
     @classmethod
     def from_preset(cls, name: str, **params) -> GlowFlowTransformer:
-        """A transformer with the parameters of a named preset.
+        """Make a transformer with the parameters of a named preset.
 
         Parameters
         ----------
@@ -349,7 +314,7 @@ class GlowFlowTransformer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEstim
 
     # ------------------------------------------------------------------ fit
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None):
+    def fit(self, X: ArrayLike, y=None) -> GlowFlowTransformer:
         """Fit the flow to ``X`` by maximum likelihood.
 
         Parameters
@@ -364,7 +329,7 @@ class GlowFlowTransformer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEstim
         self : GlowFlowTransformer
             Fitted transformer.
         """
-        torch = import_torch()
+        import_torch()  # the ImportError that names the extra, before any work
         X = validate_data(self, X, dtype=[np.float64, np.float32])
         n_samples, n_features = X.shape
         if n_samples < 2:
@@ -384,7 +349,6 @@ class GlowFlowTransformer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEstim
         self.mean_, self.scale_, self.whitener_, self.rank_, U_train, U_val = fitted
         self._flow_config = glow_config(self.rank_, self.get_params())
         flow, result = fit_glow(
-            torch,
             self._flow_config,
             U_train,
             U_val,
@@ -409,7 +373,7 @@ class GlowFlowTransformer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEstim
         X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
         return to_flow_input(X, self.mean_, self.scale_, self.whitener_)
 
-    def transform(self, X):
+    def transform(self, X: ArrayLike) -> np.ndarray:
         """Map ``X`` to the flow's Gaussian latent space.
 
         Parameters
@@ -425,7 +389,7 @@ class GlowFlowTransformer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEstim
         U = check_finite(self._validated_flow_input(X), "transform")
         return check_finite(run_flow(self.flow_, U, "forward", self.rank_), "transform")
 
-    def inverse_transform(self, X):
+    def inverse_transform(self, X: ArrayLike) -> np.ndarray:
         """Map latent vectors back to the data space.
 
         Parameters
@@ -451,14 +415,12 @@ class GlowFlowTransformer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEstim
         X_original = X_original.astype(Z.dtype)
         return check_finite(X_original, "inverse_transform")
 
-    def score_samples(self, X):
-        """Log-likelihood of each row under the fitted flow, in nats.
+    def score_samples(self, X: ArrayLike) -> np.ndarray:
+        """Compute the log-likelihood of each row under the fitted flow, in nats.
 
         ``log p(x) = log N(f(x); 0, I) + log|det df/dx|`` for the whole map
-        ``f`` (the fixed input map included): a density of the input space,
-        comparable with any other density model of the same rows (a
-        Gaussian's ``logpdf``, which it equals before training with
-        ``init="whitening"``). Low values flag unusual rows.
+        ``f``, the input map included: a density of the input space,
+        comparable with other density models of the same rows.
 
         Parameters
         ----------
@@ -468,18 +430,16 @@ class GlowFlowTransformer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEstim
         Returns
         -------
         log_likelihood : ndarray of shape (n_samples,)
-            ``log p(x)`` of each row, float64, in nats. A row so far from the
-            density that its log-likelihood overflows the dtype of ``X``
-            scores ``-inf``, with a
-            :class:`~sklearn_isotropy.exceptions.DensityUnderflowWarning`
-            saying how many did; the others score as they would alone.
+            ``log p(x)`` of each row, float64, in nats; ``-inf`` (with a
+            :class:`~sklearn_isotropy.exceptions.DensityUnderflowWarning`)
+            for a row so far away that it overflows the dtype of ``X``.
         """
         U = self._validated_flow_input(X)
         log_det = input_log_det(self.scale_, self.whitener_)
         return log_likelihood(self.flow_, U, self.rank_, log_det)
 
-    def score(self, X, y=None):
-        """Mean log-likelihood of the rows of ``X`` (nats per row).
+    def score(self, X: ArrayLike, y=None) -> float:
+        """Compute the mean log-likelihood of the rows of ``X`` (nats per row).
 
         Parameters
         ----------
@@ -495,7 +455,11 @@ class GlowFlowTransformer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEstim
         """
         return float(np.mean(self.score_samples(X)))
 
-    def sample(self, n_samples=1, random_state=None):
+    def sample(
+        self,
+        n_samples: int = 1,
+        random_state: int | np.random.RandomState | None = None,
+    ) -> np.ndarray:
         """Draw rows from the fitted density.
 
         Standard normal latents are mapped through the inverse flow, so the
@@ -524,17 +488,14 @@ class GlowFlowTransformer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEstim
         Z = rng.standard_normal((n_samples, self._n_features_out))
         return self.inverse_transform(Z)
 
-    def transform_module(self, dtype=np.float32):
-        """The fitted map of :meth:`transform` as one torch module, for export.
+    def transform_module(self, dtype: DTypeLike = np.float32) -> torch.nn.Module:
+        """Return the fitted map of :meth:`transform` as one torch module, for export.
 
-        The module's ``forward(x)`` maps a tensor of shape ``(n_samples,
-        n_features_in_)`` and ``dtype`` to the latent of :meth:`transform`,
-        in ``dtype``: the fixed input map in float64, then a copy of the
-        fitted Glow's own layers (on the CPU, frozen, in evaluation mode) on
-        the first ``rank_`` coordinates. Tracing it with ``torch.export``
-        exports the whole map, as :func:`~sklearn_isotropy.export.to_onnx`
-        does; a flow of other layers that keep the layer contract
-        (``forward(x) -> (z, log_det)``, traceable) exports the same way.
+        Its ``forward(x)`` maps a tensor of ``dtype`` to the latent of
+        :meth:`transform`: the fixed input map in float64, then a frozen copy
+        of the fitted Glow's own layers on the first ``rank_`` coordinates,
+        so tracing it exports the whole map, as
+        :func:`~sklearn_isotropy.export.to_onnx` does.
 
         Parameters
         ----------

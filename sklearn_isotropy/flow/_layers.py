@@ -16,26 +16,12 @@ layer that keeps the contract needs no export code of its own.
 
 The layers follow Glow (Kingma & Dhariwal, 2018) with the convolutional
 pieces replaced by their vector analogues, as BERT-flow (Li et al., 2020)
-does for sentence embeddings:
-
-- :class:`ActNorm`: per-feature affine map with data-dependent initialisation.
-  Whether it has been initialised is a buffer, so it is part of the
-  ``state_dict`` and a loaded model never initialises again.
-- :class:`InvertibleLinear`: a dense invertible mixing matrix in LU form,
-  ``W = P L (U + diag(sign * exp(log_s)))``, the vector version of Glow's
-  invertible 1x1 convolution. The log-determinant is ``sum(log_s)``.
-- :class:`Coupling`: additive (``z_b = x_b + t(x_a)``) or affine with a bounded
-  log-scale (``z_b = x_b * exp(tanh(s(x_a))) + t(x_a)``) coupling whose
-  conditioner is a small residual MLP (:class:`ResidualMLP`).
-- :class:`FlowStep` = ActNorm -> InvertibleLinear -> Coupling.
-- :class:`Glow`: ``n_levels`` levels of ``depth`` steps each; after every level
-  but the last, half of the remaining features are factored out (they go
-  straight to the latent, under the standard normal prior).
-- :class:`LatentMap`: a fitted estimator's whole ``x -> z`` (its fixed
-  float64 input map, then the flow), one module to trace for export.
-
-This module imports torch at import time; the scikit-learn wrapper
-(:mod:`sklearn_isotropy.flow._glow`) only imports it when it needs it.
+does: :class:`ActNorm`, :class:`InvertibleLinear` (LU form),
+:class:`Coupling` (additive or affine), :class:`FlowStep` (the three in
+turn), :class:`Glow` (levels of steps, half the features factored out after
+each level but the last) and :class:`LatentMap` (an estimator's whole
+``x -> z``, one module to trace for export). This module imports torch at
+import time; the scikit-learn wrapper imports it only when it needs it.
 
 Examples
 --------

@@ -5,8 +5,8 @@ rows (standardised, whitened); :func:`fit_glow` builds and initialises the
 Glow, trains it and says what went wrong if training did; :func:`train_flow`
 runs the epochs, monitors them (training loss or held-out log-likelihood),
 keeps the best parameters with early stopping, and stops at the first
-non-finite loss or gradient without applying it. Nothing here imports torch:
-the caller passes the module in.
+non-finite loss or gradient without applying it. torch is imported inside
+the functions, when they run.
 
 Progress goes to ``sys.stderr`` through :class:`EpochReporter`, which writes
 its lines with ``tqdm.write`` when tqdm is installed, so they never break into
@@ -140,8 +140,10 @@ class TrainingResult:
     stopped_early: bool = False
 
 
-def mean_log_likelihood(torch, flow, X) -> float:
-    """Mean ``flow.log_prob`` of the rows of the tensor ``X`` (eval mode)."""
+def mean_log_likelihood(flow, X) -> float:
+    """Return the mean ``flow.log_prob`` of the rows of tensor ``X`` (eval mode)."""
+    import torch
+
     flow.eval()
     total = 0.0
     with torch.no_grad():
@@ -151,7 +153,6 @@ def mean_log_likelihood(torch, flow, X) -> float:
 
 
 def train_flow(
-    torch,
     flow,
     X_train,
     X_val,
@@ -171,8 +172,6 @@ def train_flow(
 
     Parameters
     ----------
-    torch : module
-        The torch module (imported by the caller).
     flow : torch.nn.Module
         Bijector with ``log_prob``; initialised (ActNorm) already. The
         optimiser updates the parameters that require a gradient.
@@ -201,6 +200,8 @@ def train_flow(
         did. With ``X_val``, the parameters of the best epoch (0 = the
         initialisation) are loaded back into ``flow``.
     """
+    import torch
+
     result = TrainingResult()
     n_train = X_train.shape[0]
     device = X_train.device
@@ -214,7 +215,7 @@ def train_flow(
 
     best_state = None
     if early_stopping:
-        score = mean_log_likelihood(torch, flow, X_val) + val_offset
+        score = mean_log_likelihood(flow, X_val) + val_offset
         result.validation_scores = [score]
         result.best_validation_score = score
         result.best_epoch = 0
@@ -259,7 +260,7 @@ def train_flow(
         if result.diverged is not None:
             break
         if early_stopping:
-            score = mean_log_likelihood(torch, flow, X_val) + val_offset
+            score = mean_log_likelihood(flow, X_val) + val_offset
             result.validation_scores.append(score)
             detail = f", validation log-likelihood {score:.4f}"
         else:
@@ -304,7 +305,7 @@ def glow_config(rank: int, params: dict) -> dict:
     return config
 
 
-def fit_glow(torch, config, U_train, U_val, *, seed, device, log_det, params):
+def fit_glow(config, U_train, U_val, *, seed, device, log_det, params):
     """Build, initialise and train the Glow of ``config``: ``(flow, result)``.
 
     ``U_train`` and ``U_val`` (None without early stopping) are rows after the
@@ -313,6 +314,8 @@ def fit_glow(torch, config, U_train, U_val, *, seed, device, log_det, params):
     the rows that set ActNorm and the shuffling; ``params`` are the
     estimator's. The flow is returned in evaluation mode.
     """
+    import torch
+
     from ._layers import Glow
 
     rank = config["n_features"]
@@ -340,7 +343,7 @@ def fit_glow(torch, config, U_train, U_val, *, seed, device, log_det, params):
             flow(rows)
 
     X_check = X_train[: min(X_train.shape[0], 4096)]
-    initial_nll = -mean_log_likelihood(torch, flow, X_check)
+    initial_nll = -mean_log_likelihood(flow, X_check)
     if not np.isfinite(initial_nll):
         raise ValueError(
             "The initial flow gives non-finite log-likelihoods on the "
@@ -356,7 +359,6 @@ def fit_glow(torch, config, U_train, U_val, *, seed, device, log_det, params):
     settings = "max_iter batch_size learning_rate shuffle n_iter_no_change tol"
     try:
         result = train_flow(
-            torch,
             flow,
             X_train,
             X_val,
@@ -371,9 +373,9 @@ def fit_glow(torch, config, U_train, U_val, *, seed, device, log_det, params):
     flow.eval()
     lr = params["learning_rate"]
     if result.diverged is not None:
-        _check_diverged(torch, flow, X_check, result, params)
+        _check_diverged(flow, X_check, result, params)
         return flow, result
-    final_nll = -mean_log_likelihood(torch, flow, X_check)
+    final_nll = -mean_log_likelihood(flow, X_check)
     # noise-level changes are normal when the initial flow is already
     # about right; a blow-up is far larger
     if not final_nll <= initial_nll + 0.1 * X_check.shape[1]:
@@ -390,9 +392,11 @@ def fit_glow(torch, config, U_train, U_val, *, seed, device, log_det, params):
     return flow, result
 
 
-def _check_diverged(torch, flow, X_check, result, params):
+def _check_diverged(flow, X_check, result, params):
     """Warn that training stopped at a non-finite step, or raise if the
     parameters kept give non-finite outputs too."""
+    import torch
+
     epoch, batch, what = result.diverged
     lr = params["learning_rate"]
     remedy = (

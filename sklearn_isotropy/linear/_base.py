@@ -8,6 +8,7 @@ import os
 from typing import NamedTuple
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import linalg
 from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
 from sklearn.utils import check_array
@@ -163,7 +164,7 @@ class _StreamingMomentsMixin(
         # without one loads the estimator
         return {k: for_pickle(v) for k, v in super().__getstate__().items()}
 
-    def to_numpy(self):
+    def to_numpy(self) -> _StreamingMomentsMixin:
         """Return a copy of the fitted estimator that holds numpy arrays.
 
         For an estimator fitted on the arrays of another Array API namespace
@@ -197,7 +198,9 @@ class _StreamingMomentsMixin(
             state.pop(name, None)
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None, sample_weight=None):
+    def fit(
+        self, X: ArrayLike, y=None, sample_weight: ArrayLike | None = None
+    ) -> _StreamingMomentsMixin:
         """Fit on ``X``, forgetting any previous fit.
 
         The fitted map is computed before ``fit`` returns, so every error
@@ -229,22 +232,19 @@ class _StreamingMomentsMixin(
         return self._partial_fit(X, sample_weight, first=True, eager=True)
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def partial_fit(self, X, y=None, sample_weight=None):
+    def partial_fit(
+        self, X: ArrayLike, y=None, sample_weight: ArrayLike | None = None
+    ) -> _StreamingMomentsMixin:
         """Update the fit with a batch of rows (exact streaming).
 
         The count, mean and scatter of all batches seen so far are merged in
         float64, so the result equals one ``fit`` on the concatenated batches
         up to round-off; memory does not grow with the number of rows.
 
-        ``partial_fit`` only accumulates: the fitted map is recomputed once,
-        when it is next used (``transform``, or reading a fitted attribute
-        such as ``mean_``), with the parameters in effect at this call. A
-        stream of many batches therefore costs one pass over the rows plus
-        one eigendecomposition. Errors that need the map (``n_components``
-        above the rank of the data seen, a rank-deficient covariance with
-        ``method="cholesky"``, constant data, a ``power`` out of float64's
-        range) are raised at that first use; invalid input and parameters
-        are still rejected here, leaving the estimator unchanged.
+        The fitted map is recomputed once, when it is next used, with the
+        parameters in effect at this call; errors that need it are raised
+        then (see :ref:`scaling`). Invalid input is rejected here, leaving
+        the estimator unchanged.
 
         Parameters
         ----------
@@ -354,12 +354,12 @@ class _StreamingMomentsMixin(
         return "n_samples_seen_" in self.__dict__
 
     def _transform_dask(self, X):
-        """Lazy block-wise transform of a dask collection (see ``_dask.py``)."""
+        """Transform a dask collection lazily, block by block (see ``_dask.py``)."""
         from ._dask import transform_dask
 
         return transform_dask(self, X)
 
-    def transform(self, X):
+    def transform(self, X: ArrayLike) -> np.ndarray:
         """Apply the fitted map to ``X``.
 
         Parameters
@@ -393,7 +393,7 @@ class _StreamingMomentsMixin(
         return Z
 
     def _linear_map(self) -> LinearMap:  # pragma: no cover
-        """The fitted transform, ``X -> map(X - center)``."""
+        """Return the fitted transform, ``X -> map(X - center)``."""
         raise NotImplementedError
 
     # None: the map has no inverse (NATSV), and no inverse_transform either;
@@ -401,7 +401,7 @@ class _StreamingMomentsMixin(
     _inverse_map = None
 
     @available_if(lambda self: self._inverse_map is not None)
-    def inverse_transform(self, X):
+    def inverse_transform(self, X: ArrayLike) -> np.ndarray:
         """Map transformed rows back to the input space.
 
         Exact when the output keeps every direction; with whitening that
@@ -466,7 +466,7 @@ class LinearMap(NamedTuple):
     operand: np.ndarray | None = None
 
     def apply(self, X, *, inverse: bool = False):
-        """``(map(X - center), finite)``, or with ``inverse`` ``map(X) + center``.
+        """Return ``(map(X - center), finite)`` (``map(X) + center`` if ``inverse``).
 
         The same lines for every Array API namespace: the fitted arrays
         (float64, or the widest float of the fitting device) are cast to the
@@ -514,7 +514,7 @@ class LinearMap(NamedTuple):
 
 
 def _on_device_of(value, like):
-    """A fitted numpy array ``value`` on the device of ``like`` (None: as is)."""
+    """Return a fitted numpy array ``value`` on the device of ``like`` (None: as is)."""
     if like is None or not isinstance(value, np.ndarray):
         return value
     return on_device(value, like)

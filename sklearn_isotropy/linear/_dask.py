@@ -234,11 +234,13 @@ def _combine(*parts):
     return out
 
 
-def _tree_reduce(dask, parts):
+def _tree_reduce(parts):
+    from dask import delayed
+
     level = 0
     while len(parts) > 1:
         parts = [
-            dask.delayed(_combine, pure=True)(
+            delayed(_combine, pure=True)(
                 *parts[i : i + _FAN_IN],
                 dask_key_name=f"isotropy-combine-{level}-{i}-{uuid.uuid4().hex}",
             )
@@ -269,7 +271,7 @@ def moments_dask(
         )
         for i, (b, w, off) in enumerate(zip(blocks, weights, offsets))
     ]
-    (result,) = dask.compute(_tree_reduce(dask, parts))
+    (result,) = dask.compute(_tree_reduce(parts))
     if isinstance(result, _BlockProblems):
         raise result.error(name)
     return result

@@ -22,6 +22,7 @@ import math
 import numbers
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ._array_api import input_namespace, to_host
 from ._scatter_kernels import (
@@ -45,12 +46,9 @@ class MomentAccumulator:
 
     The accumulator holds, in float64, the total weight, the weighted mean and
     the scatter matrix ``sum_i w_i (x_i - mean)(x_i - mean)^T`` of every row
-    seen so far (or only its diagonal, with ``kind="diag"``), plus, unless
-    ``fourth_moments=False``, the third and fourth moments of the centred row
-    norms that the Ledoit-Wolf shrinkage estimate needs. Two accumulators
-    combine exactly into the statistics of the union of their rows, whatever
-    the order, which is what makes ``partial_fit`` exact and distributed
-    fitting possible.
+    seen so far, and the moments Ledoit-Wolf shrinkage needs. Two
+    accumulators combine exactly into the statistics of the union of their
+    rows, which makes ``partial_fit`` exact and distributed fitting possible.
 
     Parameters
     ----------
@@ -62,17 +60,12 @@ class MomentAccumulator:
         for per-dimension standardisation and ``O(n_features)`` in memory.
     fourth_moments : bool, default=True
         With ``kind="full"``, also keep ``norm3`` and ``norm4``, which
-        :meth:`ledoit_wolf_shrinkage` needs. They cost a few extra passes
-        over each block of rows (about 7% of an update of 768-wide rows);
-        pass ``False`` when Ledoit-Wolf shrinkage will not be used. Ignored
-        for ``kind="diag"``.
+        :meth:`ledoit_wolf_shrinkage` needs (about 7% of an update's time).
     keep_rows : bool, default=True
         With ``kind="full"``, keep the rows themselves (in float64) while
-        fewer rows of positive weight than ``n_features`` have been seen,
-        and build the scatter matrix only once there are as many rows as
-        features. The rows then take less memory than the scatter matrix
-        would, and the estimators use the ``n x n`` dual form. ``False``
-        builds the scatter matrix from the first row.
+        fewer rows of positive weight than ``n_features`` have been seen, so
+        the estimators can use the ``n x n`` dual form. ``False`` builds the
+        scatter matrix from the first row.
 
     Attributes
     ----------
@@ -86,50 +79,31 @@ class MomentAccumulator:
         Weighted mean.
     scatter : ndarray of shape (n_features, n_features) or (n_features,)
         Weighted scatter matrix about the mean (diagonal only for
-        ``kind="diag"``). While the rows are kept (see ``representation``),
-        reading it computes it from them.
+        ``kind="diag"``), computed from the rows while they are kept.
     norm3 : ndarray of shape (n_features,) or None
-        ``sum_i w_i ||x_i - mean||^2 (x_i - mean)``; None when the fourth
-        moments are not kept.
+        ``sum_i w_i ||x_i - mean||^2 (x_i - mean)``, if kept.
     norm4 : float or None
-        ``sum_i w_i ||x_i - mean||^4``; None when the fourth moments are not
-        kept.
+        ``sum_i w_i ||x_i - mean||^4``, if kept.
     fourth_moments : bool
-        Whether ``norm3`` and ``norm4`` are kept, so that
-        :meth:`ledoit_wolf_shrinkage` can be computed.
+        Whether ``norm3`` and ``norm4`` are kept.
     representation : {"rows", "scatter"}
-        ``"rows"`` while the rows themselves are kept, ``"scatter"`` once the
-        scatter matrix (or its diagonal) is.
+        What is kept: the rows themselves, or the scatter matrix.
 
     Notes
     -----
-    Values far from 1 are handled exactly: when the centred rows of a batch
-    are smaller than ``2**-200`` or larger than ``2**200`` they are scaled by
-    a power of two before squaring, so that data around ``1e-200`` keeps its
-    full precision instead of underflowing to a zero scatter. ``scatter``
-    and :meth:`covariance` return the statistics in the units of the data
-    (an entry below ``1e-308`` rounds to zero there). The estimators work
-    in the scaled units instead, through :meth:`scaled_covariance`,
-    :meth:`scaled_variances` and :meth:`scaled_rows`: each returns an array
-    ``a`` and an exponent ``e`` such that the statistic is ``a * 4**e``
-    (``a * 2**e`` for the rows), exactly.
+    Centred rows smaller than ``2**-200`` or larger than ``2**200`` are
+    scaled by a power of two before squaring, so data around ``1e-200``
+    keeps its precision. ``scatter`` and :meth:`covariance` are in the units
+    of the data; the estimators work in the scaled units, through
+    :meth:`scaled_covariance`, :meth:`scaled_variances` and
+    :meth:`scaled_rows`, which return ``a`` and ``e`` with the statistic
+    ``a * 4**e`` (``a * 2**e`` for the rows), exactly.
 
-    With ``sklearn.set_config(array_api_dispatch=True)``, rows of another
-    Array API namespace (torch tensors, on a GPU or not) are multiplied on
-    their device, and only the sums come to host memory: the statistics are
-    always numpy float64 arrays, so accumulators updated on different
-    devices merge like any others. A device without float64 (Apple's MPS)
-    multiplies in float32 and adds its blocks with compensated summation
-    (the statistics are then as accurate as float32 products allow, about
-    ``1e-7`` relative on the test data, and do not degrade with the number
-    of rows).
-
-    A large batch of numpy rows (above ``2**32`` multiply-adds, rows up to
-    2,048 wide) is split by rows into one share per CPU (at most four), each
-    converted and multiplied on one BLAS thread, run at once on as many
-    threads as BLAS may use, and added in a fixed order: the same rows give
-    the same bits on the same machine, whatever the thread limits of the
-    moment.
+    Rows of another Array API namespace (``array_api_dispatch=True``) are
+    multiplied on their device and only the sums come to host memory, so the
+    statistics are always numpy float64 arrays (:ref:`gpu`). A large numpy
+    batch is split by rows across BLAS threads and added in a fixed order:
+    the same rows give the same bits whatever the thread limits.
 
     Examples
     --------
@@ -227,7 +201,9 @@ class MomentAccumulator:
         return state
 
     # ------------------------------------------------------------------ update
-    def update(self, X, sample_weight=None) -> MomentAccumulator:
+    def update(
+        self, X: ArrayLike, sample_weight: ArrayLike | None = None
+    ) -> MomentAccumulator:
         """Add the rows of ``X`` (with optional weights) in place.
 
         Parameters
@@ -240,13 +216,16 @@ class MomentAccumulator:
         Returns
         -------
         self : MomentAccumulator
+            The updated accumulator.
         """
         updated = self.updated(X, sample_weight)
         if updated is not self:
             self.__dict__.update(updated.__dict__)
         return self
 
-    def updated(self, X, sample_weight=None) -> MomentAccumulator:
+    def updated(
+        self, X: ArrayLike, sample_weight: ArrayLike | None = None
+    ) -> MomentAccumulator:
         """Return the statistics of ``self`` and the rows of ``X``; ``self`` is kept.
 
         The same statistics as :meth:`update`, in a new accumulator (``self``
@@ -264,6 +243,7 @@ class MomentAccumulator:
         Returns
         -------
         moments : MomentAccumulator
+            The new statistics (``self`` when ``X`` has no rows).
         """
         if input_namespace(X) is None:
             X = np.asarray(X)
@@ -448,6 +428,16 @@ class MomentAccumulator:
         centred norms) and associative up to float64 round-off, so it can
         serve as the combine step of a tree reduction. The result keeps the
         fourth moments only if both operands do.
+
+        Parameters
+        ----------
+        other : MomentAccumulator
+            Statistics of as many features.
+
+        Returns
+        -------
+        merged : MomentAccumulator
+            A new accumulator.
         """
         out = self.copy()
         out._merge_inplace(other)
@@ -456,7 +446,13 @@ class MomentAccumulator:
     __add__ = merge
 
     def copy(self) -> MomentAccumulator:
-        """Return a deep copy."""
+        """Return a deep copy.
+
+        Returns
+        -------
+        MomentAccumulator
+            The copy, sharing no array that an update modifies.
+        """
         out = MomentAccumulator.__new__(MomentAccumulator)
         out.__dict__.update(self.__dict__)
         out.mean = self.mean.copy()
@@ -558,14 +554,21 @@ class MomentAccumulator:
 
     # ----------------------------------------------------------------- results
     def is_finite(self, *, include_fourth: bool = False) -> bool:
-        """Whether the statistics are finite (no NaN or infinity reached them).
+        """Tell whether the statistics are finite (no NaN or infinity reached them).
 
         A NaN or an infinity in any row, whatever its weight, reaches the
         mean or the diagonal of the scatter, so this ``O(n_features)`` test
-        stands for a scan of the rows. While the rows are kept only the mean
-        is tested (the rows of positive weight are in it). With
-        ``include_fourth=True`` the stored third and fourth moments are
-        tested too (True when they are not kept).
+        stands for a scan of the rows.
+
+        Parameters
+        ----------
+        include_fourth : bool, default=False
+            Also test the stored third and fourth moments (if kept).
+
+        Returns
+        -------
+        bool
+            False if a NaN or an infinity reached the statistics.
         """
         if not np.all(np.isfinite(self.mean)):
             return False
@@ -581,7 +584,7 @@ class MomentAccumulator:
     def scaled_covariance(
         self, *, center: bool = True, ddof: int = 1
     ) -> tuple[np.ndarray, int]:
-        """Covariance (or second moment) ``M`` and ``e``, equal to ``M * 4**e``.
+        """Return the covariance (or second moment) as ``M`` and ``e``, ``M * 4**e``.
 
         The ``(n_features, n_features)`` matrix in the accumulator's scaled
         units (see Notes of the class), which keep their precision where the
@@ -600,7 +603,9 @@ class MomentAccumulator:
         Returns
         -------
         matrix : ndarray of shape (n_features, n_features)
+            The matrix in scaled units.
         e : int
+            The scale exponent.
         """
         if self.kind != "full":
             raise ValueError("scaled_covariance needs kind='full' statistics.")
@@ -621,7 +626,7 @@ class MomentAccumulator:
         return M, e
 
     def scaled_variances(self) -> tuple[np.ndarray, int]:
-        """Per-feature weighted variances ``v`` and ``e``, equal to ``v * 4**e``.
+        """Return the per-feature weighted variances as ``v`` and ``e``, ``v * 4**e``.
 
         Population variances (``ddof=0``: the diagonal of the scatter divided
         by ``sum_weights``; zeros while the total weight is 0), in scaled
@@ -630,7 +635,9 @@ class MomentAccumulator:
         Returns
         -------
         variances : ndarray of shape (n_features,)
+            The variances in scaled units.
         e : int
+            The scale exponent.
         """
         sw = self.sum_weights
         if self._scatter is None:
@@ -644,18 +651,23 @@ class MomentAccumulator:
         return np.zeros(self.n_features), e
 
     def scaled_rows(self, *, center: bool = True) -> tuple[np.ndarray, int]:
-        """Kept rows as ``Y = sqrt(w) * (x - mean) * 2**-e``, and ``e``.
+        """Return the kept rows as ``Y = sqrt(w) * (x - mean) * 2**-e``, and ``e``.
 
-        The rows of the dual form (``representation == "rows"``), centred
-        (or not, ``center=False``), weighted so that ``Y.T @ Y`` is the
-        scatter (second moment) matrix, and scaled by a power of two so
-        that the largest entry is about 1.
+        The rows of the dual form (``representation == "rows"``), weighted so
+        that ``Y.T @ Y`` is the scatter (second moment) matrix, and scaled by
+        a power of two so that the largest entry is about 1.
+
+        Parameters
+        ----------
+        center : bool, default=True
+            Subtract the mean (False: ``Y.T @ Y`` is the second moment).
 
         Returns
         -------
         rows : ndarray of shape (n_kept, n_features)
             One row per kept row of positive weight.
         e : int
+            The scale exponent.
         """
         if self._rows is None:
             raise ValueError(
@@ -679,10 +691,18 @@ class MomentAccumulator:
         return Y, e
 
     def covariance(self, ddof: int = 1) -> np.ndarray:
-        """Weighted covariance ``scatter / (sum_weights - ddof)``.
+        """Return the weighted covariance ``scatter / (sum_weights - ddof)``.
 
-        With ``ddof=1`` the weights are frequency weights: an integer weight
-        equals repeating the row.
+        Parameters
+        ----------
+        ddof : int, default=1
+            Delta degrees of freedom; with 1, an integer weight equals
+            repeating the row (frequency weights).
+
+        Returns
+        -------
+        ndarray of shape (n_features, n_features)
+            The covariance.
         """
         denom = self.sum_weights - ddof
         if denom <= 0:
@@ -695,19 +715,29 @@ class MomentAccumulator:
         return self.scatter / denom
 
     def second_moment(self) -> np.ndarray:
-        """Uncentred second moment ``E[x x^T]`` under the weights."""
+        """Return the uncentred second moment ``E[x x^T]`` under the weights.
+
+        Returns
+        -------
+        ndarray of shape (n_features, n_features)
+            The second moment.
+        """
         if self.kind != "full":
             raise ValueError("second_moment needs kind='full'.")
         return self.scatter / self.sum_weights + np.outer(self.mean, self.mean)
 
     def ledoit_wolf_shrinkage(self) -> float:
-        """Ledoit-Wolf shrinkage intensity.
+        """Estimate the Ledoit-Wolf shrinkage intensity.
 
         The same value as :func:`sklearn.covariance.ledoit_wolf_shrinkage`,
         computed from the accumulated moments alone (the fourth moment of
         the centred row norms and the scatter matrix), so it is exact in a
-        stream. The intensity does not depend on the scale of the data and
-        is computed in the accumulator's scaled units.
+        stream.
+
+        Returns
+        -------
+        float
+            The intensity, in [0, 1].
         """
         if self.kind != "full":
             raise ValueError("Ledoit-Wolf shrinkage needs kind='full' statistics.")
@@ -729,11 +759,12 @@ class MomentAccumulator:
         return 0.0 if beta <= 0 or delta <= 0 else float(beta / delta)
 
     def oas_shrinkage(self) -> float:
-        """Oracle Approximating Shrinkage intensity, as sklearn's OAS estimates it.
+        """Estimate the Oracle Approximating Shrinkage intensity, as sklearn's OAS.
 
-        Computed from the accumulated covariance alone, after scaling it to
-        unit average variance: the intensity does not depend on the scale,
-        and the squares below cannot overflow.
+        Returns
+        -------
+        float
+            The intensity, in [0, 1], from the accumulated covariance alone.
         """
         if self.kind != "full":
             raise ValueError("OAS shrinkage needs kind='full' statistics.")
@@ -742,7 +773,7 @@ class MomentAccumulator:
             return 0.0  # one feature: every shrinkage gives the same estimate
         emp_cov = self._as_scatter()._scatter / n
         scale = np.trace(emp_cov) / p
-        if scale > 0:
+        if scale > 0:  # unit average variance: the squares cannot overflow
             emp_cov = emp_cov / scale
         alpha = np.mean(emp_cov**2)
         mu = np.trace(emp_cov) / p

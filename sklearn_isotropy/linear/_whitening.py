@@ -7,6 +7,7 @@ import math
 from numbers import Integral, Real
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import linalg
 from sklearn.utils._param_validation import Interval, RealNotInt, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -49,28 +50,21 @@ class WhiteningTransformer(_StreamingMomentsMixin):
 
     This is BERT-whitening (Su et al., 2021): with the covariance
     ``Sigma = U diag(lambda) U^T`` of the training embeddings, the transform
-    is ``(X - mean_) @ U[:, :k] @ diag(lambda[:k] ** (-power / 2))``. Keeping
-    the first ``k`` columns also reduces the dimension (their best result
-    kept 256 of 768). The statistics are accumulated exactly in float64 and
-    can be streamed with :meth:`partial_fit`.
-    The output columns are named ``whitening0``, ``whitening1``, ...
+    is ``(X - mean_) @ U[:, :k] @ diag(lambda[:k] ** (-power / 2))``, whose
+    ``k`` columns (``whitening0``, ...) also reduce the dimension. The
+    statistics are exact in float64 and stream with :meth:`partial_fit`.
 
     Parameters
     ----------
     n_components : int, float or None, default=None
         Output dimension for ``method="pca"``.
 
-        - ``None``: every component, capped at the numerical rank of the
-          covariance (a :class:`~sklearn_isotropy.exceptions.RankDeficiencyWarning`
-          when too few rows limit it; constant features are logged).
-        - int ``k``: the ``k`` leading components; ``k`` must not exceed the
-          rank of the fitted covariance.
-        - float in (0, 1): the fewest components whose eigenvalues explain
-          that share of the total variance, as in
-          :class:`sklearn.decomposition.PCA`.
-
-        ``method="zca"`` and ``method="cholesky"`` keep the input coordinates
-        and need ``n_components=None``.
+        ``None``: every component up to the numerical rank of the covariance
+        (a :class:`~sklearn_isotropy.exceptions.RankDeficiencyWarning` when
+        too few rows limit it); int ``k``: the ``k`` leading components, at
+        most the rank; float in (0, 1): the fewest components explaining that
+        share of the variance, as in :class:`sklearn.decomposition.PCA`.
+        ``"zca"`` and ``"cholesky"`` need None.
     method : {"pca", "zca", "cholesky"}, default="pca"
         ``"pca"``: ``W = U diag(lambda ** (-power/2))`` (Su et al.), output in
         principal-axis order. ``"zca"``: ``W = U diag(lambda ** (-power/2))
@@ -79,37 +73,29 @@ class WhiteningTransformer(_StreamingMomentsMixin):
         needs a full-rank covariance and ``power=1``.
     power : float, default=1.0
         Exponent ``p`` of ``lambda ** (-p / 2)``: 1 whitens fully, 0 only
-        rotates (and truncates), values between whiten partially. On encoders
-        trained for sentence similarity partial whitening can beat both
-        extremes; tune it with :class:`~sklearn.model_selection.GridSearchCV`.
+        rotates (and truncates), values between whiten partially (tune it
+        with :class:`~sklearn.model_selection.GridSearchCV`).
     shrinkage : float in [0, 1], "ledoit-wolf" or "oas", default=0.0
         Shrink the covariance toward a scaled identity before whitening,
         ``(1 - s) Sigma + s * trace(Sigma) / d * I``. A float sets ``s``;
-        ``"ledoit-wolf"`` and ``"oas"`` estimate it from the data exactly as
-        :func:`sklearn.covariance.ledoit_wolf_shrinkage` and
-        :class:`sklearn.covariance.OAS` do (from the streamed moments). Any
-        ``s > 0`` makes the covariance full rank, which keeps held-out rows
-        bounded when ``n_samples <= n_features``.
+        ``"ledoit-wolf"`` and ``"oas"`` estimate it as scikit-learn does, from
+        the streamed moments. Any ``s > 0`` makes the covariance full rank.
     noise_variance : float >= 0, "auto" or None, default=None
         Variance ``s2`` of the isotropic noise of probabilistic PCA. With
         ``s2 > 0`` each component is the posterior mean of its whitened
         latent, ``sqrt(max(lambda - s2, 0)) / lambda * u^T (x - mean)``: the
         directions near the noise floor are damped instead of amplified,
-        those below it dropped (``power`` < 1: gain ``(lambda - s2) **
-        (1 - power / 2) / lambda``). ``None`` and 0 are plain whitening;
+        those below it dropped. ``None`` and 0 are plain whitening;
         ``"auto"`` estimates ``s2`` from the spectrum, without labels (see
-        Notes and :ref:`without_labels`, which says how it composes with the
-        other parameters). ``method="cholesky"`` needs ``None``.
+        :ref:`without_labels`). ``method="cholesky"`` needs ``None``.
 
     Attributes
     ----------
     mean_ : ndarray of shape (n_features,)
         Weighted mean of the training rows.
     covariance_ : ndarray of shape (n_features, n_features)
-        The (shrunk) covariance that was whitened, with frequency weights
-        and ``ddof=1`` (as :class:`~sklearn.decomposition.PCA`). With fewer
-        rows than features the map is computed without it (dual form), and
-        it is built when first read.
+        The (shrunk) covariance that was whitened (frequency weights,
+        ``ddof=1``); built when first read if the map did not need it.
     components_ : ndarray of shape (n_components_, n_features)
         Principal axes (eigenvectors of ``covariance_``), largest first.
     explained_variance_ : ndarray of shape (n_components_,)
@@ -148,33 +134,15 @@ class WhiteningTransformer(_StreamingMomentsMixin):
 
     Notes
     -----
-    A covariance estimated from ``n`` rows has rank at most ``n - 1``; with
-    ``n <= n_features`` the remaining eigenvalues are round-off, and
-    dividing by their square roots sends held-out rows to norms of ``1e8``
-    and more (the whitening papers' code did this). Here those directions
-    are dropped with a warning, or regularised with ``shrinkage``.
-
-    With fewer rows than features, ``method="pca"`` without shrinkage works
-    in the dual form: the components come from the SVD of the ``n x d``
-    centred rows, in ``O(n^2 d)`` time and ``O(n d)`` memory, so 10 rows of
-    20,000 features never build a ``d x d`` matrix. ``shrinkage > 0``,
-    ``"zca"`` and ``"cholesky"`` define a full ``d x d`` map; on such data
-    they raise a ``ValueError`` before allocating it if it would not fit in
-    memory.
-
-    ``noise_variance="auto"`` sets ``s2`` to the median of the kept
-    eigenvalues divided by the median of the Marchenko-Pastur law of the
-    aspect ratio ``n_features / n_samples`` (the noise estimate of Gavish
-    and Donoho, 2014): the eigenvalues of pure noise of variance ``s2``
-    have that median, and a signal spanning fewer than half the directions
-    leaves it in place (chosen on STS-B dev: :ref:`without_labels`).
-
-    :meth:`fit` computes the map before returning. :meth:`partial_fit` only
-    merges statistics; the map is computed at its first use afterwards
-    (:meth:`transform` or reading a fitted attribute), and errors that need
-    it (``n_components`` above the rank, ``method="cholesky"`` on a
-    rank-deficient covariance, a ``power`` out of float64's range) are
-    raised then. See :ref:`scaling`.
+    With ``n <= n_features`` rows the covariance has rank at most ``n - 1``;
+    the other directions are dropped with a warning, or regularised with
+    ``shrinkage`` (:ref:`postprocessors`). Without shrinkage,
+    ``method="pca"`` then works in the dual form, from the SVD of the
+    centred rows, never building a ``d x d`` matrix (:ref:`scaling`).
+    ``noise_variance="auto"`` is the median noise estimate of Gavish and
+    Donoho (2014), chosen on STS-B dev (:ref:`without_labels`).
+    :meth:`partial_fit` only merges statistics; the map is computed, and
+    errors that need it are raised, at its first use.
 
     References
     ----------
@@ -440,8 +408,8 @@ class WhiteningTransformer(_StreamingMomentsMixin):
         return int(min(np.searchsorted(ratio, n_components, side="right") + 1, rank))
 
     # --------------------------------------------------------------- likelihood
-    def score_samples(self, X):
-        """Log-likelihood of each row under the fitted Gaussian model.
+    def score_samples(self, X: ArrayLike) -> np.ndarray:
+        """Compute the log-likelihood of each row under the fitted Gaussian model.
 
         With every direction kept (``n_components_ == n_features_in_``) the
         model is the Gaussian of ``mean_`` and ``covariance_``. Otherwise it
@@ -485,8 +453,8 @@ class WhiteningTransformer(_StreamingMomentsMixin):
             log_det += (d - q) * math.log(s2)
         return -0.5 * (d * math.log(2.0 * math.pi) + log_det + mahalanobis)
 
-    def score(self, X, y=None):
-        """Average log-likelihood of the rows under the fitted model.
+    def score(self, X: ArrayLike, y=None) -> float:
+        """Compute the average log-likelihood of the rows under the fitted model.
 
         Parameters
         ----------

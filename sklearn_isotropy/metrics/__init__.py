@@ -7,17 +7,12 @@ on labelled pairs; :func:`cosine_spearman_scorer` scores fitted estimators;
 :func:`transform_pairs` is what all three compare, the distinct items of
 the pairs transformed once (arrays of any namespace the estimators take).
 
-Retrieval: :func:`retrieval_scores` (and :func:`mrr_score`,
-:func:`recall_at_k_score`, :func:`ndcg_at_k_score`) score a ranking against
-relevance judgements with ties averaged; :func:`pairs_to_qrels` makes
-queries, a corpus and judgements from rated pairs, and
-:func:`make_retrieval_scorer` scores a fitted transformer that way, so
-:class:`~sklearn.model_selection.GridSearchCV` can choose ``k`` for search.
-:func:`search_candidates` finds, exactly (numpy or faiss), every document a
-tie-averaged score at a cut-off needs, without scoring the whole corpus
-against every query at once; :func:`exact_index` is the index it searches;
-:func:`search_scores` scores that search per query, for the pair scorer and
-the evaluation's retrieval task alike.
+Retrieval: :func:`retrieval_scores` (one score each: :func:`mrr_score`,
+:func:`recall_at_k_score`, :func:`ndcg_at_k_score`) scores a ranking with
+ties averaged; :func:`pairs_to_qrels` makes queries and judgements from
+rated pairs, and :func:`make_retrieval_scorer` scores a fitted transformer
+that way; :func:`search_scores` scores an exact search
+(:func:`search_candidates` over an :func:`exact_index`) per query.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import sparse
 from sklearn.base import BaseEstimator, _fit_context, clone
 from sklearn.externals import array_api_compat
@@ -18,7 +19,7 @@ __all__ = ["PairedCosineSimilarity", "cosine_spearman_scorer", "transform_pairs"
 
 
 def _host(a):
-    """``a`` as a numpy array in host memory if it is another namespace's array."""
+    """Return ``a`` as a numpy array in host memory if another namespace holds it."""
     if isinstance(a, np.ndarray) or not array_api_compat.is_array_api_obj(a):
         return a
     return _convert_to_numpy(a, array_api_compat.array_namespace(a))
@@ -90,8 +91,7 @@ def _check_pairs(X):
 
 
 def _distinct(kind, items):
-    """The distinct items (texts in first-seen order, rows sorted) and the
-    index of each item among them."""
+    """Return the distinct items (texts first-seen, rows sorted), each item's index."""
     if kind == "text":
         index = {}
         inverse = [index.setdefault(s, len(index)) for s in items]
@@ -125,8 +125,10 @@ def _as_dense(Z, name):
     return Z
 
 
-def transform_pairs(estimator, X_pairs):
-    """The distinct items of sentence pairs through a fitted estimator.
+def transform_pairs(
+    estimator: BaseEstimator, X_pairs: ArrayLike
+) -> tuple[np.ndarray, np.ndarray]:
+    """Transform the distinct items of sentence pairs with a fitted estimator.
 
     Each distinct item (a text, or an embedding row) is transformed once:
     transformers map rows independently, so repeats add nothing. This is
@@ -234,16 +236,10 @@ class PairedCosineSimilarity(DocLinkMixin, BaseEstimator):
 
     Notes
     -----
-    ``X_pairs`` is either an array of shape ``(n_pairs, 2)`` of strings or an
-    array of shape ``(n_pairs, 2, n_features)`` of precomputed embeddings.
     :meth:`fit` passes the ``2 * n_pairs`` items (all first items, then all
-    second items, duplicates kept) to ``transformer.fit``, so the fitted
-    statistics match fitting on the sentence list directly. At prediction, a
-    text that occurs several times is transformed once (transformers map rows
-    independently, so this does not change the result). Across a grid search
-    a text pipeline re-encodes the sentences for every candidate unless its
-    vectorizer caches encodings (``memory=``); precomputed embeddings avoid
-    encoding altogether.
+    second items, duplicates kept) to ``transformer.fit``; at prediction a
+    repeated item is transformed once. See :ref:`model_selection` for grid
+    searches that encode each sentence once.
 
     Examples
     --------
@@ -281,7 +277,7 @@ class PairedCosineSimilarity(DocLinkMixin, BaseEstimator):
         )
 
     @_fit_context(prefer_skip_nested_validation=False)
-    def fit(self, X_pairs, y=None):
+    def fit(self, X_pairs: ArrayLike, y=None) -> PairedCosineSimilarity:
         """Fit a clone of `transformer` on the items of both columns.
 
         Parameters
@@ -314,8 +310,8 @@ class PairedCosineSimilarity(DocLinkMixin, BaseEstimator):
             self.transformer_ = clone(self.transformer).fit(items)
         return self
 
-    def predict(self, X_pairs):
-        """Cosine similarity of each pair in the transformed space.
+    def predict(self, X_pairs: ArrayLike) -> np.ndarray:
+        """Compute the cosine similarity of each pair in the transformed space.
 
         Parameters
         ----------
@@ -329,8 +325,10 @@ class PairedCosineSimilarity(DocLinkMixin, BaseEstimator):
         """
         return _pair_cosines(self, X_pairs)
 
-    def score(self, X_pairs, y, sample_weight=None):
-        """Spearman's rho between the pair cosines and the gold scores `y`.
+    def score(
+        self, X_pairs: ArrayLike, y: ArrayLike, sample_weight: None = None
+    ) -> float:
+        """Compute Spearman's rho of the pair cosines and the gold scores `y`.
 
         Parameters
         ----------
@@ -349,7 +347,7 @@ class PairedCosineSimilarity(DocLinkMixin, BaseEstimator):
             when undefined (constant scores or cosines).
         """
         if sample_weight is not None:
-            raise ValueError("sample_weight is not supported by a rank correlation")
+            raise ValueError("a rank correlation takes no sample_weight; pass None")
         return cosine_spearman_scorer(self, X_pairs, y)
 
     def __sklearn_tags__(self):
@@ -370,7 +368,9 @@ def _check_y(y, n_pairs):
     return y
 
 
-def cosine_spearman_scorer(estimator, X_pairs, y):
+def cosine_spearman_scorer(
+    estimator: BaseEstimator, X_pairs: ArrayLike, y: ArrayLike
+) -> float:
     """Score a fitted estimator on sentence pairs by cosine-Spearman.
 
     Usable as ``scoring=cosine_spearman_scorer`` in scikit-learn's model

@@ -13,9 +13,12 @@ sentence pairs into queries, a corpus and relevance judgements, and
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import sparse
+from sklearn.base import BaseEstimator
 from sklearn.utils import Bunch
 from sklearn.utils.validation import check_array
 
@@ -46,7 +49,7 @@ _BLOCK_ELEMENTS = 1 << 22
 
 
 def _parse_metric(name):
-    """``"mrr@10"`` -> ``("mrr", 10)``, or a ValueError naming the valid forms."""
+    """Parse ``"mrr@10"`` into ``("mrr", 10)``, or raise a ValueError."""
     match = _METRIC_NAME.match(name) if isinstance(name, str) else None
     if match is None:
         raise ValueError(
@@ -58,7 +61,7 @@ def _parse_metric(name):
 
 # ----------------------------------------------------------------- checks
 def _check_scores(y_true, y_score):
-    """Relevance as CSR float64 (explicit zeros dropped), scores as float64."""
+    """Return relevance as CSR float64 (explicit zeros dropped), scores as float64."""
     if sparse.issparse(y_true):
         y_true = sparse.csr_matrix(y_true, dtype=np.float64)
         values = y_true.data
@@ -91,7 +94,7 @@ def _check_scores(y_true, y_score):
 
 
 def _rank_statistics(y_true, y_score):
-    """Row, grade, documents scored higher and documents tied, per relevant entry.
+    """Count, per relevant entry, the documents scored higher and those tied.
 
     ``greater[e]`` counts the documents of the entry's query scored strictly
     higher than the entry's document and ``tied[e]`` those scored equal (the
@@ -114,7 +117,7 @@ def _rank_statistics(y_true, y_score):
 
 
 def _discounts(n):
-    """``cum[m]`` = sum of ``1 / log2(r + 1)`` for ranks ``r = 1 .. m``."""
+    """Return ``cum``, ``cum[m]`` the sum of ``1 / log2(r + 1)`` for ``r <= m``."""
     cum = np.zeros(n + 1)
     cum[1:] = np.cumsum(1.0 / np.log2(np.arange(2, n + 2)))
     return cum
@@ -181,51 +184,40 @@ _PER_QUERY = {"mrr": _mrr, "recall": _recall, "ndcg": _ndcg}
 
 
 def retrieval_scores(
-    y_true,
-    y_score,
+    y_true: ArrayLike,
+    y_score: ArrayLike,
     *,
-    metrics=DEFAULT_RETRIEVAL_METRICS,
-    no_relevant="skip",
-    average=True,
-):
-    """MRR@k, recall@k and nDCG@k of a ranking, averaged over queries.
+    metrics: Sequence[str] = DEFAULT_RETRIEVAL_METRICS,
+    no_relevant: str = "skip",
+    average: bool = True,
+) -> dict:
+    """Compute MRR@k, recall@k and nDCG@k of a ranking, averaged over queries.
 
-    Each query ranks every document by decreasing score. A document is
-    relevant to a query when its grade in `y_true` is positive.
-
-    - ``"mrr@k"``: the reciprocal rank of the first relevant document, 0
-      when none is among the first ``k``.
-    - ``"recall@k"``: the share of the query's relevant documents among the
-      first ``k``.
-    - ``"ndcg@k"``: discounted cumulative gain of the first ``k`` (gain = the
-      grade, discount ``1 / log2(rank + 1)``), divided by the gain of the
-      ideal ranking; the definition of :func:`sklearn.metrics.ndcg_score`
-      and of ``trec_eval``'s ``ndcg_cut``.
+    Each query ranks every document by decreasing score; a document is
+    relevant when its grade in `y_true` is positive. ``"mrr@k"`` is the
+    reciprocal rank of the first relevant document (0 below ``k``),
+    ``"recall@k"`` the share of relevant documents in the first ``k``, and
+    ``"ndcg@k"`` the gain of the first ``k`` (the grade, discounted by
+    ``1 / log2(rank + 1)``) over the ideal ranking's, as
+    :func:`sklearn.metrics.ndcg_score` and ``trec_eval``'s ``ndcg_cut``.
 
     Parameters
     ----------
     y_true : array-like or sparse matrix of shape (n_queries, n_documents)
-        Relevance grades, >= 0; 0 is not relevant. Sparse input keeps the
-        memory of large corpora small.
+        Relevance grades, >= 0; 0 is not relevant.
     y_score : array-like of shape (n_queries, n_documents)
-        Scores, higher ranks first (e.g. cosine similarities). ``-inf``
-        ranks a document last (use it for a document excluded from a
-        query's results, such as the query itself); NaN and ``+inf`` are
-        rejected.
+        Scores, higher ranks first; ``-inf`` ranks a document last (one
+        excluded from a query's results); NaN and ``+inf`` are rejected.
     metrics : sequence of str, default=("mrr@10", "recall@1", "recall@10", \
 "ndcg@10")
         Names of the form ``"mrr@K"``, ``"recall@K"`` or ``"ndcg@K"``.
     no_relevant : {"skip", "zero", "raise"}, default="skip"
-        What a query without any relevant document counts for: its scores
-        are undefined, so ``"skip"`` leaves it out of the averages (with a
-        :class:`~sklearn_isotropy.exceptions.NoRelevantDocumentWarning`);
-        ``"zero"`` counts it as 0 for every score (as
-        :func:`sklearn.metrics.ndcg_score` and BEIR's averages do);
-        ``"raise"`` raises a ValueError.
+        What a query without any relevant document counts for: ``"skip"``
+        leaves it out of the averages (with a
+        :class:`~sklearn_isotropy.exceptions.NoRelevantDocumentWarning`),
+        ``"zero"`` counts it as 0 (as BEIR does), ``"raise"`` raises.
     average : bool, default=True
-        Return each metric's mean; False returns the value of every
-        evaluated query instead (for paired comparisons and confidence
-        intervals).
+        Return each metric's mean; False, every evaluated query's value.
 
     Returns
     -------
@@ -248,14 +240,10 @@ def retrieval_scores(
 
     Notes
     -----
-    **Ties** (documents with equal scores) are averaged: each score is its
-    expected value when the tied documents are ordered uniformly at random,
-    computed exactly (McSherry & Najork 2008), so the result does not depend
-    on the order of the corpus. A relevant document tied with ``t - 1``
-    others just inside the cut-off counts for its probability of being
-    inside it. **Duplicates** in the corpus are separate documents: two
-    copies of a text have equal scores, so they tie, and a non-relevant
-    copy of a relevant document costs it half a rank on average.
+    Ties (documents with equal scores, duplicates of a text among them) are
+    averaged: each score is its expected value when the tied documents are
+    ordered uniformly at random, computed exactly (McSherry & Najork 2008).
+    See :ref:`retrieval`.
 
     References
     ----------
@@ -312,14 +300,11 @@ def retrieval_scores(
     return out
 
 
-def _one(kind):
-    def score(y_true, y_score, *, k=10, no_relevant="skip"):
-        name = f"{kind}@{k}"
-        return retrieval_scores(
-            y_true, y_score, metrics=[name], no_relevant=no_relevant
-        )[name]
-
-    return score
+def _single(kind, y_true, y_score, k, no_relevant):
+    name = f"{kind}@{k}"
+    return retrieval_scores(y_true, y_score, metrics=[name], no_relevant=no_relevant)[
+        name
+    ]
 
 
 _SHARED_PARAMETERS = """\
@@ -341,8 +326,10 @@ def _shared_parameters(func):
 
 
 @_shared_parameters
-def mrr_score(y_true, y_score, *, k=10, no_relevant="skip"):
-    """Mean reciprocal rank of the first relevant document, cut at ``k``.
+def mrr_score(
+    y_true: ArrayLike, y_score: ArrayLike, *, k: int = 10, no_relevant: str = "skip"
+) -> float:
+    """Compute the mean reciprocal rank of the first relevant document, cut at ``k``.
 
     A first relevant document below rank ``k`` counts 0. Ties are averaged
     (see :func:`retrieval_scores`).
@@ -362,12 +349,14 @@ def mrr_score(y_true, y_score, *, k=10, no_relevant="skip"):
     >>> mrr_score([[0, 0, 1]], [[0.9, 0.5, 0.7]])  # relevant ranked second
     0.5
     """
-    return _one("mrr")(y_true, y_score, k=k, no_relevant=no_relevant)
+    return _single("mrr", y_true, y_score, k, no_relevant)
 
 
 @_shared_parameters
-def recall_at_k_score(y_true, y_score, *, k=10, no_relevant="skip"):
-    """Share of each query's relevant documents in its first ``k``, averaged.
+def recall_at_k_score(
+    y_true: ArrayLike, y_score: ArrayLike, *, k: int = 10, no_relevant: str = "skip"
+) -> float:
+    """Compute the share of each query's relevant documents in its first ``k``.
 
     Ties are averaged (see :func:`retrieval_scores`).
 
@@ -386,12 +375,14 @@ def recall_at_k_score(y_true, y_score, *, k=10, no_relevant="skip"):
     >>> recall_at_k_score([[1, 0, 1]], [[0.9, 0.5, 0.1]], k=2)
     0.5
     """
-    return _one("recall")(y_true, y_score, k=k, no_relevant=no_relevant)
+    return _single("recall", y_true, y_score, k, no_relevant)
 
 
 @_shared_parameters
-def ndcg_at_k_score(y_true, y_score, *, k=10, no_relevant="skip"):
-    """Normalised discounted cumulative gain of the first ``k``, averaged.
+def ndcg_at_k_score(
+    y_true: ArrayLike, y_score: ArrayLike, *, k: int = 10, no_relevant: str = "skip"
+) -> float:
+    """Compute the normalised discounted cumulative gain of the first ``k``.
 
     Linear gains (the grade) and the ``1 / log2(rank + 1)`` discount; ties
     are averaged. With every query holding a relevant document this equals
@@ -412,18 +403,23 @@ def ndcg_at_k_score(y_true, y_score, *, k=10, no_relevant="skip"):
     >>> round(ndcg_at_k_score([[0, 1]], [[0.9, 0.1]]), 4)  # 1 / log2(3)
     0.6309
     """
-    return _one("ndcg")(y_true, y_score, k=k, no_relevant=no_relevant)
+    return _single("ndcg", y_true, y_score, k, no_relevant)
 
 
 # ----------------------------------------------------------------- pairs
-def pairs_to_qrels(pairs, scores, *, min_score=4.0, symmetric=False):
-    """Queries, a corpus and relevance judgements from rated sentence pairs.
+def pairs_to_qrels(
+    pairs: ArrayLike,
+    scores: ArrayLike,
+    *,
+    min_score: float = 4.0,
+    symmetric: bool = False,
+) -> Bunch:
+    """Make queries, a corpus and relevance judgements from rated sentence pairs.
 
     Every pair rated at least `min_score` makes its first item a query and
-    its second item a relevant document of that query (and, with
-    `symmetric`, the other way round too). The corpus is every distinct item
-    of all the pairs, rated high or not; each query is an item of the
-    corpus, which must be left out of its own results.
+    its second a relevant document (and, with `symmetric`, the other way
+    round). The corpus is every distinct item of the pairs; each query is
+    one of them, to be left out of its own results.
 
     Parameters
     ----------
@@ -441,16 +437,11 @@ def pairs_to_qrels(pairs, scores, *, min_score=4.0, symmetric=False):
     Returns
     -------
     qrels : sklearn.utils.Bunch
-        - ``corpus``: list of the distinct items, in first-seen order
-          (row by row);
-        - ``queries``: int array of shape (n_queries,), the corpus index of
-          each query (in first-seen order), also its document to exclude;
-        - ``relevance``: CSR matrix of shape (n_queries, n_corpus), 1.0 for
-          each relevant (query, document);
-        - ``n_pairs_relevant``: pairs rated ``>= min_score``;
-        - ``n_pairs_identical``: of those, pairs of one item twice, which
-          cannot be a retrieval question (the item is the query itself) and
-          are left out.
+        ``corpus`` (the distinct items, first-seen order), ``queries`` (the
+        corpus index of each query), ``relevance`` (CSR, n_queries x
+        n_corpus, 1.0 per relevant pair), ``n_pairs_relevant`` (pairs rated
+        ``>= min_score``) and ``n_pairs_identical`` (of those, pairs of one
+        item twice, left out).
 
     Raises
     ------
@@ -508,16 +499,16 @@ def pairs_to_qrels(pairs, scores, *, min_score=4.0, symmetric=False):
 
 
 def search_scores(
-    queries,
-    corpus,
-    relevance,
+    queries: np.ndarray,
+    corpus: np.ndarray,
+    relevance: sparse.spmatrix,
     *,
-    metrics=DEFAULT_RETRIEVAL_METRICS,
-    exclude=None,
-    metric="ip",
-    backend="auto",
-):
-    """Each query's retrieval scores when the corpus is searched exactly.
+    metrics: Sequence[str] = DEFAULT_RETRIEVAL_METRICS,
+    exclude: sparse.spmatrix | None = None,
+    metric: str = "ip",
+    backend: str = "auto",
+) -> dict[str, np.ndarray]:
+    """Score each query's ranking when the corpus is searched exactly.
 
     The ranking of :func:`~sklearn_isotropy.metrics.search_candidates`
     (identical documents tie, excluded ones are never returned) scored by
@@ -568,7 +559,7 @@ def search_scores(
 
 
 class _PairRetrievalScorer:
-    """``scorer(estimator, X_pairs, y)``: one retrieval score on rated pairs."""
+    """Score one retrieval metric on rated pairs: ``scorer(estimator, X_pairs, y)``."""
 
     def __init__(self, metric, min_score, symmetric):
         self.metric = metric
@@ -613,18 +604,16 @@ class _PairRetrievalScorer:
         return float(per_query[self.metric].mean())
 
 
-def make_retrieval_scorer(metric="mrr@10", *, min_score=4.0, symmetric=False):
-    """A scorer of retrieval quality on rated sentence pairs, for GridSearchCV.
+def make_retrieval_scorer(
+    metric: str = "mrr@10", *, min_score: float = 4.0, symmetric: bool = False
+) -> Callable[[BaseEstimator, ArrayLike, ArrayLike], float]:
+    """Make a scorer of retrieval quality on rated sentence pairs, for GridSearchCV.
 
-    The scorer ``scorer(estimator, X_pairs, y)`` turns the scored pairs into
-    a retrieval task with :func:`~sklearn_isotropy.metrics.pairs_to_qrels`
-    (pairs rated at least `min_score` give a query and its relevant
-    sentence; the corpus is every distinct sentence of the scored pairs; a
-    query never retrieves itself),
-    embeds the distinct sentences with the fitted estimator, ranks the
-    corpus by cosine similarity and returns `metric`. In a cross-validation
-    the corpus is the held-out fold's sentences, so the score compares
-    candidates on equal terms but is higher than on a larger corpus.
+    The scorer turns the scored pairs into a retrieval task with
+    :func:`~sklearn_isotropy.metrics.pairs_to_qrels` (a query never
+    retrieves itself), embeds the distinct sentences with the fitted
+    estimator, ranks the corpus (the scored pairs' sentences: a held-out
+    fold in a cross-validation) by cosine similarity and returns `metric`.
 
     Parameters
     ----------
@@ -639,12 +628,10 @@ def make_retrieval_scorer(metric="mrr@10", *, min_score=4.0, symmetric=False):
     Returns
     -------
     scorer : callable
-        ``scorer(estimator, X_pairs, y) -> float``, where `estimator` is a
-        fitted :class:`PairedCosineSimilarity` or a fitted transformer or
-        pipeline, ``X_pairs`` text pairs of shape ``(n_pairs, 2)`` or
-        embedding pairs of shape ``(n_pairs, 2, n_features)``, and ``y`` the
-        gold scores. It raises a ValueError when no pair reaches
-        `min_score`.
+        ``scorer(estimator, X_pairs, y) -> float`` for a fitted
+        :class:`PairedCosineSimilarity`, transformer or pipeline, text or
+        embedding pairs and their gold scores; a ValueError when no pair
+        reaches `min_score`.
 
     See Also
     --------

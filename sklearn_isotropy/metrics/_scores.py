@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.stats import rankdata
 from sklearn.utils.validation import check_array, check_consistent_length
 
@@ -13,7 +14,7 @@ __all__ = ["cosine_spearman_score", "paired_cosine_similarity", "spearman_score"
 
 
 def _row_cosine(a, b):
-    """Cosine of each row pair; rows of zero norm get cosine 0 (warned)."""
+    """Return the cosine of each row pair; a zero-norm row gets 0 (warned)."""
     a, zero_a = normalize_rows(a)
     b, zero_b = normalize_rows(b)
     zero = zero_a | zero_b
@@ -30,15 +31,15 @@ def _row_cosine(a, b):
 
 
 def _as_score_vectors(y_true, y_pred):
-    """Both as float64 vectors of one length, or a ValueError saying which."""
+    """Return both as float64 vectors of one length, or raise a ValueError."""
     y_true = np.asarray(y_true, dtype=np.float64).ravel()
     y_pred = np.asarray(y_pred, dtype=np.float64).ravel()
     check_consistent_length(y_true, y_pred)
     return y_true, y_pred
 
 
-def spearman_score(y_true, y_pred):
-    """Spearman's rank correlation, with a documented value for constant input.
+def spearman_score(y_true: ArrayLike, y_pred: ArrayLike) -> float:
+    """Compute Spearman's rank correlation, with a stated value for constant input.
 
     The STS metric once the similarities are computed: the Pearson
     correlation of the average ranks (ties share their mean rank), as
@@ -105,8 +106,8 @@ def _check_embedding_pair(emb_a, emb_b):
     return emb_a, emb_b
 
 
-def paired_cosine_similarity(emb_a, emb_b):
-    """Cosine similarity between row ``i`` of `emb_a` and row ``i`` of `emb_b`.
+def paired_cosine_similarity(emb_a: ArrayLike, emb_b: ArrayLike) -> np.ndarray:
+    """Compute the cosine similarity of row ``i`` of `emb_a` and row ``i`` of `emb_b`.
 
     Parameters
     ----------
@@ -135,8 +136,10 @@ def paired_cosine_similarity(emb_a, emb_b):
     return _row_cosine(emb_a, emb_b)
 
 
-def cosine_spearman_score(emb_a, emb_b, y_true):
-    """Spearman's rho between gold similarities and row-wise cosine similarity.
+def cosine_spearman_score(
+    emb_a: ArrayLike, emb_b: ArrayLike, y_true: ArrayLike
+) -> float:
+    """Compute Spearman's rho of gold similarities and row-wise cosine similarity.
 
     This is the standard unsupervised STS evaluation (SentEval, BERT-flow,
     BERT-whitening): embed both sentences of each pair, take their cosine,

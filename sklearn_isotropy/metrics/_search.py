@@ -16,6 +16,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 import numpy as np
+from scipy import sparse
 
 from .._utils import import_optional
 
@@ -38,7 +39,7 @@ def _exact_in_float32(width):
 
 
 def _top(S, K):
-    """Top ``K`` of each row of ``S``, best first: (scores float64, indices)."""
+    """Return the top ``K`` of each row of ``S``, best first: (scores, indices)."""
     n = S.shape[1]
     if K >= n:
         idx = np.argsort(-S, axis=1, kind="stable")
@@ -143,7 +144,7 @@ SEARCH_BACKENDS = tuple(_BACKENDS)
 
 
 def resolve_backend(backend="auto"):
-    """``"numpy"`` or ``"faiss"``; ``"auto"`` is faiss when it can be imported."""
+    """Return ``"numpy"`` or ``"faiss"``; ``"auto"`` is faiss when importable."""
     if backend == "auto":
         try:
             import faiss  # noqa: F401
@@ -158,8 +159,10 @@ def resolve_backend(backend="auto"):
     return backend
 
 
-def exact_index(codes, metric="ip", backend="auto"):
-    """An exact index over ``codes``.
+def exact_index(
+    codes: np.ndarray, metric: str = "ip", backend: str = "auto"
+) -> NumpyIndex | FaissIndex:
+    """Build an exact index over ``codes``.
 
     faiss scores in float32; integer codes too wide for exact float32 sums
     are searched with numpy (in float64) instead, so results stay exact.
@@ -200,8 +203,16 @@ def exact_index(codes, metric="ip", backend="auto"):
     return index
 
 
-def search_candidates(queries, corpus, *, k, metric="ip", backend="auto", exclude=None):
-    """Each query's documents scored at least as high as its ``k``-th.
+def search_candidates(
+    queries: np.ndarray,
+    corpus: np.ndarray,
+    *,
+    k: int,
+    metric: str = "ip",
+    backend: str = "auto",
+    exclude: sparse.spmatrix | None = None,
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Find each query's documents scored at least as high as its ``k``-th.
 
     Identical corpus rows are indexed once, so copies of a document get the
     same score (an exact tie) whatever the backend. A document excluded for

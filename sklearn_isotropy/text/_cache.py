@@ -1,38 +1,13 @@
 """The per-sentence embedding cache behind ``BertPoolingVectorizer(memory=...)``.
 
-Where and what (listed for users in ``docs/user_guide/reliability.rst``):
-
-- One SQLite database per cache key, ``<location>/sklearn_isotropy/
-  BertPoolingVectorizer/<key>.sqlite3``, where ``<location>`` is the
-  ``joblib.Memory`` location (``<memory>/joblib`` for a path) and ``<key>``
-  hashes the model fingerprint, the pooling, the layers and ``max_length``.
-  Its table ``embeddings`` holds one row per text: the sha256 of the text's
-  UTF-8 bytes, the embedding as little-endian float32 bytes (before
-  ``normalize=``) and the CRC-32 of those bytes; the table ``meta`` says
-  what the key was made of.
-- The key covers every weight and buffer of the model (all of their bytes,
-  hashed once per model and again whenever a tensor changes), its
-  configuration, the tokenizer, the pooling, the layers and ``max_length``,
-  and nothing that varies between processes (paths, library versions, the
-  truncation state a tokenizer keeps from its last call).
-
-What it guarantees:
-
-- Each encoded batch is one committed transaction (write-ahead log,
-  ``synchronous=FULL``): a kill, a Ctrl-C or a power cut loses at most the
-  batch in flight, and no temporary file is ever left behind. Several
-  processes may read and write the same cache at once; a writer waits for
-  another's transaction (up to :data:`BUSY_TIMEOUT` seconds).
-- Files are created with the user's umask, as any file the user creates.
-- A cache that cannot be written costs no work: the embeddings are returned,
-  one :class:`~sklearn_isotropy.exceptions.CacheWarning` says why they were
-  not stored. A read-only cache (directory or file) still serves its rows.
-- Only content that is really damaged is set aside: a database SQLite calls
-  malformed or not a database is moved to ``<key>.damaged-<time>.sqlite3``
-  with a warning and a new one is started; a row of the wrong length, with a
-  bad checksum or non-finite values is ignored, encoded again and replaced.
-  An I/O or permission error (too many open files, say) is reported and the
-  file is left alone.
+One SQLite database per cache key (the model fingerprint, the pooling, the
+layers and ``max_length``), with one row per text: the sha256 of the text,
+its float32 embedding before ``normalize=`` and a CRC-32 of those bytes.
+Each encoded batch is one committed transaction (write-ahead log,
+``synchronous=FULL``), so a kill loses at most the batch in flight; several
+processes may share a cache; a cache that cannot be written costs no work;
+only content that is really damaged is set aside. The user guide's
+:ref:`reliability_text` lists the layout and every guarantee.
 """
 
 from __future__ import annotations

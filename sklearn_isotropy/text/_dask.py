@@ -5,10 +5,16 @@ from __future__ import annotations
 import threading
 import uuid
 from collections import OrderedDict
+from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import DTypeLike
+from sklearn.base import TransformerMixin
 
 from .._utils import import_optional, is_dask_collection
+
+if TYPE_CHECKING:
+    import dask.array
 
 __all__ = ["embed_partitions"]
 
@@ -21,7 +27,7 @@ _CACHE_LOCK = threading.Lock()
 
 
 def _cached_vectorizer(vectorizer, token):
-    """The first copy of ``vectorizer`` this process saw under ``token``.
+    """Return the first copy of ``vectorizer`` this process saw under ``token``.
 
     Every partition of a call runs with the same object, so a vectorizer that
     loads its model on first use loads it once per worker process.
@@ -67,7 +73,7 @@ def _embed_partition(partition, vectorizer, token, dtype=None):
 
 
 def _text_partitions(texts):
-    """Delayed partitions of a dask Series / one-column DataFrame / Bag."""
+    """Return the delayed partitions of a dask Series, one-column DataFrame or Bag."""
     if not is_dask_collection(texts) or not hasattr(texts, "to_delayed"):
         raise TypeError(
             "embed_partitions needs a dask DataFrame column (dask Series), a "
@@ -90,7 +96,13 @@ def _text_partitions(texts):
     return list(texts.to_delayed())
 
 
-def embed_partitions(vectorizer, texts, *, n_features=None, dtype=None):
+def embed_partitions(
+    vectorizer: TransformerMixin,
+    texts: object,
+    *,
+    n_features: int | None = None,
+    dtype: DTypeLike = None,
+) -> dask.array.Array:
     """Embed a dask DataFrame column or dask Bag of texts, partition by partition.
 
     Parameters
@@ -98,29 +110,20 @@ def embed_partitions(vectorizer, texts, *, n_features=None, dtype=None):
     vectorizer : fitted transformer
         An object with ``transform(list_of_str)`` returning an array (or a
         scipy sparse matrix) of shape ``(n_texts, n_features)``, typically a
-        fitted ``BertPoolingVectorizer``. It must already be fitted (for
-        ``BertPoolingVectorizer`` fitting only loads the model), because every
-        worker must produce the same embedding.
+        ``BertPoolingVectorizer``, already fitted so that every worker
+        produces the same embedding.
     texts : dask Series, one-column dask DataFrame or dask Bag of str
-        The texts, e.g. ``dask.dataframe.read_parquet(...)["text"]``. Each
-        partition is embedded by one task; make partitions large enough
-        (thousands of texts) that the per-task overhead does not matter.
+        The texts; each partition (best thousands of texts) is one task.
     n_features : int, default=None
-        Width of the embeddings. With ``dtype``, lets the helper skip the
-        one-text probe it otherwise runs on a worker to learn the width and
-        dtype of the output.
+        Width of the embeddings; with ``dtype``, saves a one-text probe.
     dtype : numpy dtype, default=None
-        Dtype of the embeddings (``float32`` for ``BertPoolingVectorizer``).
-        The output is cast to it. Inferred with ``n_features`` when None.
+        Dtype of the embeddings, which are cast to it; probed when None.
 
     Returns
     -------
     embeddings : dask.array.Array of shape (n_texts, n_features)
         Lazy embeddings in the order of ``texts``, one chunk per partition,
-        with known chunk sizes (the partition lengths are computed once, which
-        reads the texts but does not embed them). Pass it to ``fit`` /
-        ``transform`` of the linear estimators, ``.persist()`` it, or write it
-        with ``.to_zarr(...)``.
+        with known chunk sizes (the texts are read once to count them).
 
     Raises
     ------
@@ -135,15 +138,9 @@ def embed_partitions(vectorizer, texts, *, n_features=None, dtype=None):
 
     Notes
     -----
-    The vectorizer is a single key of the task graph, so the distributed
-    scheduler sends it to each worker once (pickled; a vectorizer whose
-    pickle leaves out the model weights reloads them on its first
-    ``transform`` in each worker). Within a worker process the first copy
-    received for a call is cached and reused for every partition of that
-    call, so a model is loaded once per worker, not once per partition. Only
-    the most recent call's vectorizer is cached, so a finished call frees its
-    model. Worker processes started by ``dask.distributed`` limit BLAS and
-    OpenMP (hence torch) to one thread each; run one worker process per core.
+    The vectorizer is one key of the task graph, sent to each worker once and
+    reused for every partition of the call, so a model is loaded once per
+    worker (see :ref:`scaling`); only the latest call's vectorizer is kept.
 
     Examples
     --------

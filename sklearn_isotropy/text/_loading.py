@@ -199,8 +199,10 @@ def _weights_signature(model, tokenizer):
     )
 
 
-def _tensor_bytes(torch, tensor):
-    """The raw bytes of a tensor as a uint8 numpy view (copied to the CPU)."""
+def _tensor_bytes(tensor):
+    """Return the raw bytes of a tensor as a uint8 numpy view (copied to the CPU)."""
+    import torch
+
     flat = tensor.detach().to("cpu").contiguous().reshape(-1)
     try:
         return flat.view(torch.uint8).numpy()
@@ -266,7 +268,6 @@ class LoadedEncoder:
         signature = _weights_signature(model, tokenizer)
         if self._fingerprint is not None and self._fingerprint[0] == signature:
             return self._fingerprint[1]
-        torch, _ = import_text_deps()
         digest = hashlib.sha256()
         digest.update(type(model).__name__.encode())
         config = json.loads(model.config.to_json_string(use_diff=False))
@@ -274,7 +275,7 @@ class LoadedEncoder:
         digest.update(json.dumps(config, sort_keys=True).encode())
         for name, tensor in model.state_dict().items():
             digest.update(f"\0{name}{tuple(tensor.shape)}{tensor.dtype}\0".encode())
-            digest.update(memoryview(_tensor_bytes(torch, tensor)))
+            digest.update(memoryview(_tensor_bytes(tensor)))
         digest.update(type(tokenizer).__name__.encode())
         digest.update(_tokenizer_state(tokenizer).encode())
         self._fingerprint = (signature, digest.hexdigest())

@@ -101,8 +101,9 @@ class EncoderSpec:
 
 
 # --------------------------------------------------------------- export
-def _pooled_module(torch, loaded, spec):
-    """The vectorizer's forward pass (model and pooling) as one module."""
+def _pooled_module(loaded, spec):
+    """Return the vectorizer's forward pass (model and pooling) as one module."""
+    import torch
 
     class PooledEncoder(torch.nn.Module):
         def __init__(self):
@@ -120,8 +121,10 @@ def _pooled_module(torch, loaded, spec):
     return PooledEncoder().eval()
 
 
-def _probe(torch, loaded, spec, n_rows, n_tokens, seed):
-    """Token ids of random words, rows padded to decreasing lengths."""
+def _probe(loaded, spec, n_rows, n_tokens, seed):
+    """Return token ids of random words, rows padded to decreasing lengths."""
+    import torch
+
     config = loaded.model.config
     generator = torch.Generator().manual_seed(seed)
     vocab = int(getattr(config, "vocab_size", 0) or 100)
@@ -145,10 +148,12 @@ def _probe(torch, loaded, spec, n_rows, n_tokens, seed):
     return inputs
 
 
-def _export(torch, loaded, spec, path):
+def _export(loaded, spec, path):
     """Trace the pooled encoder to ``path`` (fp32)."""
-    module = _pooled_module(torch, loaded, spec)
-    example = _probe(torch, loaded, spec, 2, 8, seed=0)
+    import torch
+
+    module = _pooled_module(loaded, spec)
+    example = _probe(loaded, spec, 2, 8, seed=0)
     names = spec.input_names()
     axes = {name: {0: "batch", 1: "tokens"} for name in names}
     axes[OUTPUT_NAME] = {0: "batch"}
@@ -166,7 +171,8 @@ def _export(torch, loaded, spec, path):
         warnings.filterwarnings("ignore", category=DeprecationWarning)
         warnings.filterwarnings("ignore", category=UserWarning, module="torch")
         # torch >= 2.5 has both exporters (and will default to torch.export)
-        legacy = {"dynamo": False} if _has_dynamo_flag(torch) else {}
+        dynamo = "dynamo" in inspect.signature(torch.onnx.export).parameters
+        legacy = {"dynamo": False} if dynamo else {}
         try:
             torch.onnx.export(
                 module,
@@ -210,27 +216,25 @@ def _traced_attention(model, implementation):
             model.set_attn_implementation(before)
 
 
-def _has_dynamo_flag(torch):
-    return "dynamo" in inspect.signature(torch.onnx.export).parameters
-
-
 def export(loaded, spec, path):
     """Export the pooled encoder of ``spec`` to ``path`` (fp32); the bytes,
     once they computed the torch forward on probe batches."""
-    torch = import_optional("torch", purpose=_PURPOSE, extra="text")
+    import_optional("torch", purpose=_PURPOSE, extra="text")
     import_onnx_deps()
     logger.info("Exporting %s to ONNX", loaded.source)
-    _export(torch, loaded, spec, path)
+    _export(loaded, spec, path)
     data = path.read_bytes()
-    _check_export(torch, loaded, spec, EncoderSession(data, spec.input_names()))
+    _check_export(loaded, spec, EncoderSession(data, spec.input_names()))
     return data
 
 
-def _check_export(torch, loaded, spec, session):
+def _check_export(loaded, spec, session):
     """Raise if ``session`` does not compute the torch forward on new shapes."""
-    module = _pooled_module(torch, loaded, spec)
+    import torch
+
+    module = _pooled_module(loaded, spec)
     for n_rows, n_tokens, seed in ((3, 11, 1), (1, 4, 2)):
-        inputs = _probe(torch, loaded, spec, n_rows, n_tokens, seed)
+        inputs = _probe(loaded, spec, n_rows, n_tokens, seed)
         with torch.inference_mode():
             expected = module(**inputs).float().numpy()
         got = session.run({k: v.numpy() for k, v in inputs.items()})
@@ -253,7 +257,7 @@ _QUANTIZING = threading.Lock()
 
 
 @contextlib.contextmanager
-def _quiet_quantization(ort):
+def _quiet_quantization():
     """Keep ``quantize_dynamic``'s log records out of the application's log.
 
     It logs a dozen lines per graph through the root logger, and more under
@@ -262,8 +266,10 @@ def _quiet_quantization(ort):
     ``logging.warning`` from configuring the root logger of a program that
     has not (printing every later record).
     """
+    import onnxruntime
+
     root, named = logging.getLogger(), logging.getLogger("onnxruntime.quantization")
-    package = os.path.dirname(ort.__file__)
+    package = os.path.dirname(onnxruntime.__file__)
     guard, level = logging.NullHandler(), named.level
 
     def foreign(record):
@@ -291,12 +297,12 @@ def quantize(source, target):
     range; ``benchmarks/bench_encoder.py`` prints int8's beside float32's).
     Embedding lookups (``Gather``) stay float32: they cost no arithmetic.
     """
-    onnx, ort = import_onnx_deps()
+    onnx, _ = import_onnx_deps()
     quantization = import_optional(
         "onnxruntime.quantization", purpose=_PURPOSE, extra="onnx"
     )
     logger.info("Quantising an encoder graph to int8")
-    with _quiet_quantization(ort):
+    with _quiet_quantization():
         quantization.quantize_dynamic(
             onnx.load_from_string(source),
             str(target),

@@ -11,6 +11,7 @@ everywhere at once.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ._taps import forward_all, forward_taps
@@ -52,7 +53,13 @@ class PoolingPreset:
 POOLING_PRESETS: dict[str, PoolingPreset] = {}
 
 
-def register_pooling(name, *, layers=None, reader="mean", description=""):
+def register_pooling(
+    name: str,
+    *,
+    layers: Sequence[int] | None = None,
+    reader: str = "mean",
+    description: str = "",
+) -> PoolingPreset:
     """Add a pooling preset to :data:`POOLING_PRESETS` (and so everywhere).
 
     Parameters
@@ -84,7 +91,7 @@ def register_pooling(name, *, layers=None, reader="mean", description=""):
     if not isinstance(name, str) or not name:
         raise TypeError(f"A pooling name must be a non-empty str; got {name!r}.")
     if name in POOLING_PRESETS:
-        raise ValueError(f"The pooling preset {name!r} is already registered.")
+        raise ValueError(f"The pooling {name!r} is already registered; pick another.")
     if reader not in _READERS:
         raise ValueError(f"reader must be one of {_READERS}; got {reader!r}.")
     if reader == "mean":

