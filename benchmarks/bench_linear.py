@@ -11,8 +11,8 @@ Prints, in one run on the same data:
   benchmark rows and on any ``--embeddings`` files;
 * transform time against a bare float32 matmul;
 * the steps of that fit timed alone (the statistics with the rows split
-  between threads and without, the conversion alone, the products,
-  the eigendecomposition on one and two threads);
+  between threads and, unsplit, on one BLAS thread, the conversion alone,
+  the products, the eigendecomposition on one and two threads);
 * fit time and peak traced memory on wide data, 10 rows of 4,000 and of
   20,000 features (the dual form), next to the ``d x d`` (primal) fit of
   the 4,000-wide rows;
@@ -271,29 +271,31 @@ def bench_breakdown(args):
     from threadpoolctl import ThreadpoolController
 
     from sklearn_isotropy import MomentAccumulator
-    from sklearn_isotropy.linear import _moments, _threads
+    from sklearn_isotropy.linear import _scatter_kernels as kernels
 
     n, d = args.n_samples, args.n_features
     X = embeddings(n, d)
     X64 = X.astype(np.float64)
-    step = _moments._block_rows(n, d)
+    step = kernels._block_rows(n, d)
     buf = np.empty((step, d))
     shift = X[:256].mean(axis=0, dtype=np.float64)
+    piece = kernels._CACHE_ELEMENTS // d
     cov = np.cov(X64[:20_000], rowvar=False)
     controller = ThreadpoolController()
+    shares = kernels._row_shares(n, d)
 
     def convert():
-        sums = np.zeros(d)
         for lo in range(0, n, step):
             rows = X[lo : lo + step]
-            _moments._centre_block(buf[: len(rows)], rows, shift, 0, sums)
+            kernels._centre_block(buf[: len(rows)], rows, shift, 0, None, piece)
 
     def statistics(split):
-        _threads.SPLIT_LARGE_PRODUCTS = split
+        original = kernels._row_shares
+        kernels._row_shares = original if split else (lambda n, d: 1)
         try:
             MomentAccumulator(d, fourth_moments=False).update(X)
         finally:
-            _threads.SPLIT_LARGE_PRODUCTS = True
+            kernels._row_shares = original
 
     def blocks64():
         S = np.zeros((d, d))
@@ -315,10 +317,8 @@ def bench_breakdown(args):
             "fit WhiteningTransformer": lambda: WhiteningTransformer().fit(X),
             "float64 X.T @ X alone": lambda: X64.T @ X64,
             "float64 X.T @ X in blocks": blocks64,
-            f"statistics, rows split ({_threads.row_shares(n, d)} shares)": (
-                lambda: statistics(True)
-            ),
-            "statistics, rows not split": lambda: statistics(False),
+            f"statistics, rows split ({shares} shares)": lambda: statistics(True),
+            "statistics, not split, 1 thread": lambda: statistics(False),
             "convert + centre + sums": convert,
             f"eigh {d} x {d}, 1 thread": lambda: eigh(1),
             f"eigh {d} x {d}, 2 threads": lambda: eigh(2),

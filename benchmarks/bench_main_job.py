@@ -5,7 +5,9 @@ after the install) in a fresh process, ``--repeat`` times, into a temporary
 ``--out`` directory, with ``--quiet`` (no progress bars). Prints the wall
 time of each run (interpreter start, imports, model load, encoding, every
 method, reports) and the encoding seconds the run recorded in
-``results.json``, per pooling: the command as a new user runs it.
+``results.json``, per pooling: the command as a new user runs it. Then
+prints what the last run printed on standard output (the scores table of
+the README) and every line of its standard error that is a warning.
 
 Run from the repository root::
 
@@ -53,7 +55,9 @@ def main(argv=None):
                 "--quiet",
             ]
             start = time.perf_counter()
-            subprocess.run(command, env=env, check=True, capture_output=True)
+            done = subprocess.run(
+                command, env=env, check=True, capture_output=True, text=True
+            )
             wall = time.perf_counter() - start
             payload = json.loads((Path(out) / "results.json").read_text())
         encoding = {p: e["seconds"] for p, e in payload["encoding"].items()}
@@ -63,6 +67,14 @@ def main(argv=None):
             + ", ".join(f"{p} {s:.1f} s" for p, s in encoding.items()),
             flush=True,
         )
+    # what a new user sees (the last run): the table on stdout, and whether
+    # any line on stderr is a warning
+    print("\nThe command's standard output (last run):\n")
+    print(done.stdout.rstrip())
+    warned = [ln for ln in done.stderr.splitlines() if "warning" in ln.lower()]
+    print(f"\nwarning lines on stderr: {len(warned)}")
+    for line in warned:
+        print(f"  {line}")
     walls = sorted(w for w, _ in rows)
     best = min(rows)
     print(

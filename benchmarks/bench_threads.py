@@ -1,49 +1,43 @@
-"""Whitening fits on a loaded machine: which thread pools fight, and the fix.
+"""Does the thread policy of the linear estimators pay? Each part against its reference.
 
-A whitening fit is a few large products (the statistics) and one
-eigendecomposition of a ``d x d`` covariance. This script times, in fresh
-processes, ``WhiteningTransformer().fit`` on 15,457 x 384 float32 rows (the
-size of the distinct STS-B sentences with the default encoder) and
-``numpy.linalg.eigh`` of covariances of several widths:
+The linear estimators use two thread policies (``sklearn_isotropy/linear/
+_kernels.py``): the factorisations of a covariance (``eigh``, SVD,
+Cholesky, QR) run under ``threadpoolctl``'s one-thread BLAS limit, and the
+scatter product of a large batch is split by rows into one share per CPU
+(at most four), each converted to float64 and multiplied on one BLAS thread
+in its own Python thread. This script times each policy against what BLAS
+does without it, interleaved round by round in one process, so that every
+ratio compares calls that saw the same machine:
 
-* on an idle machine and on a loaded one: ``--load`` background processes
-  each run a float64 matrix-product loop on numpy's default BLAS threads
-  (what another job on the machine does);
-* without and with torch having run in the process just before (a torch
-  matrix product on torch's default intra-op threads before every fit, as
-  when embeddings were just encoded);
-* with three thread policies, interleaved round by round: ``all threads``
-  (BLAS's default everywhere, the behaviour before this policy existed),
-  ``small on 1`` (the package's policy, ``sklearn_isotropy.linear._threads``:
-  factorisations up to 1,024 wide and products of at most 2**32
-  multiply-adds on one BLAS thread, larger products on all of them; for
-  these rows that is everything) and ``all on 1`` (a one-thread BLAS limit
-  around the whole fit).
+* ``eigh`` of a ``d x d`` covariance on one BLAS thread and on BLAS's
+  default threads;
+* the float64 scatter ``Y.T @ Y`` of float32 rows (converted block by block
+  into float64, as the estimators do): on BLAS's default threads, on one
+  BLAS thread, and split by rows into shares on Python threads, one BLAS
+  thread each (the policy);
+* ``WhiteningTransformer().fit`` of the same rows, for scale.
 
-For each cell it prints the best and the median of ``--repeat`` timings.
-Run it under the exclusive CPU lock so that the only load is the one it
-makes: ``flock -x /tmp/isotropy-cpu.lock python benchmarks/bench_threads.py``.
+It prints the best and median time of each, and for each policy the ratio
+of best times and the median of the per-round ratios against its reference,
+with the number of rounds the policy won. It makes no load of its own: the
+load average is printed before and after, and the result holds for the
+machine as it was.
+
+Run: ``python benchmarks/bench_threads.py`` (``--quick``: 20,000 rows).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
-import subprocess
-import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+from threadpoolctl import threadpool_info, threadpool_limits
 
-POLICIES = ("all threads", "small on 1", "all on 1")
-LOAD_SCRIPT = (
-    "import numpy as np\n"
-    "a = np.random.default_rng(0).random((1500, 1500))\n"
-    "while True:\n"
-    "    a @ a\n"
-)
+from sklearn_isotropy import WhiteningTransformer
 
 
 def embeddings(n, d, seed=0):
@@ -54,146 +48,93 @@ def embeddings(n, d, seed=0):
     return rng.standard_normal((n, d), dtype=np.float32) * scales + offset
 
 
-# ------------------------------------------------------------------ child
-def child(args) -> dict:
-    """Time the fits and eigendecompositions in this process; return the times."""
-    from threadpoolctl import ThreadpoolController
-
-    from sklearn_isotropy import WhiteningTransformer
-    from sklearn_isotropy.linear import _threads
-
-    torch_op = None
-    if args.torch:
-        import torch
-
-        a = torch.randn(1000, 1000)
-
-        def torch_op():
-            a @ a
-
-        torch_op()
-    X = embeddings(args.n_samples, args.n_features)
-    # one scan of the loaded libraries; limiting through it costs microseconds
-    controller = ThreadpoolController()
-    covs = {
-        d: np.cov(embeddings(4 * d, d, seed=1).astype(np.float64), rowvar=False)
-        for d in args.eigh_sizes
-    }
-
-    def fit(policy):
-        _threads.SMALL_PROBLEM_THREADS = None if policy == "all threads" else 1
-        if torch_op is not None:
-            torch_op()
-        t0 = time.perf_counter()
-        if policy == "all on 1":
-            with controller.limit(limits=1, user_api="blas"):
-                WhiteningTransformer().fit(X)
-        else:
-            WhiteningTransformer().fit(X)
-        return time.perf_counter() - t0
-
-    def eigh(cov, threads):
-        if torch_op is not None:
-            torch_op()
-        with controller.limit(limits=threads, user_api="blas"):
-            t0 = time.perf_counter()
-            np.linalg.eigh(cov)
-            return time.perf_counter() - t0
-
-    fit("small on 1")  # warm-up: imports, first allocations
-    times = {f"fit / {p}": [] for p in POLICIES}
-    for _ in range(args.repeat):
-        for policy in POLICIES:
-            times[f"fit / {policy}"].append(fit(policy))
-    for d, cov in covs.items():
-        for threads in (2, 1):
-            times[f"eigh {d} / {threads} thread(s)"] = [
-                eigh(cov, threads) for _ in range(args.eigh_repeat)
-            ]
-    return times
+def scatter(X, block=10_000):
+    """float64 ``Y.T @ Y`` of float32 rows, converted block by block."""
+    d = X.shape[1]
+    S = np.zeros((d, d))
+    buf = np.empty((min(block, len(X)), d))
+    for lo in range(0, len(X), block):
+        Y = buf[: len(X[lo : lo + block])]
+        Y[...] = X[lo : lo + block]
+        S += Y.T @ Y
+    return S
 
 
-# ----------------------------------------------------------------- parent
-def run_child(args, torch_first: bool) -> dict:
-    cmd = [
-        sys.executable,
-        __file__,
-        "--child",
-        "--n-samples",
-        str(args.n_samples),
-        "--n-features",
-        str(args.n_features),
-        "--repeat",
-        str(args.repeat),
-        "--eigh-repeat",
-        str(args.eigh_repeat),
-        "--eigh-sizes",
-        *map(str, args.eigh_sizes),
-    ]
-    if torch_first:
-        cmd.append("--torch")
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def split_scatter(X, shares):
+    """:func:`scatter` of ``shares`` row shares on as many threads, one BLAS thread."""
+    bounds = np.linspace(0, len(X), shares + 1).astype(int)
+    parts = [X[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+    with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(shares) as pool:
+        return sum(pool.map(scatter, parts))
 
 
-def start_load(n_procs: int) -> list:
-    return [
-        subprocess.Popen([sys.executable, "-c", LOAD_SCRIPT]) for _ in range(n_procs)
-    ]
-
-
-def stop_load(procs) -> None:
-    for p in procs:
-        p.terminate()
-    for p in procs:
-        p.wait()
+def one_thread(fn, *args):
+    with threadpool_limits(1, user_api="blas"):
+        return fn(*args)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n-samples", type=int, default=15_457)
-    parser.add_argument("--n-features", type=int, default=384)
+    parser.add_argument("--n-samples", type=int, default=100_000)
+    parser.add_argument("--n-features", type=int, default=768)
+    parser.add_argument("--eigh-sizes", type=int, nargs="*", default=[384, 768])
+    parser.add_argument("--shares", type=int, default=min(os.cpu_count() or 1, 4))
     parser.add_argument("--repeat", type=int, default=7)
-    parser.add_argument("--eigh-repeat", type=int, default=3)
-    parser.add_argument("--eigh-sizes", type=int, nargs="*", default=[384, 768, 1536])
-    parser.add_argument(
-        "--load", type=int, default=1, help="background BLAS processes when loaded"
-    )
-    parser.add_argument("--no-torch", action="store_true", help="skip torch runs")
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--torch", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--settle", type=float, default=0.3)
+    parser.add_argument("--quick", action="store_true", help="20,000 rows")
     args = parser.parse_args()
-    if args.child:
-        print(json.dumps(child(args)))
-        return
-
+    if args.quick:
+        args.n_samples = 20_000
+    n, d = args.n_samples, args.n_features
+    blas = max(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
     print(
-        f"machine: {platform.machine()}, {platform.processor() or '?'}, "
-        f"{os.cpu_count()} logical CPUs; numpy {np.__version__}; fit on "
-        f"{args.n_samples:,} x {args.n_features} float32; best / median of "
-        f"{args.repeat} fits ({args.eigh_repeat} for eigh), seconds"
+        f"machine: {platform.machine()}, {os.cpu_count()} logical CPUs, BLAS "
+        f"default {blas} threads; numpy {np.__version__}; {n:,} x {d} float32; "
+        f"{args.repeat} interleaved rounds, {args.settle:g} s idle before each call"
     )
-    torch_options = [False] if args.no_torch else [False, True]
-    results = {}
-    for loaded in (False, True):
-        for torch_first in torch_options:
-            procs = start_load(args.load) if loaded else []
-            try:
-                time.sleep(1.0 if loaded else 0.0)  # let the load start
-                before = os.getloadavg()[0]
-                times = run_child(args, torch_first)
-                after = os.getloadavg()[0]
-            finally:
-                stop_load(procs)
-            label = (
-                f"{'loaded' if loaded else 'idle'}, "
-                f"{'torch ran first' if torch_first else 'no torch'}"
-            )
-            results[label] = times
-            print(f"\n== {label} (load average {before:.1f} -> {after:.1f}) ==")
-            for name, ts in times.items():
-                ts = np.array(ts)
-                print(f"{name:28s} {ts.min():8.3f} {np.median(ts):8.3f}")
+    X = embeddings(n, d)
+    covs = {
+        k: np.cov(embeddings(4 * k, k, seed=1).astype(np.float64), rowvar=False)
+        for k in args.eigh_sizes
+    }
+    candidates = {}
+    for k, cov in covs.items():
+        candidates[f"eigh {k}, default threads"] = lambda c=cov: np.linalg.eigh(c)
+        candidates[f"eigh {k}, 1 thread"] = lambda c=cov: one_thread(np.linalg.eigh, c)
+    candidates.update(
+        {
+            "scatter, default threads": lambda: scatter(X),
+            "scatter, 1 thread": lambda: one_thread(scatter, X),
+            f"scatter, {args.shares} shares": lambda: split_scatter(X, args.shares),
+            "fit WhiteningTransformer": lambda: WhiteningTransformer().fit(X),
+        }
+    )
+    load_before = os.getloadavg()[0]
+    times = {name: [] for name in candidates}
+    for _ in range(args.repeat):
+        for name, fn in candidates.items():
+            time.sleep(args.settle)
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    times = {name: np.array(t) for name, t in times.items()}
+    print(f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after\n")
+    for name, t in times.items():
+        print(f"{name:28s} best {t.min():7.3f} s   median {np.median(t):7.3f} s")
+    pairs = [(f"eigh {k}, 1 thread", f"eigh {k}, default threads") for k in covs]
+    pairs += [
+        (f"scatter, {args.shares} shares", "scatter, default threads"),
+        (f"scatter, {args.shares} shares", "scatter, 1 thread"),
+    ]
+    print()
+    for policy, ref in pairs:
+        a, b = times[policy], times[ref]
+        per_round = a / b
+        print(
+            f"{policy} / {ref}: {a.min() / b.min():.2f}x best, "
+            f"{np.median(per_round):.2f}x median per round, faster in "
+            f"{int(np.sum(per_round < 1))} of {len(a)} rounds"
+        )
 
 
 if __name__ == "__main__":

@@ -338,28 +338,6 @@ def test_merges_of_rows_and_scatter_forms():
     assert small[0].n_samples == 10  # operands untouched
 
 
-def test_legacy_state_loads_into_the_new_layout(make_cone):
-    # statistics pickled before the dual form held public scatter/norm fields
-    X = make_cone(200, 6, seed=13, offset=5.0)
-    ref = MomentAccumulator(6, keep_rows=False).update(X)
-    legacy = {
-        "n_features": 6,
-        "kind": "full",
-        "n_samples": ref.n_samples,
-        "n_nonzero": ref.n_nonzero,
-        "sum_weights": ref.sum_weights,
-        "mean": ref.mean,
-        "scatter": ref.scatter,
-        "norm3": ref.norm3,
-        "norm4": ref.norm4,
-    }
-    acc = MomentAccumulator.__new__(MomentAccumulator)
-    acc.__setstate__(legacy)
-    _assert_same(acc, ref)
-    assert acc.fourth_moments and acc.representation == "scatter"
-    _assert_same(acc.merge(ref), MomentAccumulator(6).update(np.vstack([X, X])))
-
-
 # --------------------------------------------------- rows split by threads
 @pytest.fixture
 def split_rows(monkeypatch):
@@ -368,7 +346,7 @@ def split_rows(monkeypatch):
     Returns the list of thread idents that ran a share, filled as batches
     are accumulated.
     """
-    from sklearn_isotropy.linear import _scatter_kernels, _threads
+    from sklearn_isotropy.linear import _scatter_kernels
 
     ran = []
     original = _scatter_kernels._accumulate_rows
@@ -377,8 +355,10 @@ def split_rows(monkeypatch):
         ran.append(threading.get_ident())
         return original(*args)
 
-    monkeypatch.setattr(_threads, "row_shares", lambda n, d: 3 if n >= 3 else 1)
-    monkeypatch.setattr(_threads, "share_threads", lambda k: k)  # all at once
+    monkeypatch.setattr(
+        _scatter_kernels, "_row_shares", lambda n, d: 3 if n >= 3 else 1
+    )
+    monkeypatch.setattr(_scatter_kernels, "_blas_threads", lambda: 3)  # all at once
     monkeypatch.setattr(_scatter_kernels, "_accumulate_rows", spy)
     monkeypatch.setattr(_scatter_kernels, "_BLOCK_ELEMENTS", 64 * 3 * 12)
     return ran
@@ -402,9 +382,9 @@ def test_rows_split_between_threads_are_exact(weighted, split_rows, make_cone):
     # the shares are added in a fixed order: the same rows give the same bits
     # whether they run at once or one after the other in the caller (as
     # under threadpool_limits(1))
-    from sklearn_isotropy.linear import _threads
+    from sklearn_isotropy.linear import _scatter_kernels
 
-    _threads.share_threads = lambda k: 1
+    _scatter_kernels._blas_threads = lambda: 1  # restored by split_rows
     serial = MomentAccumulator(12).update(X, w)
     assert split_rows[3:] == [threading.get_ident()] * 3
     np.testing.assert_array_equal(serial.scatter, acc.scatter)
@@ -455,9 +435,9 @@ def test_rows_split_between_threads_stream_and_report_bad_input(split_rows, make
 def test_a_batch_above_the_split_threshold_is_split_and_exact(monkeypatch):
     # the real policy end to end: 7,300 rows of 768 are above 2**32
     # multiply-adds, so two CPUs mean two shares
-    from sklearn_isotropy.linear import _scatter_kernels, _threads
+    from sklearn_isotropy.linear import _scatter_kernels
 
-    monkeypatch.setattr(_threads, "_cpus", lambda: 2)
+    monkeypatch.setattr(_scatter_kernels.os, "sched_getaffinity", lambda pid: {0, 1})
     ran = []
     original = _scatter_kernels._accumulate_rows
 

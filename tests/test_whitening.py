@@ -776,8 +776,6 @@ def _blas_threads():
 def test_small_problems_run_on_one_blas_thread(monkeypatch, make_cone):
     from threadpoolctl import threadpool_limits
 
-    from sklearn_isotropy.linear import _threads
-
     seen = []
     original = scipy.linalg.eigh
 
@@ -790,15 +788,6 @@ def test_small_problems_run_on_one_blas_thread(monkeypatch, make_cone):
         WhiteningTransformer().fit(make_cone(500, 20))
         assert seen == [1]  # the eigendecomposition ran on one thread
         assert _blas_threads() == 2  # and the limit was lifted afterwards
-        with _threads.small_product(1e6):
-            assert _blas_threads() == 1
-        with _threads.small_product(1e12):  # large products keep their threads
-            assert _blas_threads() == 2
-        with _threads.small_problem(5000):
-            assert _blas_threads() == 2
-        monkeypatch.setattr(_threads, "SMALL_PROBLEM_THREADS", None)
-        WhiteningTransformer().fit(make_cone(500, 20))
-        assert seen == [1, 2]  # the policy can be switched off
 
 
 def test_float32_transform_centres_before_the_product(make_cone):
@@ -820,23 +809,22 @@ def test_float32_transform_centres_before_the_product(make_cone):
 def test_large_products_are_split_by_rows_into_fixed_shares(monkeypatch):
     from threadpoolctl import threadpool_limits
 
-    from sklearn_isotropy.linear import _threads
+    from sklearn_isotropy.linear import _scatter_kernels as kernels
 
-    monkeypatch.setattr(_threads, "_cpus", lambda: 8)
-    large = _threads.SMALL_PRODUCT_MAX_FLOPS // 768**2 + 8192  # rows of 768
-    assert _threads.row_shares(large, 768) == 4  # at most SPLIT_MAX_SHARES
-    assert _threads.row_shares(1000, 768) == 1  # a small product
-    assert _threads.row_shares(10**6, 2048) == 2  # the d x d copies' budget
-    assert _threads.row_shares(10**6, 4096) == 1
-    monkeypatch.setattr(_threads, "_cpus", lambda: 2)
-    assert _threads.row_shares(large, 768) == 2
+    cpus = {"n": 8}
+    monkeypatch.setattr(kernels.os, "sched_getaffinity", lambda pid: range(cpus["n"]))
+    large = 2**32 // 768**2 + 8192  # rows of 768 above 2**32 multiply-adds
+    assert kernels._row_shares(large, 768) == 4  # at most four
+    assert kernels._row_shares(1000, 768) == 1  # a small product
+    assert kernels._row_shares(10**6, 2048) == 2  # the d x d copies' budget
+    assert kernels._row_shares(10**6, 4096) == 1
+    cpus["n"] = 2
+    assert kernels._row_shares(large, 768) == 2
     # the shares do not depend on the thread count of the moment, only how
     # many run at once does
     with threadpool_limits(1, user_api="blas"):
-        assert _threads.row_shares(large, 768) == 2
-        assert _threads.share_threads(2) == 1
-    monkeypatch.setattr(_threads, "SPLIT_LARGE_PRODUCTS", False)
-    assert _threads.row_shares(large, 768) == 1
+        assert kernels._row_shares(large, 768) == 2
+        assert kernels._blas_threads() == 1
 
 
 def test_a_split_fit_runs_at_interpreter_shutdown(tmp_path):
@@ -850,9 +838,9 @@ def test_a_split_fit_runs_at_interpreter_shutdown(tmp_path):
         "import threading, time\n"
         "import numpy as np\n"
         "from sklearn_isotropy import MomentAccumulator\n"
-        "from sklearn_isotropy.linear import _threads\n"
-        "_threads.row_shares = lambda n, d: 2\n"
-        "_threads.share_threads = lambda k: 2\n"
+        "from sklearn_isotropy.linear import _scatter_kernels\n"
+        "_scatter_kernels._row_shares = lambda n, d: 2\n"
+        "_scatter_kernels._blas_threads = lambda: 2\n"
         "X = np.random.default_rng(0).normal(size=(3000, 8))\n"
         "def late():\n"
         "    time.sleep(0.5)\n"
@@ -868,35 +856,34 @@ def test_a_split_fit_runs_at_interpreter_shutdown(tmp_path):
     assert out.stdout.strip() == "ok"
 
 
-def _policy_blas_threads():
-    """Threads of the BLAS libraries with one process-wide thread count.
-
-    A BLAS built on OpenMP (faiss brings one) has per-thread limits, which
-    cannot leak from one thread into another; it is ignored here.
-    """
-    from sklearn_isotropy.linear import _threads
-
-    blas = _threads._controller().select(user_api="blas").lib_controllers
-    shared = [lib for lib in blas if getattr(lib, "threading_layer", "") != "openmp"]
-    return max(lib.num_threads for lib in shared)
-
-
 def test_interleaved_blas_limits_restore_the_original_thread_count():
-    # two fits in two threads: A limits, B limits, A leaves, B leaves. Nested
-    # limiters that each restored what they saw on entry would leave BLAS on
-    # one thread for good (B saw one thread); one shared limit, set by the
-    # first to enter and lifted by the last to leave, holds until B leaves
+    # two fits in two threads: A limits, B enters, A leaves, B leaves. Two
+    # threadpoolctl limiters left in that order leave a process-wide BLAS on
+    # one thread for good (B's limiter restores the count it saw on entry);
+    # one thread holds the limit at a time, so B runs under A's limit and
+    # then on BLAS's threads, and the count is restored when A leaves
     import threading
 
-    from sklearn_isotropy.linear import _threads
+    from threadpoolctl import threadpool_info
 
-    original = _policy_blas_threads()
+    from sklearn_isotropy.linear import _scatter_kernels
+
+    def _blas_threads():
+        # a BLAS built on OpenMP (faiss brings one) counts threads per thread:
+        # nothing leaks from one thread into another there, so it is left out
+        infos = threadpool_info()
+        shared = [i for i in infos if i["user_api"] == "blas"]
+        return max(
+            i["num_threads"] for i in shared if i.get("threading_layer") != "openmp"
+        )
+
+    original = _blas_threads()
     if original < 2:
         pytest.skip("BLAS runs on one thread here: no limit to restore")
     a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
 
     def a():
-        with _threads.one_blas_thread():
+        with _scatter_kernels.one_blas_thread():
             a_in.set()
             b_in.wait(10)
         a_out.set()
@@ -905,18 +892,19 @@ def test_interleaved_blas_limits_restore_the_original_thread_count():
 
     def b():
         a_in.wait(10)
-        with _threads.one_blas_thread():
+        with _scatter_kernels.one_blas_thread():
+            seen["b, under a's limit"] = _blas_threads()
             b_in.set()
             a_out.wait(10)
-            seen["b, after a left"] = _policy_blas_threads()
+            seen["b, after a left"] = _blas_threads()
 
     threads = [threading.Thread(target=a), threading.Thread(target=b)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(20)
-    assert seen == {"b, after a left": 1}
-    assert _policy_blas_threads() == original
+    assert seen == {"b, under a's limit": 1, "b, after a left": original}
+    assert _blas_threads() == original
 
 
 # ------------------------------------------- probabilistic PCA: noise_variance

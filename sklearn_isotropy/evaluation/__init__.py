@@ -9,8 +9,8 @@ settings object holds every default (:class:`EvaluationSettings`), and one
 loop runs any task (:func:`evaluate`), returning an :class:`Evaluation`
 whose records a :class:`Report` renders (:data:`REPORTS`): a table
 (:func:`format_table`), Markdown (:func:`to_markdown`), JSON
-(:func:`to_json`) and figures (:func:`save_figures`), or all of them at
-once (:func:`write_reports`). The ``sklearn-isotropy evaluate`` and
+(:func:`to_json`), or all of them, figures included, at once
+(:func:`write_reports`). The ``sklearn-isotropy evaluate`` and
 ``sklearn-isotropy retrieval`` commands are these functions behind
 argparse.
 
@@ -36,7 +36,6 @@ from ._report import (
     Column,
     Report,
     format_table,
-    save_figures,
     to_json,
     to_markdown,
     write_reports,
@@ -70,7 +69,6 @@ __all__ = [
     "register_method",
     "register_quantization",
     "required_splits",
-    "save_figures",
     "to_json",
     "to_markdown",
     "write_reports",

@@ -25,7 +25,6 @@ __all__ = [
     "Column",
     "Report",
     "format_table",
-    "save_figures",
     "to_json",
     "to_markdown",
     "write_reports",
@@ -513,27 +512,6 @@ def _figure_files(evaluation):
         name: lambda path, fig=fig: fig.savefig(path, format="png", **report.savefig)
         for name, fig in report.figures()
     }, None
-
-
-def save_figures(evaluation, out_dir):
-    """Write the task's PNG figures into ``out_dir``.
-
-    Parameters
-    ----------
-    evaluation : Evaluation
-        A finished run.
-    out_dir : path-like
-        Existing directory for the PNG files.
-
-    Returns
-    -------
-    files : list of str
-        The files written.
-    note : str or None
-        Why no figure was written (matplotlib missing), else None.
-    """
-    files, note = _figure_files(evaluation)
-    return _commit(Path(out_dir), files), note
 
 
 def write_reports(evaluation, out_dir, *, figures=True):

@@ -5,9 +5,10 @@ accept the arrays of any Array API namespace (torch tensors, CuPy arrays,
 ``array_api_strict`` arrays) and leave them on their device: the products
 over the rows run there (see :func:`~._scatter_kernels.accumulate`), only
 the ``d x d`` statistics come to host memory, where they are merged in
-float64, and the fitted arrays go back to the device of the input. Without
-dispatch, or for numpy input, nothing here is used and the numpy code runs
-as it always did.
+float64, and the fitted arrays go back to the device of the input. The
+estimators run the same lines for every namespace, numpy's included; the
+helpers here say which namespace and device an array has, and move arrays
+between the host and a device.
 
 The helpers take the namespace of an array from the array itself (the
 vendored ``array_api_compat`` of scikit-learn), not from the dispatch
@@ -22,7 +23,6 @@ from sklearn import get_config
 from sklearn.externals import array_api_compat
 
 __all__ = [
-    "apply_map_on_device",
     "check_fitted_namespace",
     "describe",
     "float_dtype",
@@ -31,7 +31,6 @@ __all__ = [
     "is_array",
     "namespace_of",
     "on_device",
-    "size",
     "to_host",
 ]
 
@@ -47,11 +46,11 @@ def namespace_of(a):
 
 
 def input_namespace(X):
-    """``(xp, device)`` of an input to run in its own namespace, else None.
+    """``(xp, device)`` of an input to keep in its own namespace, else None.
 
-    None (the numpy code) without ``array_api_dispatch``, for numpy arrays
-    and for what is not an Array API array (lists, pandas frames, sparse
-    matrices), which ``check_array`` converts to numpy as usual.
+    None (``check_array`` makes numpy arrays, as usual) without
+    ``array_api_dispatch``, for numpy arrays and for what is not an Array
+    API array (lists, pandas frames, sparse matrices).
     """
     if not get_config()["array_api_dispatch"] or isinstance(X, np.ndarray):
         return None
@@ -68,11 +67,6 @@ def is_array(a) -> bool:
     return array_api_compat.is_array_api_obj(a)
 
 
-def size(X) -> int:
-    """Number of entries of a 2-D array (``X.size`` is a method in torch)."""
-    return int(X.shape[0]) * int(X.shape[1])
-
-
 def float_dtype(xp, device):
     """float64 where ``device`` supports it, else float32 (Apple MPS)."""
     supported = xp.__array_namespace_info__().dtypes(
@@ -87,8 +81,8 @@ def to_host(a) -> np.ndarray:
     Never modify the result in place: for an array already in host memory
     it can be a view of ``a`` itself.
     """
-    if isinstance(a, np.ndarray):
-        return a
+    if isinstance(a, (np.ndarray, np.generic)):
+        return np.asarray(a)
     xp, device = namespace_of(a)
     name = namespace_name(xp)
     if name == "torch":
@@ -122,33 +116,6 @@ def for_pickle(value):
         if getattr(value, "device", None) is not None and value.device.type != "cpu":
             return value.cpu()
     return value
-
-
-def apply_map_on_device(X, center, kind, operand, *, inverse=False):
-    """A fitted :class:`~._base.LinearMap` applied to ``X`` in its namespace.
-
-    ``transform``: ``map(X - center)``; with ``inverse``: ``map(X) +
-    center``. The fitted arrays (float64 where the device has it) are cast
-    to the dtype of ``X``, so float32 input gives float32 output, as in the
-    numpy code; the whole batch is one product on the device.
-    """
-    xp, _ = namespace_of(X)
-    if center is not None:
-        center = xp.astype(center, X.dtype, copy=False)
-    if operand is not None:
-        operand = xp.astype(operand, X.dtype, copy=False)
-    Y = X - center if center is not None and not inverse else X
-    if kind == "divide":
-        Z = Y / operand
-    elif kind == "multiply":
-        Z = Y * operand
-    elif kind == "matmul":
-        Z = Y @ operand
-    elif kind == "project_out":
-        Z = Y - (Y @ operand.T) @ operand
-    else:
-        Z = xp.asarray(Y, copy=True) if Y is X else Y
-    return Z + center if center is not None and inverse else Z
 
 
 def describe(a) -> str:

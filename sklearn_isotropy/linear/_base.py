@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import math
 import os
-from contextlib import nullcontext
 from typing import NamedTuple
 
 import numpy as np
@@ -22,53 +21,49 @@ from sklearn.utils.validation import (
 
 from .._utils import PrefixedFeatureNamesMixin, is_dask_collection
 from ._array_api import (
-    apply_map_on_device,
     check_fitted_namespace,
     float_dtype,
     for_pickle,
     input_namespace,
     is_array,
+    namespace_of,
     on_device,
-    size,
     to_host,
 )
 from ._moments import MomentAccumulator
-from ._scatter_kernels import unscale
-from ._threads import small_problem, small_product
+from ._scatter_kernels import one_blas_thread, unscale
 
 FLOAT_DTYPES = (np.float64, np.float32)
 
-# private state of a fit, cleared by a new one: the parameters of the lazily
-# computed map, whether it is stale, and a 0-size array in the namespace and
-# on the device of the training rows (absent for numpy)
-_MAP_STATE = ("_map_params", "_map_pending", "_fitted_on")
+# private state of a fit, cleared by a new one: the parameters of a map that
+# partial_fit left to compute at first use, and a 0-size array in the
+# namespace and on the device of the training rows (absent for numpy)
+_MAP_STATE = ("_map_pending", "_fitted_on")
 # batches of at most this many entries are checked for NaN/inf up front
 _SMALL_BATCH = 2**16
 
-# bytes of input centred and mapped at a time by a transform with a matrix
-# product: large enough for the product to run at full speed (a block of 512
-# rows of 768 costs about 20% more than 4,096), small enough to keep memory
-# flat
+# bytes of input mapped at a time by a transform: large enough for a matrix
+# product to run at full speed (a block of 512 rows of 768 costs about 20%
+# more than 4,096), small enough to keep the temporaries small
 _TRANSFORM_BLOCK_BYTES = 2**24
-
-# bytes of output finished per step in ``_finish_checked``: small enough for
-# the block to stay in a core's L2 cache between the subtraction and the check
+# the same for numpy rows under the other maps: small enough for the block to
+# stay in a core's cache from one step to the next (NATSV's projection of
+# 100,000 x 768 rows took a fifth of the time of large blocks)
 _FINISH_BLOCK_BYTES = 2**18
 
 
-def _check_nonnegative_weights(sample_weight, X, on_device=False):
+def _check_nonnegative_weights(sample_weight, X):
     """Validate ``sample_weight`` as finite, non-negative float64 weights.
 
-    The weights are numpy arrays in host memory, also for rows on a device
-    (``on_device``): the statistics are merged on the host, and the kernels
-    send the weights to the device block by block.
+    The weights are numpy arrays in host memory, also for rows on a device:
+    the statistics are merged on the host, and the kernels send the weights
+    to the device block by block.
     """
     if sample_weight is None:
         return None
-    if on_device:
-        if input_namespace(sample_weight) is not None:
-            sample_weight = to_host(sample_weight)
-        X = np.empty((X.shape[0], 0))  # only the number of rows is read
+    if is_array(sample_weight):
+        sample_weight = to_host(sample_weight)
+    X = np.empty((X.shape[0], 0))  # only the number of rows is read
     sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64)
     if not np.all(np.isfinite(sample_weight)):
         raise ValueError("sample_weight contains NaN or infinity; pass finite weights.")
@@ -81,6 +76,38 @@ def _check_nonnegative_weights(sample_weight, X, on_device=False):
     return sample_weight
 
 
+class _MapAttribute:
+    """A fitted attribute of the map, computed at its first read after ``partial_fit``.
+
+    ``fit`` stores every attribute of the map on the estimator, where it
+    hides this descriptor. ``partial_fit`` only merges statistics and drops
+    them: reading one then computes the whole map from ``moments_``
+    (:meth:`_StreamingMomentsMixin._ensure_map`), once. ``missing`` names a
+    method that computes the attribute when the map does not hold it (the
+    covariance of a whitening computed in the dual form).
+    """
+
+    def __init__(self, missing: str | None = None) -> None:
+        self.missing = missing
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.name = name
+
+    def __get__(self, estimator, owner=None):
+        if estimator is None:
+            return self
+        state = estimator.__dict__
+        if "moments_" in state:
+            estimator._ensure_map()
+            if self.name not in state and self.missing is not None:
+                state[self.name] = getattr(estimator, self.missing)()
+        if self.name in state:
+            return state[self.name]
+        raise AttributeError(
+            f"{type(estimator).__name__!r} object has no attribute {self.name!r}"
+        )
+
+
 class _StreamingMomentsMixin(
     PrefixedFeatureNamesMixin, TransformerMixin, BaseEstimator
 ):
@@ -88,22 +115,22 @@ class _StreamingMomentsMixin(
 
     ``fit`` is a reset followed by ``partial_fit`` and an eager computation
     of the fitted map; ``partial_fit`` only merges the batch into
-    ``moments_`` (one pass over the rows) and marks the map stale. The map
-    (an eigendecomposition for whitening and NATSV) is computed from the
-    merged statistics the first time it is used: by ``transform``, or by
-    reading any fitted attribute, which ``__getattr__`` computes on demand.
+    ``moments_`` (one pass over the rows) and leaves the map pending. The
+    map (an eigendecomposition for whitening and NATSV) is then computed
+    from the merged statistics the first time one of its attributes is
+    read, by ``transform`` or by the user: each is a :class:`_MapAttribute`.
     Any split of the data into batches gives the same model.
 
-    Subclasses set ``_moments_kind`` and ``_fitted_attributes`` (the names
-    the map defines) and implement ``_compute_map(moments, params)``, which
-    returns them as a dict, and optionally ``_check_statistics(moments,
+    Subclasses set ``_moments_kind``, declare the attributes of the map as
+    :class:`_MapAttribute` and implement ``_compute_map(moments, params)``,
+    which returns them as a dict, ``_linear_map()`` (and, if invertible,
+    ``_inverse_map()``), and optionally ``_check_statistics(moments,
     params)`` for the cheap checks that must fail at ``partial_fit`` time.
     Those whose fit needs the fourth moments (Ledoit-Wolf shrinkage) override
     ``_needs_fourth_moments``.
     """
 
     _moments_kind = "full"
-    _fitted_attributes: tuple[str, ...] = ()
 
     def _needs_fourth_moments(self) -> bool:
         return False
@@ -114,6 +141,16 @@ class _StreamingMomentsMixin(
             kind=self._moments_kind,
             fourth_moments=self._needs_fourth_moments(),
         )
+
+    @classmethod
+    def _map_names(cls) -> list[str]:
+        """Names of the attributes of the map (the :class:`_MapAttribute`)."""
+        return [
+            name
+            for klass in cls.__mro__
+            for name, value in vars(klass).items()
+            if isinstance(value, _MapAttribute)
+        ]
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -156,7 +193,7 @@ class _StreamingMomentsMixin(
     def _reset(self) -> None:
         state = self.__dict__
         fitted = [k for k in state if k.endswith("_") and not k.startswith("__")]
-        for name in (*fitted, *self._fitted_attributes, *_MAP_STATE):
+        for name in (*fitted, *self._map_names(), *_MAP_STATE):
             state.pop(name, None)
 
     @_fit_context(prefer_skip_nested_validation=True)
@@ -240,11 +277,9 @@ class _StreamingMomentsMixin(
         X = validate_data(
             self, X, reset=first, dtype=_float_dtypes(target), ensure_all_finite=False
         )
-        sample_weight = _check_nonnegative_weights(
-            sample_weight, X, on_device=target is not None
-        )
+        sample_weight = _check_nonnegative_weights(sample_weight, X)
         name = type(self).__name__
-        if X.shape[0] < X.shape[1] or size(X) <= _SMALL_BATCH:
+        if X.shape[0] < X.shape[1] or X.shape[0] * X.shape[1] <= _SMALL_BATCH:
             # small batches may be kept as rows, where a row of weight 0 does
             # not reach the statistics: check them directly (cheap)
             _assert_all_finite(X, input_name="X", estimator_name=name)
@@ -277,19 +312,17 @@ class _StreamingMomentsMixin(
         params = self.get_params(deep=False)
         _check_finite_moments(moments)
         self._check_statistics(moments, params)
-        attrs = self._compute_map(moments, params) if eager else None
         state = self.__dict__
+        like = state.get("_fitted_on") if fitted_on is None else fitted_on
+        attrs = self._computed_map(moments, params, like) if eager else None
+        for name in self._map_names():
+            state.pop(name, None)
         if fitted_on is not None:
             state["_fitted_on"] = fitted_on
-        if attrs is not None:
-            attrs = self._on_fitted_device(attrs)
-        for name in self._fitted_attributes:
-            state.pop(name, None)
         self.moments_ = moments
         self.n_samples_seen_ = moments.n_samples
-        self._map_params = params
         if attrs is None:
-            self._map_pending = True
+            self._map_pending = params
         else:
             state.update(attrs)
             state.pop("_map_pending", None)
@@ -300,44 +333,20 @@ class _StreamingMomentsMixin(
     def _compute_map(self, moments: MomentAccumulator, params: dict) -> dict:
         raise NotImplementedError  # pragma: no cover
 
-    def _on_fitted_device(self, attrs: dict) -> dict:
-        """``attrs`` with numpy arrays moved to the namespace of the fit."""
-        like = self.__dict__.get("_fitted_on")
-        if like is None:
-            return attrs
-        return {
-            k: on_device(v, like) if isinstance(v, np.ndarray) else v
-            for k, v in attrs.items()
-        }
-
-    def _missing_attribute(self, name: str):
-        """A fitted attribute the map does not store; computed on request."""
-        raise AttributeError(
-            f"{type(self).__name__!r} object has no attribute {name!r}"
-        )
+    def _computed_map(self, moments: MomentAccumulator, params: dict, like) -> dict:
+        """:meth:`_compute_map`, its arrays on the device of ``like`` (or numpy)."""
+        with one_blas_thread():  # factorisations: see one_blas_thread
+            attrs = self._compute_map(moments, params)
+        return {name: _on_device_of(value, like) for name, value in attrs.items()}
 
     def _ensure_map(self) -> None:
-        """Compute the fitted map now if ``partial_fit`` left it stale."""
+        """Compute the map now if ``partial_fit`` left it pending."""
         state = self.__dict__
-        if state.get("_map_pending") and "moments_" in state:
-            params = state.get("_map_params") or self.get_params(deep=False)
-            attrs = self._compute_map(state["moments_"], params)
-            state.update(self._on_fitted_device(attrs))
-            state.pop("_map_pending", None)
-
-    def __getattr__(self, name: str):
-        # only reached when normal lookup fails: a fitted attribute of a map
-        # that partial_fit left stale is computed here, on first use
-        if name in type(self)._fitted_attributes:
-            state = self.__dict__
-            self._ensure_map()
-            if name in state:
-                return state[name]
-            if "moments_" in state:
-                return self._missing_attribute(name)
-        raise AttributeError(
-            f"{type(self).__name__!r} object has no attribute {name!r}"
-        )
+        params = state.get("_map_pending")
+        if params is not None:
+            like = state.get("_fitted_on")
+            state.update(self._computed_map(state["moments_"], params, like))
+            del state["_map_pending"]
 
     def __sklearn_is_fitted__(self) -> bool:
         # fitted means a fit committed its statistics; a fit that raised
@@ -365,77 +374,27 @@ class _StreamingMomentsMixin(
             Float32 for float32 input, else float64; ``n_features_out`` is
             ``n_components_`` for whitening, ``n_features_in_`` otherwise.
         """
-        # X is validated except for finiteness: _transform_array checks the
-        # output instead (one pass over memory fewer)
         if is_dask_collection(X):
             return self._transform_dask(X)
         check_is_fitted(self)
         check_fitted_namespace(self, X, "transform")
-        target = input_namespace(X)
+        # X is validated except for finiteness: the output is checked instead
+        # (one pass over memory fewer; see LinearMap.apply)
         X = validate_data(
-            self, X, reset=False, dtype=_float_dtypes(target), ensure_all_finite=False
+            self,
+            X,
+            reset=False,
+            dtype=_float_dtypes(input_namespace(X)),
+            ensure_all_finite=False,
         )
-        self._ensure_map()
-        if target is None:
-            return self._transform_array(X)
-        xp = target[0]
-        Z = apply_map_on_device(X, *self._linear_map())
-        # a sum is finite only if every term is (a reduction, not an n x k
-        # mask); an overflowed sum of finite terms is told apart below
-        if not bool(xp.isfinite(xp.sum(Z))) and not bool(xp.all(xp.isfinite(Z))):
-            _raise_not_finite(self, X, Z.dtype == xp.float32, xp)
+        Z, finite = self._linear_map().apply(X)
+        if not finite:
+            _raise_not_finite(self, X)
         return Z
 
     def _linear_map(self) -> LinearMap:  # pragma: no cover
         """The fitted transform, ``X -> map(X - center)``."""
         raise NotImplementedError
-
-    def _transform_array(self, X):
-        """Apply :meth:`_linear_map` to validated rows, block by block, checked.
-
-        Each block of rows is centred into the output (or, when the map
-        changes the width, into a scratch block) and mapped there. Centring
-        first keeps a float32 result accurate when the mean is large against
-        the spread: ``X @ W - mean @ W`` would round the two large products
-        before they cancel (10-20x the error on rows offset by 2 with spreads
-        down to 0.03), for about 10% more time than that form.
-        """
-        center, kind, operand = self._linear_map()
-        dtype = X.dtype
-        if center is not None:
-            center = center.astype(dtype, copy=False)
-        if operand is not None:
-            operand = operand.astype(dtype, copy=False)
-        n, d = X.shape
-        out = np.empty((n, operand.shape[1] if kind == "matmul" else d), dtype)
-        step, buf, flops = None, None, 0.0
-        if kind == "matmul":
-            # a block large enough for the product to run at full speed
-            step = max(1, _TRANSFORM_BLOCK_BYTES // max(1, d * X.itemsize))
-            buf = np.empty((min(n, step), d), dtype)
-            flops = float(n) * operand.size
-        elif kind == "project_out":
-            # a few directions: the two thin products of a block of rows
-            # that stays in cache beat whole-matrix products, whose n x d
-            # temporaries go through memory
-            flops = 2.0 * n * operand.size
-
-        def finish(rows):
-            block = out[rows] if buf is None else buf[: rows.stop - rows.start]
-            if center is None:
-                block[...] = X[rows]
-            else:
-                np.subtract(X[rows], center, out=block)
-            if kind == "divide":
-                block /= operand
-            elif kind == "project_out":
-                block -= (block @ operand.T) @ operand
-            elif kind == "matmul":
-                np.matmul(block, operand, out=out[rows])
-
-        with small_product(flops) if flops else nullcontext():
-            _finish_checked(self, X, out, finish, block_rows=step)
-        return out
 
     # None: the map has no inverse (NATSV), and no inverse_transform either;
     # otherwise a method returning the inverse, ``Z -> map(Z) + center``
@@ -461,27 +420,34 @@ class _StreamingMomentsMixin(
         """
         check_is_fitted(self)
         check_fitted_namespace(self, X, "inverse_transform")
-        self._ensure_map()
-        center, kind, operand = self._inverse_map()
-        target = input_namespace(X)
         # like StandardScaler: no feature-name check, since the input is this
         # estimator's own output (named with its prefix in pandas)
-        X = check_array(X, dtype=_float_dtypes(target), copy=kind != "matmul")
+        X = check_array(X, dtype=_float_dtypes(input_namespace(X)))
         n_out = self._n_features_out
         if X.shape[1] != n_out:
             raise ValueError(
                 f"X has {X.shape[1]} features, but {type(self).__name__}."
                 f"inverse_transform expects {n_out} (the width of its output)."
             )
-        if target is not None:
-            return apply_map_on_device(X, center, kind, operand, inverse=True)
-        if kind == "multiply":
-            X *= operand.astype(X.dtype, copy=False)
-        elif kind == "matmul":
-            X = X @ operand.astype(X.dtype, copy=False)
-        if center is not None:
-            X += center.astype(X.dtype, copy=False)
-        return X
+        return self._inverse_map().apply(X, inverse=True)[0]
+
+
+def _matmul(Y, A, into):
+    # numpy writes the product straight into the output rows ``into``: a copy
+    # of the result fewer, about 15% of a float32 transform (the Array API
+    # has no ``out=``; other namespaces return it, and it is copied there)
+    return np.matmul(Y, A, out=into) if isinstance(into, np.ndarray) else Y @ A
+
+
+# the fitted maps by the structure of their matrix: rows ``Y`` -> ``map(Y)``,
+# given the output rows ``into`` that the result will be stored in
+_MAPS = {
+    "identity": lambda Y, A, into: Y,
+    "divide": lambda Y, A, into: Y / A,
+    "multiply": lambda Y, A, into: Y * A,
+    "matmul": _matmul,
+    "project_out": lambda Y, A, into: Y - (Y @ A.T) @ A,
+}
 
 
 class LinearMap(NamedTuple):
@@ -499,47 +465,71 @@ class LinearMap(NamedTuple):
     kind: str
     operand: np.ndarray | None = None
 
+    def apply(self, X, *, inverse: bool = False):
+        """``(map(X - center), finite)``, or with ``inverse`` ``map(X) + center``.
 
-def _finish_checked(estimator, X, out, finish, block_rows=None) -> None:
-    """Fill ``out`` block of rows by block, then make sure it is finite.
+        The same lines for every Array API namespace: the fitted arrays
+        (float64, or the widest float of the fitting device) are cast to the
+        dtype of ``X``, so float32 input gives float32 output, in the
+        namespace and on the device of ``X``. The rows are mapped a block
+        at a time, centred before the product: ``X @ W - mean @ W`` would
+        round the two large float32 products before they cancel (10-20x the
+        error on rows offset by 2 with spreads down to 0.03).
 
-    ``finish(rows)`` computes ``out[rows]`` (the last step of a transform,
-    or all of it). ``X`` was validated without the finite check: every
-    transform here is a product or an elementwise map, so a NaN or an
-    infinity in a row of ``X`` makes its row of ``out`` non-finite (``NaN *
-    w`` is NaN, ``inf * 0`` is NaN). Checking the output catches non-finite
-    input *and* overflow of the output dtype, and each block is checked while
-    it is still in cache from ``finish``, which saves a whole pass over ``X``.
+        ``finite`` says whether every entry of the result is finite. Every
+        map here is a product or an elementwise map, so a NaN or an infinity
+        in a row of ``X`` makes its row of the result non-finite (``NaN *
+        w`` is NaN, ``inf * 0`` is NaN): testing the result catches
+        non-finite input *and* overflow of the output dtype, with one sum
+        per block instead of a pass over ``X``.
+        """
+        xp, device = namespace_of(X)
+        kind = self.kind
+        center, operand = (
+            None if a is None else xp.astype(a, X.dtype, copy=False)
+            for a in (self.center, self.operand)
+        )
+        n, d = X.shape
+        width = operand.shape[1] if kind == "matmul" else d
+        out = xp.empty((n, width), dtype=X.dtype, device=device)
+        small = kind != "matmul" and isinstance(X, np.ndarray)
+        size = _FINISH_BLOCK_BYTES if small else _TRANSFORM_BLOCK_BYTES
+        step = max(1, size // (d * xp.finfo(X.dtype).bits // 8))
+        total = None
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            for lo in range(0, n, step):
+                rows = slice(lo, min(lo + step, n))
+                Y = X[rows, :]
+                if center is not None and not inverse:
+                    Y = Y - center
+                Y = _MAPS[kind](Y, operand, out[rows, :])
+                if center is not None and inverse:
+                    Y = Y + center
+                out[rows, :] = Y  # nothing to copy if Y is already there
+                # a sum is finite only if every term is (or it overflowed, which
+                # the elementwise check below tells apart)
+                total = xp.sum(Y) if total is None else total + xp.sum(Y)
+        finite = total is None or bool(xp.isfinite(total))
+        return out, finite or bool(xp.all(xp.isfinite(out)))
 
-    ``block_rows`` sets the number of rows per step (by default, as many as
-    fill :data:`_FINISH_BLOCK_BYTES` of ``out``).
 
-    Raises sklearn's usual error for NaN or infinite input, and a ValueError
-    saying what to do if finite input overflowed the output dtype.
-    """
-    n_rows, width = out.shape
-    step = block_rows or max(1, _FINISH_BLOCK_BYTES // max(1, width * out.itemsize))
-    finite = True
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        for lo in range(0, n_rows, step):
-            rows = slice(lo, min(lo + step, n_rows))
-            finish(rows)
-            # a sum is finite only if every term is (or it overflowed, which
-            # the elementwise check below tells apart)
-            finite = finite and bool(np.isfinite(out[rows].sum()))
-    if finite or np.all(np.isfinite(out)):
-        return
-    _raise_not_finite(estimator, X, out.dtype == np.float32, np)
+def _on_device_of(value, like):
+    """A fitted numpy array ``value`` on the device of ``like`` (None: as is)."""
+    if like is None or not isinstance(value, np.ndarray):
+        return value
+    return on_device(value, like)
 
 
-def _raise_not_finite(estimator, X, float32: bool, xp) -> None:
-    """The error for a non-finite transform of ``X`` (of namespace ``xp``).
+def _raise_not_finite(estimator, X) -> None:
+    """The error for a non-finite transform of ``X``.
 
     Raises sklearn's usual error for NaN or infinite input, else a
     ValueError saying what to do about finite input that overflowed.
     """
+    xp, _ = namespace_of(X)
     name = type(estimator).__name__
     _assert_all_finite(X, input_name="X", estimator_name=name)
+    float32 = X.dtype == xp.float32
     todo = "Pass float64 input, or rescale" if float32 else "Rescale"
     dtype = "float32" if float32 else "float64"
     largest = float(xp.max(xp.abs(X)))
@@ -596,10 +586,9 @@ def _check_finite_moments(moments: MomentAccumulator) -> None:
 
 def _sorted_eigh(cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Eigenpairs of a symmetric matrix, largest first, with deterministic signs."""
-    with small_problem(cov.shape[0]):  # see _threads.py: one BLAS thread
-        # LAPACK syevd (divide and conquer); scipy's wrapper is about 10%
-        # faster than numpy's on a 768 x 768 covariance
-        evals, evecs = linalg.eigh(cov, driver="evd", check_finite=False)
+    # LAPACK syevd (divide and conquer); scipy's wrapper is about 10% faster
+    # than numpy's on a 768 x 768 covariance
+    evals, evecs = linalg.eigh(cov, driver="evd", check_finite=False)
     return evals[::-1], _fix_signs(evecs[:, ::-1])
 
 
@@ -656,8 +645,7 @@ def _dual_spectrum(
     denom = moments.sum_weights - ddof if center else moments.sum_weights
     if not Y.size:
         return np.zeros(0), np.zeros((moments.n_features, 0)), 0
-    with small_problem(min(Y.shape)):
-        _, sv, Vt = np.linalg.svd(Y, full_matrices=False)
+    _, sv, Vt = np.linalg.svd(Y, full_matrices=False)
     return sv**2 / denom, _fix_signs(Vt.T), e
 
 

@@ -299,7 +299,7 @@ def partial_fit_dask(
         X,
         sample_weight,
         kind=estimator._moments_kind,
-        # a continued fit keeps what it started with, as the numpy path does
+        # a continued fit keeps what it started with, as partial_fit on arrays does
         fourth_moments=(
             estimator._needs_fourth_moments()
             if first
@@ -327,7 +327,7 @@ def _lean_copy(estimator):
     """Shallow copy holding only what ``transform`` needs, for the task graph."""
     estimator._ensure_map()  # a map left stale by partial_fit is computed here
     lean = copy.copy(estimator)
-    for attr in ("moments_", "covariance_", "feature_names_in_", "_map_params"):
+    for attr in ("moments_", "covariance_", "feature_names_in_"):
         lean.__dict__.pop(attr, None)
     # blocks are numpy arrays; a pandas set_output config must not apply there
     lean.__dict__.pop("_sklearn_output_config", None)

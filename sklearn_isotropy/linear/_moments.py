@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import numbers
-from contextlib import nullcontext
 
 import numpy as np
 
@@ -125,11 +124,12 @@ class MomentAccumulator:
     ``1e-7`` relative on the test data, and do not degrade with the number
     of rows).
 
-    A large batch (above ``2**32`` multiply-adds, rows up to 2,048 wide) is
-    split by rows into one share per CPU (at most four), each converted and
-    multiplied on one BLAS thread, run at once on as many threads as BLAS
-    may use, and added in a fixed order: the same rows give the same bits on
-    the same machine, whatever the thread limits of the moment.
+    A large batch of numpy rows (above ``2**32`` multiply-adds, rows up to
+    2,048 wide) is split by rows into one share per CPU (at most four), each
+    converted and multiplied on one BLAS thread, run at once on as many
+    threads as BLAS may use, and added in a fixed order: the same rows give
+    the same bits on the same machine, whatever the thread limits of the
+    moment.
 
     Examples
     --------
@@ -226,19 +226,6 @@ class MomentAccumulator:
             state["_row_weights"] = [weights]
         return state
 
-    def __setstate__(self, state: dict) -> None:
-        if "_exp" not in state:
-            # written before the dual form and the scaling existed: the
-            # statistics were public attributes, in the units of the data
-            state = dict(state)
-            state["_scatter"] = state.pop("scatter")
-            state["_norm3"] = state.pop("norm3", None)
-            state["_norm4"] = state.pop("norm4", None)
-            state["_fourth"] = state["_norm3"] is not None
-            state["_exp"] = 0
-            state["_rows"] = state["_row_weights"] = None
-        self.__dict__.update(state)
-
     # ------------------------------------------------------------------ update
     def update(self, X, sample_weight=None) -> MomentAccumulator:
         """Add the rows of ``X`` (with optional weights) in place.
@@ -278,8 +265,7 @@ class MomentAccumulator:
         -------
         moments : MomentAccumulator
         """
-        on_device = input_namespace(X) is not None
-        if not on_device:
+        if input_namespace(X) is None:
             X = np.asarray(X)
         if X.ndim != 2 or X.shape[1] != self.n_features:
             raise ValueError(
@@ -294,12 +280,7 @@ class MomentAccumulator:
                 raise ValueError(f"sample_weight has shape {w.shape}, expected ({n},).")
         if not n:
             return self
-        from ._threads import small_product
-
-        d = self.n_features
-        flops = float(n) * d * (d if self.kind == "full" else 1)
-        with nullcontext() if on_device else small_product(flops):
-            return self._with_rows(X, w)
+        return self._with_rows(X, w)
 
     def _with_rows(self, X, w) -> MomentAccumulator:
         n = X.shape[0]

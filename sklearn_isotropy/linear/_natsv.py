@@ -13,13 +13,13 @@ from ._base import (
     LinearMap,
     _check_enough_samples,
     _dual_spectrum,
+    _MapAttribute,
     _numerical_rank,
     _sorted_eigh,
     _StreamingMomentsMixin,
 )
 from ._moments import MomentAccumulator
 from ._scatter_kernels import unscale
-from ._threads import small_problem
 
 __all__ = ["NATSVTransformer"]
 
@@ -105,7 +105,10 @@ class NATSVTransformer(_StreamingMomentsMixin):
         self.n_components = n_components
         self.center = center
 
-    _fitted_attributes = ("mean_", "components_", "explained_variance_")
+    # the attributes of the map (computed at first read after partial_fit)
+    mean_ = _MapAttribute()
+    components_ = _MapAttribute()
+    explained_variance_ = _MapAttribute()
 
     def _check_statistics(self, moments: MomentAccumulator, params: dict) -> None:
         _check_enough_samples(moments, type(self).__name__)
@@ -167,6 +170,5 @@ def _complete_basis(vectors: np.ndarray, k: int) -> np.ndarray:
     rng = np.random.default_rng(0)
     fill = rng.standard_normal((d, k - m))
     fill -= vectors @ (vectors.T @ fill)
-    with small_problem(k):
-        q, _ = np.linalg.qr(np.hstack([vectors, fill]))
+    q, _ = np.linalg.qr(np.hstack([vectors, fill]))
     return np.hstack([vectors, q[:, m:k]])

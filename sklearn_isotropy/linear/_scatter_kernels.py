@@ -1,22 +1,33 @@
 """Scatter kernels: one batch of rows multiplied into float64 statistics.
 
-The heavy part of every fit: each block of rows is converted to float64
-about a provisional centre, scaled by a power of two when its values would
-underflow or overflow once squared, and multiplied into the scatter matrix
-(or its diagonal), with the column sums and, on request, the third and
-fourth moments of the centred row norms. A large batch is split by rows
-between threads (see :mod:`._threads`). :func:`batch_statistics` turns the
-sums into the exact statistics of the batch about its own mean;
-:class:`~sklearn_isotropy.MomentAccumulator` merges them, with the
-formulas at the end of this module for the scale and the higher moments of
-a merge.
+The heavy part of every fit, written once for every Array API namespace:
+each block of rows is converted to float64 (the widest float its device
+has) about a provisional centre, scaled by a power of two when its values
+would underflow or overflow once squared, and multiplied into the scatter
+matrix (or its diagonal) on the rows' own device, with the column sums and,
+on request, the third and fourth moments of the centred row norms; only
+these sums (``O(d**2)``) come to host memory, as float64 numpy arrays.
+:func:`batch_statistics` turns them into the exact statistics of the batch
+about its own mean; :class:`~sklearn_isotropy.MomentAccumulator` merges
+them, with the formulas at the end of this module for the scale and the
+higher moments of a merge.
+
+Threads: the products run on one BLAS thread (:func:`one_blas_thread`, as
+the map's factorisations do), and the product of a large batch of numpy
+rows is split by rows into one share per CPU, each converted and
+multiplied in its own Python thread (:func:`accumulate`). On the 2-core
+benchmark machine, loaded, the split took 0.56x to 0.72x the time of the
+same product on BLAS's own two threads (``benchmarks/bench_threads.py``).
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -29,6 +40,7 @@ __all__ = [
     "batch_statistics",
     "head_rows",
     "merged_exponent",
+    "one_blas_thread",
     "safe_exponent",
     "shift_norm3",
     "shift_norm4",
@@ -47,13 +59,82 @@ SAFE_LOG2 = 200
 # the correction to the batch mean may cancel before the batch is re-read
 # about its mean (0.5: at most one bit of the result is lost)
 REFINE_RATIO = 0.5
-# float64 entries converted at a time inside a block (1 MiB), so that both
-# steps of the conversion run in the core's cache
+# float64 entries converted at a time inside a block of numpy rows (1 MiB),
+# so that both steps of the conversion run in the core's cache
 _CACHE_ELEMENTS = 2**17
 # rows that set the provisional centre and the scale of a batch
 _HEAD_ROWS = 256
+# a product of numpy rows above this many multiply-adds is split by rows into
+# at most _SPLIT_MAX_SHARES shares of at least _SPLIT_MIN_ROWS rows, whose
+# own d x d matrices (two per share) take at most _SPLIT_MATRIX_BYTES: rows
+# up to 2,048 wide are split in two, up to 1,448 wide in four
+_SPLIT_MIN_FLOPS = 2**32
+_SPLIT_MAX_SHARES = 4
+_SPLIT_MIN_ROWS = 1024
+_SPLIT_MATRIX_BYTES = 2**27
 
 
+# ------------------------------------------------------------------ threads
+@functools.cache
+def _blas():
+    """threadpoolctl's controller, scanned once (a scan takes milliseconds)."""
+    import scipy.linalg  # noqa: F401  (its BLAS must be loaded to be found)
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
+_LIMIT = threading.Lock()
+
+
+@contextmanager
+def one_blas_thread():
+    """Context in which BLAS runs on one thread (threadpoolctl's limit).
+
+    An eigendecomposition is thousands of small BLAS calls, and a block's
+    scatter product a few calls too short to repay the synchronisation of
+    BLAS's threads: on a loaded machine every synchronisation waits for a
+    thread that is not running (``benchmarks/bench_threads.py``). numpy's
+    OpenBLAS has one thread count for the whole process, and two threads'
+    threadpoolctl limiters, left in another order than they were entered,
+    leave it on one thread for good; so one thread at a time holds the
+    limit, and a fit that runs meanwhile in another thread runs under it or,
+    once it is lifted, on BLAS's threads.
+    """
+    if not _LIMIT.acquire(blocking=False):
+        yield
+        return
+    try:
+        with _blas().limit(limits=1, user_api="blas"):
+            yield
+    finally:
+        _LIMIT.release()
+
+
+def _row_shares(n: int, d: int) -> int:
+    """Shares to split the scatter product of ``n`` numpy rows into (1: none).
+
+    One per CPU this process may use, within the limits above. It depends on
+    the shape and the machine only, never on the thread count of the moment,
+    so the same rows always give the same bits.
+    """
+    if float(n) * d * d <= _SPLIT_MIN_FLOPS:
+        return 1
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cpus = os.cpu_count() or 1
+    by_memory = _SPLIT_MATRIX_BYTES // (16 * d * d)
+    return max(1, min(cpus, _SPLIT_MAX_SHARES, by_memory, n // _SPLIT_MIN_ROWS))
+
+
+def _blas_threads() -> int:
+    """BLAS threads allowed now: 1 under a caller's one-thread limit."""
+    libs = _blas().select(user_api="blas").lib_controllers
+    return min((lib.num_threads for lib in libs), default=1)
+
+
+# ------------------------------------------------------------------ blocks
 def _block_rows(n: int, d: int, n_slots: int = 1) -> int:
     """Rows per working block: equal blocks of at most ``_BLOCK_ELEMENTS``.
 
@@ -81,15 +162,20 @@ def unscale(a, e: int):
 _WORK = threading.local()
 
 
-def _work_buffer(rows: int, d: int, slot: int = 0, n_slots: int = 1) -> np.ndarray:
-    """A ``(rows, d)`` float64 scratch block, reused between calls per thread.
+def _work_buffer(X, rows: int, dtype, slot: int = 0, n_slots: int = 1):
+    """A ``(rows, d)`` scratch block for the rows ``X``, in their namespace.
 
-    A fresh block costs a page fault per 4 KiB page on first write, about as
-    much as converting the rows into it; a stream of ``partial_fit`` calls
-    reuses the calling thread's blocks instead: ``n_slots`` of them, one per
-    share of a split batch, of at most ``_BLOCK_ELEMENTS / n_slots`` entries
-    (64 MiB in all, kept per thread that fitted).
+    A fresh numpy block costs a page fault per 4 KiB page on first write,
+    about as much as converting the rows into it; a stream of
+    ``partial_fit`` calls reuses the calling thread's blocks instead:
+    ``n_slots`` of them, one per share of a split batch, of at most
+    ``_BLOCK_ELEMENTS / n_slots`` entries (64 MiB in all, kept per thread
+    that fitted). A device's allocator keeps its own cache of blocks.
     """
+    d = X.shape[1]
+    if not isinstance(X, np.ndarray):
+        xp, device = namespace_of(X)
+        return xp.empty((rows, d), dtype=dtype, device=device)
     size = rows * d
     cap = _BLOCK_ELEMENTS // n_slots
     bufs = getattr(_WORK, "buffers", None) or []
@@ -111,26 +197,29 @@ def head_rows(X) -> np.ndarray:
     return np.array(to_host(X[: min(_HEAD_ROWS, X.shape[0]), ...]), dtype=np.float64)
 
 
-def _centre_block(dst, src, shift, e, sums, weights=None) -> None:
-    """``dst = (float64(src) - shift) * 2**-e`` in place, and its column sums.
+def _centre_block(Y, X, centre, e, w, piece):
+    """``Y = (X - centre) * 2**-e`` in ``Y``'s dtype; return its column sums.
 
-    Casting into a contiguous buffer and subtracting in place is about twice
-    as fast as a mixed-type ``np.subtract`` (which casts through small
-    buffers). Doing it a few hundred rows at a time keeps each piece in the
-    core's cache between the steps, where its (weighted) column sums are
-    added to ``sums`` almost for free, instead of in another pass over the
-    block.
+    Casting into the work block and subtracting in place is about twice as
+    fast as a mixed-type subtraction (numpy casts through small buffers,
+    torch is several times slower). ``piece`` rows at a time (a few hundred
+    for numpy rows, the whole block on a device) each piece stays in the
+    core's cache between the steps, where its (weighted) column sums come
+    almost for free instead of in another pass over the block.
     """
-    step = max(1, _CACHE_ELEMENTS // max(1, src.shape[1]))
-    ones = np.ones(min(step, len(src))) if weights is None else None
-    for lo in range(0, len(src), step):
-        out = dst[lo : lo + step]
-        out[...] = src[lo : lo + step]
-        out -= shift
+    xp, _ = namespace_of(Y)
+    sums = None
+    n = Y.shape[0]
+    for lo in range(0, n, piece):
+        rows = slice(lo, min(lo + piece, n))
+        out = Y[rows, :]
+        out[...] = X[rows, :]
+        out -= centre
         if e:
-            np.ldexp(out, -e, out=out)  # exact, even from subnormal values
-        w = ones[: len(out)] if weights is None else weights[lo : lo + step]
-        sums += w @ out
+            _times_pow2(out, -e)  # exact, even from subnormal values
+        part = xp.sum(out, axis=0) if w is None else w[rows] @ out
+        sums = part if sums is None else sums + part
+    return sums
 
 
 def batch_statistics(X, w, sw, kind, fourth, shift):
@@ -189,31 +278,23 @@ def batch_statistics(X, w, sw, kind, fourth, shift):
 def accumulate(X, w, kind, fourth, shift, e):
     """One pass: ``S``, ``s`` (and third/fourth sums) about ``shift``.
 
-    A large product is split by rows into shares (see
-    :func:`~sklearn_isotropy.linear._threads.row_shares`), each converted and
-    multiplied on one BLAS thread, run at once on as many threads as BLAS may
-    use and added in a fixed order: the result depends on the rows and the
-    machine, not on how many shares ran at once or which finished first.
-
-    Rows of another Array API namespace are multiplied on their own device
-    (:func:`_accumulate_on_device`); the sums come back as numpy arrays.
+    The rows stay on their device and come back as float64 numpy sums
+    (:func:`_accumulate_rows`). A large product of numpy rows is split by
+    rows into shares (:func:`_row_shares`), run at once on as many threads as
+    BLAS may use now, each on one BLAS thread, and added in a fixed order:
+    the result depends on the rows and the machine, not on how many shares
+    ran at once or which finished first.
     """
-    from ._threads import one_blas_thread, row_shares, share_threads
-
-    if not isinstance(X, np.ndarray):
-        return _accumulate_on_device(X, w, kind, fourth, shift, e)
+    xp, device = namespace_of(X)
+    dtype = float_dtype(xp, device)
     n, d = X.shape
-    k = row_shares(n, d) if kind == "full" else 1
-    if k == 1:
-        step = _block_rows(n, d)
-        return _accumulate_rows(X, w, kind, fourth, shift, e, _work_buffer(step, d))
+    k = _row_shares(n, d) if kind == "full" and isinstance(X, np.ndarray) else 1
     bounds = [n * i // k for i in range(k + 1)]
     shares = []
-    for i in range(k):
-        lo, hi = bounds[i], bounds[i + 1]
-        buf = _work_buffer(_block_rows(hi - lo, d, k), d, i, k)
-        shares.append((X[lo:hi], None if w is None else w[lo:hi], buf))
-    threads = share_threads(k)  # read before the limit below
+    for i, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+        buf = _work_buffer(X, _block_rows(hi - lo, d, k), dtype, i, k)
+        shares.append((X[lo:hi, ...], None if w is None else w[lo:hi], buf))
+    threads = min(k, _blas_threads())  # read before the limit below
     with one_blas_thread():
         results = _run_shares(shares, threads, (kind, fourth, shift, e))
     S, s, n3, n4 = results[0]
@@ -233,79 +314,80 @@ def _run_shares(shares, threads, args):
     waits: a share run in the calling thread itself was up to 30% slower
     than the other on the benchmark machine, and the fit waits for the
     slowest. The caller's floating-point error state is passed on (numpy
-    before 2.0 keeps it per thread). At interpreter shutdown, when no thread
-    may start, the shares left run here.
+    keeps it per thread). At interpreter shutdown, when no thread may start,
+    the shares run here.
     """
-    from ._threads import worker_blas_thread
-
     err = np.geterr()
 
     def run(share):
-        Xi, wi, buf = share
-        with np.errstate(**err), worker_blas_thread():
-            return _accumulate_rows(Xi, wi, *args, buf)
+        with np.errstate(**err):
+            return _accumulate_rows(*share, *args)
 
-    futures = []
     if threads > 1:
-        pool = ThreadPoolExecutor(threads)
         try:
-            try:
-                for share in shares:
-                    futures.append(pool.submit(run, share))
-            except RuntimeError:  # "cannot schedule new futures after shutdown"
-                pass
-            results = [f.result() for f in futures]
-        finally:
-            pool.shutdown(wait=True)
-    else:
-        results = []
-    return results + [run(share) for share in shares[len(futures) :]]
+            with ThreadPoolExecutor(threads) as pool:
+                return list(pool.map(run, shares))
+        except RuntimeError:  # "cannot schedule new futures after shutdown"
+            pass
+    return [run(share) for share in shares]
 
 
-def _accumulate_rows(X, w, kind, fourth, shift, e, buf):
-    """One thread's pass over ``X`` in blocks of ``len(buf)`` rows."""
+def _accumulate_rows(X, w, buf, kind, fourth, shift, e):
+    """One thread's pass over the rows ``X``, in blocks of ``len(buf)`` rows.
+
+    Each block of rows is converted into ``buf`` (of the widest float dtype
+    the device of ``X`` supports), centred, scaled, multiplied and added there;
+    only the sums come to host memory, as float64 numpy arrays, and ``w``
+    (host float64) goes to the device block by block.
+
+    A device with float64 (CPUs, CUDA) computes what the numpy rows do, to
+    round-off. A device without it (Apple's MPS) works in float32: each
+    block's product is as accurate as float32 allows, and the blocks are
+    added with Kahan's compensated summation, so that the error does not
+    grow with the number of rows. The float32 centre it subtracts differs
+    from ``shift`` by round-off; the sums are moved to ``shift`` exactly on
+    the host (:func:`_recentred`).
+    """
+    xp, device = namespace_of(X)
+    dtype = buf.dtype
     n, d = X.shape
-    step = len(buf)
+    step = buf.shape[0]
+    piece = max(1, _CACHE_ELEMENTS // d) if isinstance(X, np.ndarray) else step
     full = kind == "full"
-    S = np.zeros((d, d)) if full else np.zeros(d)
-    product = np.empty((d, d)) if full and n > step else None
-    s = np.zeros(d)
-    n3 = np.zeros(d) if fourth else None
-    n4 = 0.0
+    centre = xp.asarray(shift, dtype=dtype, device=device)
+    sums = [_Sum(dtype == xp.float32) for _ in range(4 if fourth else 2)]
     for lo in range(0, n, step):
         hi = min(lo + step, n)
-        Y = buf[: hi - lo]
-        wb = None if w is None else w[lo:hi]
-        _centre_block(Y, X[lo:hi], shift, e, s, wb)
+        Y = buf[: hi - lo, :]
+        wb = None if w is None else xp.asarray(w[lo:hi], dtype=dtype, device=device)
+        sums[1].add(_centre_block(Y, X[lo:hi, :], centre, e, wb, piece))
         if fourth:
-            q = np.einsum("ij,ij->i", Y, Y)
+            q = xp.vecdot(Y, Y)
             wq = q if wb is None else q * wb
-            n3 += wq @ Y
-            n4 += float(wq @ q)
+            sums[2].add(wq @ Y)
+            sums[3].add(xp.sum(wq * q))
         if full:
             if wb is not None:
-                Y *= np.sqrt(wb)[:, None]
-            # numpy runs Y.T @ Y as a symmetric rank-k update (syrk) and
-            # returns an exactly symmetric matrix. Calling scipy's BLAS here
-            # instead interleaves two OpenBLAS thread pools whose spinning
-            # threads stall each other (about 2x slower on 2 cores). The
-            # first block writes into S directly; the others into a reused
-            # buffer (a fresh 4.7 MB result per block costs page faults).
-            if lo == 0:
-                np.matmul(Y.T, Y, out=S)
-            else:
-                np.matmul(Y.T, Y, out=product)
-                S += product
-        elif wb is None:
-            S += np.einsum("ij,ij->j", Y, Y)
+                Y *= xp.sqrt(wb)[:, None]
+            # numpy runs Y.T @ Y as a symmetric rank-k update (syrk)
+            sums[0].add(Y.T @ Y)
         else:
-            S += np.einsum("i,ij,ij->j", wb, Y, Y)
+            Y *= Y
+            sums[0].add(xp.sum(Y, axis=0) if wb is None else wb @ Y)
+    S, s = sums[0].to_host(), sums[1].to_host()
+    if full:
+        S = (S + S.T) / 2  # a device's product need not be exactly symmetric
+    n3 = sums[2].to_host() if fourth else None
+    n4 = float(sums[3].to_host()) if fourth else 0.0
+    delta = unscale(np.array(to_host(centre), dtype=np.float64) - shift, -e)
+    if np.any(delta):
+        sw = float(n) if w is None else float(w.sum())
+        S, s, n3, n4 = _recentred(S, s, n3, n4, sw, delta, full)
     return S, s, n3, n4
 
 
-# ---------------------------------------------------------------- devices
-class _DeviceSum:
-    """Running sum of arrays on a device; Kahan-compensated in float32."""
+class _Sum:
+    """Running sum of arrays of one namespace; Kahan-compensated in float32."""
 
     def __init__(self, compensated: bool) -> None:
         self.compensated = compensated
@@ -313,9 +395,10 @@ class _DeviceSum:
 
     def add(self, part) -> None:
         if self.total is None:
-            self.total, self.error = part, part * 0
+            self.total = part
+            self.error = part * 0 if self.compensated else None
         elif not self.compensated:
-            self.total = self.total + part
+            self.total += part  # the first part is a fresh array of its own
         else:
             # Kahan: the low-order bits each addition loses are carried to
             # the next one, so the error does not grow with the blocks
@@ -329,62 +412,6 @@ class _DeviceSum:
         if self.compensated:
             total -= to_host(self.error)
         return total
-
-
-def _accumulate_on_device(X, w, kind, fourth, shift, e):
-    """:func:`accumulate` for the rows of another Array API namespace.
-
-    The rows stay on their device: each block is converted to the widest
-    float dtype the device supports, centred, scaled, multiplied, and added
-    there; only the sums (``O(d**2)``) come to host memory, as float64 numpy
-    arrays, and ``w`` (host float64) goes to the device block by block.
-
-    A device with float64 (CPUs, CUDA) computes exactly what the numpy
-    kernel does, to round-off. A device without it (Apple's MPS) works in
-    float32: each block's product is as accurate as float32 allows, and the
-    blocks are added with Kahan's compensated summation, so that the error
-    does not grow with the number of rows. The float32 centre it subtracts
-    differs from ``shift`` by round-off; the sums are moved to ``shift``
-    exactly on the host (:func:`_recentred`).
-    """
-    xp, device = namespace_of(X)
-    dtype = float_dtype(xp, device)
-    compensated = dtype == xp.float32
-    n, d = X.shape
-    full = kind == "full"
-    centre = xp.asarray(shift, dtype=dtype, device=device)
-    sums = [_DeviceSum(compensated) for _ in range(4 if fourth else 2)]
-    step = _block_rows(n, d)
-    for lo in range(0, n, step):
-        hi = min(lo + step, n)
-        # a converted copy, centred in place: one fresh array a block (a
-        # subtraction across dtypes is several times slower in torch)
-        Y = xp.astype(X[lo:hi, :], dtype, copy=True)
-        Y -= centre
-        _times_pow2(Y, -e)
-        wb = None if w is None else xp.asarray(w[lo:hi], dtype=dtype, device=device)
-        sums[1].add(xp.sum(Y, axis=0) if wb is None else wb @ Y)
-        if fourth:
-            q = xp.sum(Y * Y, axis=1)
-            wq = q if wb is None else q * wb
-            sums[2].add(wq @ Y)
-            sums[3].add(xp.sum(wq * q))
-        if not full:
-            sums[0].add(xp.sum(Y * Y, axis=0) if wb is None else wb @ (Y * Y))
-        else:
-            if wb is not None:
-                Y *= xp.sqrt(wb)[:, None]
-            sums[0].add(Y.T @ Y)
-    S, s = sums[0].to_host(), sums[1].to_host()
-    if full:
-        S = (S + S.T) / 2  # a device's product need not be exactly symmetric
-    n3 = sums[2].to_host() if fourth else None
-    n4 = float(sums[3].to_host()) if fourth else 0.0
-    delta = unscale(np.array(to_host(centre), dtype=np.float64) - shift, -e)
-    if np.any(delta):
-        sw = float(n) if w is None else float(w.sum())
-        S, s, n3, n4 = _recentred(S, s, n3, n4, sw, delta, full)
-    return S, s, n3, n4
 
 
 def _times_pow2(Y, k: int) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from sklearn.base import OneToOneFeatureMixin
 
-from ._base import LinearMap, _StreamingMomentsMixin
+from ._base import LinearMap, _MapAttribute, _StreamingMomentsMixin
 from ._moments import MomentAccumulator
 from ._scatter_kernels import unscale
 
@@ -83,7 +83,10 @@ class StandardNormalizer(OneToOneFeatureMixin, _StreamingMomentsMixin):
         self.with_mean = with_mean
         self.with_std = with_std
 
-    _fitted_attributes = ("mean_", "var_", "scale_")
+    # the attributes of the map (computed at first read after partial_fit)
+    mean_ = _MapAttribute()
+    var_ = _MapAttribute()
+    scale_ = _MapAttribute()
 
     def _compute_map(self, moments: MomentAccumulator, params: dict) -> dict:
         n = moments.sum_weights

@@ -26,7 +26,9 @@ from ._base import (
     _check_enough_samples,
     _dual_spectrum,
     _float_dtypes,
+    _MapAttribute,
     _numerical_rank,
+    _on_device_of,
     _power_scale,
     _rank_deficiency_reason,
     _sorted_eigh,
@@ -34,7 +36,6 @@ from ._base import (
 )
 from ._moments import MomentAccumulator
 from ._scatter_kernels import unscale
-from ._threads import small_problem
 
 __all__ = ["WhiteningTransformer"]
 
@@ -61,7 +62,7 @@ class WhiteningTransformer(_StreamingMomentsMixin):
 
         - ``None``: every component, capped at the numerical rank of the
           covariance (a :class:`~sklearn_isotropy.exceptions.RankDeficiencyWarning`
-          says when directions are dropped).
+          when too few rows limit it; constant features are logged).
         - int ``k``: the ``k`` leading components; ``k`` must not exceed the
           rank of the fitted covariance.
         - float in (0, 1): the fewest components whose eigenvalues explain
@@ -90,23 +91,15 @@ class WhiteningTransformer(_StreamingMomentsMixin):
         ``s > 0`` makes the covariance full rank, which keeps held-out rows
         bounded when ``n_samples <= n_features``.
     noise_variance : float >= 0, "auto" or None, default=None
-        Variance ``s2`` of isotropic noise under the probabilistic-PCA model
-        (Tipping and Bishop, 1999), in the units of the covariance. With
+        Variance ``s2`` of the isotropic noise of probabilistic PCA. With
         ``s2 > 0`` each component is the posterior mean of its whitened
-        latent, ``sqrt(max(lambda - s2, 0)) / lambda * u^T (x - mean)``
-        (``power=1``): a Wiener gain that stops whitening from amplifying
-        the directions at the noise floor, and the components with
-        ``lambda <= s2`` are dropped. ``None`` and ``0`` are plain
-        whitening. ``"auto"`` estimates ``s2`` from the spectrum alone, with
-        no labels (see Notes and :ref:`without_labels`). It composes with
-        the other parameters: ``n_components`` caps the kept components
-        (those above the noise floor), ``power`` whitens the denoised
-        signal partially (the gain is ``(lambda - s2) ** (1 - power / 2) /
-        lambda``, so ``power=0`` is the Wiener-filtered PCA), ``shrinkage``
-        acts first (``s2`` is then in the units of the shrunk covariance)
-        and ``method="zca"`` rotates the denoised latent back to the input
-        coordinates; ``method="cholesky"`` has no components to denoise and
-        needs ``noise_variance=None``.
+        latent, ``sqrt(max(lambda - s2, 0)) / lambda * u^T (x - mean)``: the
+        directions near the noise floor are damped instead of amplified,
+        those below it dropped (``power`` < 1: gain ``(lambda - s2) **
+        (1 - power / 2) / lambda``). ``None`` and 0 are plain whitening;
+        ``"auto"`` estimates ``s2`` from the spectrum, without labels (see
+        Notes and :ref:`without_labels`, which says how it composes with the
+        other parameters). ``method="cholesky"`` needs ``None``.
 
     Attributes
     ----------
@@ -128,13 +121,10 @@ class WhiteningTransformer(_StreamingMomentsMixin):
     shrinkage_ : float
         The shrinkage intensity used.
     noise_variance_ : float
-        Noise variance ``s2`` of the fitted model: the one the transform
-        used (``noise_variance`` given, or estimated with ``"auto"``), or,
-        with ``noise_variance=None``, the maximum-likelihood estimate of
-        probabilistic PCA, the mean of the eigenvalues beyond the kept
-        components (as :attr:`sklearn.decomposition.PCA.noise_variance_`;
-        0 when every direction is kept), which only :meth:`score_samples`
-        uses.
+        The ``s2`` the transform used; with ``noise_variance=None``, the
+        maximum-likelihood one of probabilistic PCA (the mean eigenvalue
+        beyond the kept components, as ``PCA.noise_variance_``), which only
+        :meth:`score_samples` uses.
     rank_ : int
         Numerical rank of ``covariance_``.
     n_components_ : int
@@ -177,9 +167,7 @@ class WhiteningTransformer(_StreamingMomentsMixin):
     aspect ratio ``n_features / n_samples`` (the noise estimate of Gavish
     and Donoho, 2014): the eigenvalues of pure noise of variance ``s2``
     have that median, and a signal spanning fewer than half the directions
-    leaves it in place. The rule was chosen on STS-B dev and retrieval
-    without labels in the transform; :ref:`without_labels` has the table
-    of the rules tried.
+    leaves it in place (chosen on STS-B dev: :ref:`without_labels`).
 
     :meth:`fit` computes the map before returning. :meth:`partial_fit` only
     merges statistics; the map is computed at its first use afterwards
@@ -250,19 +238,19 @@ class WhiteningTransformer(_StreamingMomentsMixin):
         self.shrinkage = shrinkage
         self.noise_variance = noise_variance
 
-    _fitted_attributes = (
-        "mean_",
-        "covariance_",
-        "components_",
-        "explained_variance_",
-        "explained_variance_ratio_",
-        "whitening_",
-        "shrinkage_",
-        "noise_variance_",
-        "rank_",
-        "n_components_",
-        "_unwhitening",
-    )
+    # the attributes of the map (computed at first read after partial_fit);
+    # the dual form never builds the d x d covariance: it is built on request
+    mean_ = _MapAttribute()
+    covariance_ = _MapAttribute(missing="_full_covariance")
+    components_ = _MapAttribute()
+    explained_variance_ = _MapAttribute()
+    explained_variance_ratio_ = _MapAttribute()
+    whitening_ = _MapAttribute()
+    shrinkage_ = _MapAttribute()
+    noise_variance_ = _MapAttribute()
+    rank_ = _MapAttribute()
+    n_components_ = _MapAttribute()
+    _unwhitening = _MapAttribute()
 
     # ------------------------------------------------------------------ fitting
     def _needs_fourth_moments(self) -> bool:
@@ -379,11 +367,10 @@ class WhiteningTransformer(_StreamingMomentsMixin):
             )
             k = self._components_above(evals, k, s2, noise, e)
         if method == "cholesky":
-            with small_problem(d):
-                chol = linalg.cholesky(cov, lower=True, check_finite=False)
-                whitening = linalg.solve_triangular(
-                    chol, np.eye(d), lower=True, check_finite=False
-                ).T
+            chol = linalg.cholesky(cov, lower=True, check_finite=False)
+            whitening = linalg.solve_triangular(
+                chol, np.eye(d), lower=True, check_finite=False
+            ).T
             unwhitening = chol.T
             if e:
                 whitening, unwhitening = np.ldexp(whitening, -e), np.ldexp(chol.T, e)
@@ -415,15 +402,10 @@ class WhiteningTransformer(_StreamingMomentsMixin):
             attrs["covariance_"] = unscale(cov, 2 * e)
         return attrs
 
-    def _missing_attribute(self, name: str):
-        if name == "covariance_":
-            # the dual form never builds the d x d covariance; build it on
-            # request, with the parameters of the map
-            cov, e = self.moments_.scaled_covariance()
-            attrs = self._on_fitted_device({"covariance_": unscale(cov, 2 * e)})
-            self.covariance_ = attrs["covariance_"]
-            return self.covariance_
-        return super()._missing_attribute(name)
+    def _full_covariance(self):
+        """``covariance_`` of a map computed without it (the dual form)."""
+        cov, e = self.moments_.scaled_covariance()
+        return _on_device_of(unscale(cov, 2 * e), self.__dict__.get("_fitted_on"))
 
     @staticmethod
     def _components_above(evals, k, s2, noise, e) -> int:
@@ -485,12 +467,10 @@ class WhiteningTransformer(_StreamingMomentsMixin):
         """
         check_is_fitted(self)
         check_fitted_namespace(self, X, "score_samples")
-        target = input_namespace(X)
-        X = validate_data(self, X, reset=False, dtype=_float_dtypes(target))
-        self._ensure_map()
-        xp, _ = namespace_of(X) if target is not None else (np, None)
-        dtype = xp.float64 if target is None else float_dtype(*target)
-        X = xp.astype(X, dtype) if target is not None else X.astype(np.float64)
+        X = validate_data(self, X, reset=False, dtype=_float_dtypes(input_namespace(X)))
+        xp, device = namespace_of(X)
+        dtype = float_dtype(xp, device)
+        X = xp.astype(X, dtype)
         components = xp.astype(self.components_, dtype)
         variances = xp.astype(self.explained_variance_, dtype)
         d, q = X.shape[1], components.shape[0]
