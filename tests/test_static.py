@@ -274,7 +274,8 @@ def test_refined_table_solves_the_two_ridge_problems(
         tiny_bert, weighting=weighting, refine_alpha=alpha
     ).fit(FIT_TEXTS)
     n_tokens, d = vec.embeddings_.shape
-    T0 = token_rows(hf, range(n_tokens))
+    # the distilled table (test_distilled_rows_... checks it against transformers)
+    T0 = fitted["unrefined"].embeddings_.astype(np.float64)
     w = fitted[weighting].token_weights_
     A = np.zeros((len(FIT_TEXTS), n_tokens))  # each text's normalised weights
     for row, text in enumerate(FIT_TEXTS):
