@@ -615,6 +615,30 @@ def test_too_many_open_files_is_reported_and_the_cache_left_alone(
     assert n_encoded == 0
 
 
+def test_a_busy_answer_while_opening_is_waited_out(
+    tiny_bert, tmp_path, fresh_process, uncached, monkeypatch
+):
+    # two processes starting on one new cache: SQLite answers the switch to
+    # WAL with SQLITE_BUSY at once, without calling its busy handler
+    connect, calls = _cache.EmbeddingStore._connect_for_writing, []
+
+    def busy_twice(self):
+        calls.append(1)
+        if len(calls) <= 2:
+            exc = sqlite3.OperationalError("database is locked")
+            exc.sqlite_errorcode, exc.sqlite_errorname = 5, "SQLITE_BUSY"
+            raise exc
+        return connect(self)
+
+    monkeypatch.setattr(_cache.EmbeddingStore, "_connect_for_writing", busy_twice)
+    vec = BertPoolingVectorizer(tiny_bert, memory=tmp_path).fit(TEXTS)
+    X, n_encoded, caught = _transform_recording(vec, TEXTS)
+    assert caught == [] and len(calls) == 3
+    assert_allclose(X, uncached, rtol=1e-6, atol=1e-7)
+    (db,) = _databases(tmp_path)
+    assert _count_rows(db) == len(TEXTS)
+
+
 @pytest.mark.parametrize("read_only", ["directory", "file"])
 def test_read_only_cache_serves_its_rows_and_stores_nothing(
     read_only, tiny_bert, tmp_path, fresh_process, uncached

@@ -69,7 +69,7 @@ _LOOKUP_CHUNK = 500
 # image is malformed" and "file is not a database". Every other error (I/O,
 # permissions, a full disk, a lock held too long) says nothing about the
 # content, which is then left alone.
-_SQLITE_CORRUPT, _SQLITE_READONLY, _SQLITE_NOTADB = 11, 8, 26
+_SQLITE_BUSY, _SQLITE_CORRUPT, _SQLITE_READONLY, _SQLITE_NOTADB = 5, 11, 8, 26
 
 _KEY_BYTES = 32  # sha256 of a text
 
@@ -154,6 +154,24 @@ def _transaction(conn):
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
         raise
+
+
+def _while_busy(connect):
+    """``connect()``, tried again while SQLite answers busy, up to BUSY_TIMEOUT.
+
+    SQLite does not call its busy handler everywhere: switching a new
+    database to WAL while another process opens it too answers
+    ``SQLITE_BUSY`` at once (seen with two processes starting on one cache).
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT
+    while True:
+        try:
+            return connect()
+        except sqlite3.OperationalError as exc:
+            code = getattr(exc, "sqlite_errorcode", 0) or 0
+            if code & 0xFF != _SQLITE_BUSY or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _create_file(path):
@@ -246,7 +264,7 @@ class EmbeddingStore:
         for _ in range(2):  # a second time after moving a damaged file aside
             problem = _create_file(self.path)
             try:
-                self._conn = self._connect_for_writing()
+                self._conn = _while_busy(self._connect_for_writing)
             except sqlite3.Error as exc:
                 if not _is_damage(exc):
                     problem = problem or exc
