@@ -3,17 +3,19 @@
 ``StaticEmbeddingVectorizer`` on the default encoder (or ``--model``), fitted
 on the distinct sentences of STS-B train (no labels), in five parts:
 
-1. **distillation**: the first ``fit`` with an empty table cache (every
-   vocabulary token through the encoder, timed), then a second ``fit``
-   that reads the cache;
+1. **fit time**: the first default ``fit`` with an empty table cache
+   (distils every vocabulary token, encodes the fit texts with the encoder,
+   refines the table), a ``refine=False`` fit that reads the cached table,
+   and a default fit on the cached table (encoding and refinement alone);
 2. **selection on STS-B dev** (the vectorizer's defaults were chosen on
    this table, never on test): ``distill_pooling`` x weighting (the SIF
-   coefficient on a grid) x post-processor (none, ``WhiteningTransformer()``,
+   coefficient on a grid) x refinement (none, ``refine_alpha`` on a grid,
+   and each stage alone) x post-processor (none, ``WhiteningTransformer()``,
    ``WhiteningTransformer(noise_variance="auto")``), STS Spearman x100 and
    MRR@10 x100 of paraphrase retrieval (pairs rated >= 4 as queries over
    every STS-B sentence, as ``bench_noise.py``);
-3. **quality on STS-B test** of the defaults per weighting, beside the
-   contextual encoder's mean pooling (raw);
+3. **quality on STS-B test** of the defaults per weighting, refined and not,
+   beside the contextual encoder's mean pooling (raw);
 4. **speed**: ``transform`` of 2,000 distinct STS-B test sentences against
    sentence-transformers' ``encode`` of the encoder (batch 32), best of 3
    rotating rounds in the same run, with the exported models beside;
@@ -61,6 +63,22 @@ WEIGHTINGS = [
     *(("sif", {"sif_coefficient": a}) for a in (1e-3, 3e-3, 1e-2, 3e-2)),
     ("zipf", {}),
 ]
+DEFAULT_SIF = [("sif", {})]
+# (label, vectorizer parameters, stages): stages is None for the vectorizer's
+# own refinement, else the stages run alone (refine_table's affine, tokens)
+NO, YES = ("no", {"refine": False}, None), ("yes", {}, None)
+ALPHAS = [(f"alpha={a:g}", {"refine_alpha": a}, None) for a in (0.03, 0.3, 1.0)]
+STAGES = [
+    ("affine map only", {"refine": False}, (True, False)),
+    ("token rows only", {"refine": False}, (False, True)),
+]
+# (distill_pooling, weightings, refinements), in the order of the dev table
+CANDIDATES = [
+    ("mean", WEIGHTINGS, [NO, YES]),
+    ("token", WEIGHTINGS, [NO]),
+    ("token", DEFAULT_SIF, [YES]),
+    ("mean", DEFAULT_SIF, ALPHAS + STAGES),
+]
 POSTS = {
     "raw": None,
     "whitening": lambda: WhiteningTransformer(),
@@ -91,18 +109,24 @@ def _scored(vec, sentences, fit_rows, splits):
     return out
 
 
-def _distil(args, cache):
+def _fit_times(args, cache):
+    """Wall and CPU seconds of the fits of part 1, and the table's shape."""
     os.environ["SKLEARN_ISOTROPY_STATIC_CACHE"] = cache
     train = load_sts(stsb_dir(), split="train")
     fit_texts = list(dict.fromkeys(t for pair in train.pairs for t in pair))
+    runs = [
+        ("default, empty table cache (distils, encodes, refines)", {}),
+        ("refine=False, cached table", {"refine": False}),
+        ("default, cached table (encodes, refines)", {"memory": f"{cache}/memory"}),
+    ]
     times = {}
-    for pooling in ("mean", "token"):
-        for attempt in ("first fit (distils)", "second fit (reads the cache)"):
-            start = time.perf_counter()
-            vec = StaticEmbeddingVectorizer(args.model, distill_pooling=pooling)
-            vec.fit(fit_texts)
-            times[(pooling, attempt)] = time.perf_counter() - start
-            print(f"{pooling} {attempt}: {times[pooling, attempt]:.1f} s", flush=True)
+    for label, params in runs:
+        load = os.getloadavg()[0]
+        start, start_cpu = time.perf_counter(), time.process_time()
+        vec = StaticEmbeddingVectorizer(args.model, **params).fit(fit_texts)
+        wall, cpu = time.perf_counter() - start, time.process_time() - start_cpu
+        times[label] = (wall, cpu, load)
+        print(f"{label}: {wall:.1f} s ({cpu:.1f} s CPU) at load {load:.1f}", flush=True)
     return times, vec.embeddings_.shape
 
 
@@ -114,18 +138,18 @@ def main(argv=None):
     parser.add_argument("--n-speed", type=int, default=2000)
     parser.add_argument("--no-docs", action="store_true")
     parser.add_argument(
-        "--distil-only", action="store_true", help="time part 1 alone, print it"
+        "--times-only", action="store_true", help="time part 1 alone, print it"
     )
     args = parser.parse_args(argv)
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench_static_") as tmp:
-        distil_times, table_shape = _distil(args, tmp)
-        if args.distil_only:
+        fit_times, table_shape = _fit_times(args, tmp)
+        if args.times_only:
             print(
                 f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after"
             )
             return
-        lines = _quality_and_speed(args, distil_times, table_shape, tmp)
+        lines = _quality_and_speed(args, fit_times, table_shape, tmp)
     lines[-3] += (
         f" Load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after."
     )
@@ -138,7 +162,27 @@ def main(argv=None):
     print(f"wrote {DOCS}", file=sys.stderr)
 
 
-def _quality_and_speed(args, distil_times, table_shape, tmp):
+def _refined_alone(vec, fit_texts, targets, stages):
+    """``vec`` (fitted with ``refine=False``) with its table refined by the
+    stages of ``refine_table`` named in ``stages`` alone."""
+    from sklearn_isotropy.text._static import mixing_matrix, token_ids
+    from sklearn_isotropy.text._static_refine import refine_table
+
+    ids, lengths = token_ids(vec.tokenizer_, fit_texts)
+    kept = lengths > 0
+    mixing = mixing_matrix(ids, lengths, vec.token_weights_, len(vec.embeddings_))
+    vec.embeddings_ = refine_table(
+        vec.embeddings_,
+        mixing[kept],
+        targets[kept],
+        vec.refine_alpha,
+        affine=stages[0],
+        tokens=stages[1],
+    )
+    return vec
+
+
+def _quality_and_speed(args, fit_times, table_shape, tmp):
     data = {s: load_sts(stsb_dir(), split=s) for s in ("train", "dev", "test")}
     sentences = list(
         dict.fromkeys(t for d in data.values() for pair in d.pairs for t in pair)
@@ -148,31 +192,6 @@ def _quality_and_speed(args, distil_times, table_shape, tmp):
     fit_texts = [sentences[i] for i in fit_rows]
     dev = Split(data["dev"], index, sentences)
     test = Split(data["test"], index, sentences)
-
-    # ---- 2: selection on dev, 3: the defaults per weighting on test
-    select_rows, test_rows, fitted = [], [], {}
-    defaults = StaticEmbeddingVectorizer().get_params()
-    for pooling in ("mean", "token"):
-        for weighting, params in WEIGHTINGS:
-            vec = StaticEmbeddingVectorizer(
-                args.model, weighting=weighting, distill_pooling=pooling, **params
-            ).fit(fit_texts)
-            scored = _scored(vec, sentences, fit_rows, [dev, test])
-            select_rows.append(
-                [pooling, _label(weighting, params)]
-                + [f"{v:.2f}" for _, cells in scored.values() for v in cells[0]]
-            )
-            default_a = params.get("sif_coefficient", defaults["sif_coefficient"])
-            if (
-                pooling == defaults["distill_pooling"]
-                and default_a == defaults["sif_coefficient"]
-            ):
-                fitted[weighting] = vec
-                for post, (_, cells) in scored.items():
-                    test_rows.append(
-                        [_label(weighting, params), post]
-                        + [f"{v:.2f}" for v in cells[1]]
-                    )
     E, _, _ = _encode_cached(
         args.model,
         "mean",
@@ -180,42 +199,89 @@ def _quality_and_speed(args, distil_times, table_shape, tmp):
         args.cache or str(get_data_home() / "bench_cache"),
         64,
     )
+
+    # ---- 2: selection on dev, 3: the defaults per weighting on test
+    select_rows, test_rows, fitted = [], [], {}
+    defaults = StaticEmbeddingVectorizer().get_params()
+    for pooling, weightings, refinements in CANDIDATES:
+        for refine_label, refine_params, stages in refinements:
+            for weighting, params in weightings:
+                vec = StaticEmbeddingVectorizer(
+                    args.model,
+                    weighting=weighting,
+                    distill_pooling=pooling,
+                    memory=f"{tmp}/memory",  # the fit texts are encoded once
+                    **params,
+                    **refine_params,
+                ).fit(fit_texts)
+                if stages is not None:
+                    vec = _refined_alone(vec, fit_texts, E[fit_rows], stages)
+                scored = _scored(vec, sentences, fit_rows, [dev, test])
+                select_rows.append(
+                    [pooling, _label(weighting, params), refine_label]
+                    + [f"{v:.2f}" for _, cells in scored.values() for v in cells[0]]
+                )
+                default_a = params.get("sif_coefficient", defaults["sif_coefficient"])
+                if (
+                    pooling == defaults["distill_pooling"]
+                    and default_a == defaults["sif_coefficient"]
+                    and refine_label in ("no", "yes")
+                ):
+                    if refine_label == "yes":
+                        fitted[weighting] = vec
+                    for post, (_, cells) in scored.items():
+                        test_rows.append(
+                            [_label(weighting, params), refine_label, post]
+                            + [f"{v:.2f}" for v in cells[1]]
+                        )
+    test_rows.sort(key=lambda row: row[1])  # the refined rows after the others
     test_rows.append(
-        ["contextual encoder, mean pooling", "raw", f"{test.sts(E):.2f}"]
+        ["contextual encoder, mean pooling", "", "raw", f"{test.sts(E):.2f}"]
         + [f"{test.mrr(E):.2f}"]
     )
+    dev_rows = [["contextual encoder, mean pooling", f"{dev.sts(E):.2f}"]]
+    dev_rows[0].append(f"{dev.mrr(E):.2f}")
 
     # ---- 4: speed, 5: parity
     speed_rows, parity_rows = _speed_and_parity(args, fitted, fit_texts, data, tmp)
     model = args.model or DEFAULT_MODEL_DESCRIPTION
-    distil_rows = [
-        [pooling, attempt, f"{seconds:.1f}"]
-        for (pooling, attempt), seconds in distil_times.items()
+    time_rows = [
+        [label, f"{wall:.1f}", f"{cpu:.1f}", f"{load:.1f}"]
+        for label, (wall, cpu, load) in fit_times.items()
     ]
     post_names = list(POSTS)
     return [
         START,
         "",
-        f"Distilling the {table_shape[0]:,}-token vocabulary (table "
-        f"{table_shape[0]:,} x {table_shape[1]}), wall seconds of ``fit`` on the "
-        f"{len(fit_texts):,} train sentences:",
+        f"Wall seconds of ``fit`` on the {len(fit_texts):,} train sentences "
+        f"(vocabulary of {table_shape[0]:,} tokens, table {table_shape[0]:,} x "
+        f"{table_shape[1]}), the CPU seconds of the process (all its threads) "
+        "and the load average at the start:",
         "",
-        *_table(["distill_pooling", "fit", "seconds"], distil_rows),
+        *_table(["fit", "seconds", "CPU s", "load"], time_rows),
         "",
         "Selection on STS-B **dev** (Spearman x100, MRR@10 x100), per "
-        "post-processor fitted on the train sentences:",
+        "post-processor fitted on the train sentences; ``refine``: ``yes`` is "
+        f"the default (``refine_alpha={defaults['refine_alpha']:g}``), "
+        "``alpha=`` another ``refine_alpha``, and the last two rows run one "
+        "stage of the refinement alone:",
         "",
         *_table(
-            ["distill_pooling", "weighting"]
+            ["distill_pooling", "weighting", "refine"]
             + [f"{p} {m}" for p in post_names for m in ("STS", "MRR")],
             select_rows,
         ),
         "",
+        *_table(["encoder", "raw STS dev", "raw MRR dev"], dev_rows),
+        "",
         "STS-B **test** with the defaults (``distill_pooling="
         f'"{defaults["distill_pooling"]}"``, SIF ``a={defaults["sif_coefficient"]:g}``'
-        "):",
+        f", ``refine_alpha={defaults['refine_alpha']:g}``), refined and not:",
         "",
-        *_table(["weighting", "post-processor", "STS test", "MRR@10 test"], test_rows),
+        *_table(
+            ["weighting", "refine", "post-processor", "STS test", "MRR@10 test"],
+            test_rows,
+        ),
         "",
         f"Speed on {args.n_speed:,} distinct STS-B test sentences, best of "
         f"{args.rounds} rotating rounds (sentences per second):",
@@ -228,7 +294,7 @@ def _quality_and_speed(args, distil_times, table_shape, tmp):
         f"{len(dev.queries)}, test {len(test.queries)}) over all "
         f"{len(sentences):,} STS-B sentences. Measured {time.strftime('%Y-%m-%d')} "
         f"on {platform.machine()} Linux, 2 vCPUs shared with other jobs "
-        "(`python benchmarks/bench_static.py`).",
+        "(`nice python benchmarks/bench_static.py`).",
         "",
         END,
     ]

@@ -27,6 +27,7 @@ from sklearn_isotropy import (  # noqa: E402
     StaticEmbeddingVectorizer,
     WhiteningTransformer,
 )
+from sklearn_isotropy.text import _static_refine  # noqa: E402
 from sklearn_isotropy.text._static import token_probabilities  # noqa: E402
 
 TEXTS = [
@@ -71,15 +72,20 @@ def hf(tiny_bert):
 
 @pytest.fixture(scope="module")
 def fitted(tiny_bert, tmp_path_factory):
-    """One fitted vectorizer per weighting (shared; do not modify)."""
+    """One fitted vectorizer per weighting, refined (the default), and an
+    unrefined one (shared; do not modify)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(
             "SKLEARN_ISOTROPY_STATIC_CACHE", str(tmp_path_factory.mktemp("cache"))
         )
-        return {
+        out = {
             w: StaticEmbeddingVectorizer(tiny_bert, weighting=w).fit(FIT_TEXTS)
             for w in ("uniform", "sif", "zipf")
         }
+        out["unrefined"] = StaticEmbeddingVectorizer(tiny_bert, refine=False).fit(
+            FIT_TEXTS
+        )
+        return out
 
 
 def token_rows(hf, ids, pooling="mean"):
@@ -126,7 +132,11 @@ def cosine(a, b):
 @pytest.mark.parametrize("pooling", ["mean", "token"])
 def test_distilled_rows_are_each_token_alone_through_the_model(tiny_bert, hf, pooling):
     vec = StaticEmbeddingVectorizer(
-        tiny_bert, weighting="uniform", distill_pooling=pooling, batch_size=7
+        tiny_bert,
+        weighting="uniform",
+        distill_pooling=pooling,
+        refine=False,
+        batch_size=7,
     ).fit(["a"])
     n_tokens = max(hf[1].get_vocab().values()) + 1  # the tiny vocabulary has gaps
     assert vec.embeddings_.shape == (n_tokens, 32)
@@ -137,13 +147,14 @@ def test_distilled_rows_are_each_token_alone_through_the_model(tiny_bert, hf, po
 
 
 def test_a_model_object_and_its_path_give_the_same_table(tiny_bert, hf):
-    by_path = StaticEmbeddingVectorizer(tiny_bert, weighting="uniform").fit(["a"])
-    by_object = StaticEmbeddingVectorizer(hf, weighting="uniform").fit(["a"])
-    assert_allclose(by_object.embeddings_, by_path.embeddings_, rtol=1e-6)
+    by_path = StaticEmbeddingVectorizer(tiny_bert).fit(FIT_TEXTS)
+    by_object = StaticEmbeddingVectorizer(hf).fit(FIT_TEXTS)
+    assert by_path.refined_ and by_object.refined_
+    assert_allclose(by_object.embeddings_, by_path.embeddings_, rtol=1e-5, atol=1e-6)
 
 
 # ------------------------------------------------------- transform, weights
-@pytest.mark.parametrize("weighting", ["uniform", "sif", "zipf"])
+@pytest.mark.parametrize("weighting", ["uniform", "sif", "zipf", "unrefined"])
 def test_transform_is_the_weighted_mean_of_each_texts_rows(fitted, hf, weighting):
     vec = fitted[weighting]
     got = vec.transform(TEXTS)
@@ -162,8 +173,7 @@ def test_sif_weights_follow_the_counts_of_the_fit_texts(fitted, hf):
     p[unseen] = n_once / total / unseen.sum()
     assert_allclose(vec.token_probabilities_, p, rtol=1e-12)
     assert_allclose(vec.token_weights_, 1e-2 / (1e-2 + p), rtol=1e-6)
-    # the uniform table is the distilled one
-    assert_allclose(vec.embeddings_, fitted["uniform"].embeddings_)
+    assert_allclose(fitted["unrefined"].token_weights_, vec.token_weights_)
 
 
 def test_token_probabilities_smoothing():
@@ -212,6 +222,8 @@ def test_empty_and_unknown_texts(fitted, hf):
     vec = fitted["sif"]
     got = vec.transform(["", "   ", "ω"])
     assert_allclose(got[:2], 0)  # the mean of no rows
+    only_empty = vec.transform(["", " "])  # no token in the whole batch
+    assert only_empty.dtype == np.float32 and not only_empty.any()
     unk = hf[1].unk_token_id
     assert_allclose(got[2], vec.embeddings_[unk], rtol=1e-6)
 
@@ -231,6 +243,90 @@ def test_pickle_clone_and_feature_names(fitted, hf):
     assert clone(vec).get_params() == vec.get_params()
 
 
+# --------------------------------------------------------------- refinement
+def encoder_means(hf, texts):
+    """The encoder's mean-pooled embedding of each text, one at a time."""
+    model, tokenizer = hf
+    out = []
+    for text in texts:
+        inputs = tokenizer(text, return_tensors="pt")
+        with torch.no_grad():
+            hidden = model(**inputs).last_hidden_state[0].double().numpy()
+        out.append(hidden.mean(axis=0))
+    return np.array(out)
+
+
+def ridge(X, Y, penalty, prior):
+    """``argmin ||X B - Y||^2 + penalty ||B - prior||^2``, a dense least-squares
+    problem with the penalty as extra rows."""
+    root = np.sqrt(penalty) * np.eye(X.shape[1])
+    B, *_ = np.linalg.lstsq(np.vstack([X, root]), np.vstack([Y, root @ prior]))
+    return B
+
+
+@pytest.mark.parametrize("weighting", ["uniform", "sif"])
+def test_refined_table_solves_the_two_ridge_problems(
+    tiny_bert, hf, fitted, weighting, monkeypatch
+):
+    monkeypatch.setattr(_static_refine, "CG_TOL", 1e-12)  # solve to round-off
+    alpha = 0.05
+    vec = StaticEmbeddingVectorizer(
+        tiny_bert, weighting=weighting, refine_alpha=alpha
+    ).fit(FIT_TEXTS)
+    n_tokens, d = vec.embeddings_.shape
+    # the distilled table (test_distilled_rows_... checks it against transformers)
+    T0 = fitted["unrefined"].embeddings_.astype(np.float64)
+    w = fitted[weighting].token_weights_
+    A = np.zeros((len(FIT_TEXTS), n_tokens))  # each text's normalised weights
+    for row, text in enumerate(FIT_TEXTS):
+        for i in hf[1](text, add_special_tokens=False)["input_ids"]:
+            A[row, i] += w[i]
+        A[row] /= A[row].sum()
+    Y = encoder_means(hf, FIT_TEXTS)
+    # 1: the affine map, shrunk toward the identity
+    X = A @ T0
+    Xc, Yc = X - X.mean(0), Y - Y.mean(0)
+    mu = alpha * np.trace(Xc.T @ Xc) / d
+    M = ridge(Xc, Yc, mu, np.eye(d))
+    T1 = T0 @ M + (Y.mean(0) - X.mean(0) @ M)
+    # 2: each row toward T1 (rows of unused tokens stay: their column is 0)
+    expected = T1 + ridge(A, Y - A @ T1, alpha, np.zeros((n_tokens, d)))
+    assert not np.allclose(expected, T0, atol=1e-2)  # the refinement moved it
+    assert_allclose(vec.embeddings_, expected, rtol=1e-4, atol=2e-5)
+    # and the refined means are closer to the encoder than the distilled ones
+    assert np.linalg.norm(A @ vec.embeddings_ - Y) < 0.5 * np.linalg.norm(X - Y)
+
+
+def test_one_fit_text_is_encoded_as_the_encoder_does(tiny_bert, hf):
+    # one text: the affine map is the identity plus the offset to its embedding
+    text = "the big red dog was playing"
+    vec = StaticEmbeddingVectorizer(tiny_bert, weighting="uniform").fit([text])
+    assert_allclose(vec.transform([text])[0], encoder_means(hf, [text])[0], atol=1e-5)
+
+
+def test_a_refinement_that_does_not_converge_warns(tiny_bert, fitted, monkeypatch):
+    monkeypatch.setattr(_static_refine, "CG_MAX_ITER", 1)
+    with pytest.warns(_static_refine.RefinementWarning, match="did not reach"):
+        vec = StaticEmbeddingVectorizer(tiny_bert).fit(FIT_TEXTS)
+    # one step of conjugate gradients: between the affine stage and the solution
+    assert np.all(np.isfinite(vec.embeddings_))
+    assert not np.allclose(vec.embeddings_, fitted["sif"].embeddings_, atol=1e-4)
+
+
+def test_memory_keeps_the_encoders_embeddings(tiny_bert, fitted, tmp_path, monkeypatch):
+    from sklearn_isotropy import BertPoolingVectorizer
+
+    first = StaticEmbeddingVectorizer(tiny_bert, memory=tmp_path).fit(FIT_TEXTS)
+    assert_allclose(first.embeddings_, fitted["sif"].embeddings_, rtol=1e-5, atol=1e-6)
+
+    def fail(self, texts, on_batch=None):
+        raise AssertionError(f"encoded {len(texts)} texts found in memory")
+
+    monkeypatch.setattr(BertPoolingVectorizer, "_encode", fail)
+    second = StaticEmbeddingVectorizer(tiny_bert, memory=tmp_path).fit(FIT_TEXTS)
+    np.testing.assert_array_equal(second.embeddings_, first.embeddings_)
+
+
 # ------------------------------------------------------------- bad input
 def test_bad_input(fitted, tiny_bert):
     vec = fitted["sif"]
@@ -244,8 +340,14 @@ def test_bad_input(fitted, tiny_bert):
         StaticEmbeddingVectorizer(tiny_bert).transform(["a"])
     with pytest.raises(ValueError, match="weighting"):
         StaticEmbeddingVectorizer(tiny_bert, weighting="tfidf").fit(["a"])
-    with pytest.raises(ValueError, match="hold no token"):
+    with pytest.raises(ValueError, match="weighting='sif'.*hold no token"):
         StaticEmbeddingVectorizer(tiny_bert, weighting="sif").fit(["", " "])
+    with pytest.raises(ValueError, match="refine=True.*hold no token"):
+        StaticEmbeddingVectorizer(tiny_bert, weighting="uniform").fit(["", " "])
+    empty = StaticEmbeddingVectorizer(tiny_bert, weighting="uniform", refine=False)
+    assert_allclose(empty.fit([""]).transform([""]), 0)
+    with pytest.raises(ValueError, match="refine_alpha"):
+        StaticEmbeddingVectorizer(tiny_bert, refine_alpha=0.0).fit(["a"])
     with pytest.raises(ValueError, match="not in the tokenizer's vocabulary"):
         StaticEmbeddingVectorizer(tiny_bert, frequencies={"zebra": 3}).fit(["a"])
     with pytest.raises(ValueError, match="one count per id"):
@@ -286,6 +388,7 @@ def test_reads_a_model2vec_folder(hf, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "model2vec"}))
     vec = StaticEmbeddingVectorizer(tmp_path, weighting="uniform").fit(["a"])
     assert vec.table_kind_ == "model2vec"
+    assert not vec.refined_  # no encoder to refine on: the rows as they are
     rows = embeddings[mapping] * weights[:, None]
     assert_allclose(vec.embeddings_, rows, rtol=1e-6)
     # model2vec's encoding: the plain mean of a text's rows

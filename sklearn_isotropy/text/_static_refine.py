@@ -1,0 +1,148 @@
+"""Refining a distilled token table on the encoder's own sentence embeddings.
+
+A static text vector is ``A @ T``: ``A`` the sparse (n_texts, n_tokens)
+matrix of each text's normalised token weights (rows summing to one),
+``T`` the table. A table distilled from single tokens (``T0``) does not
+know how the encoder combines tokens in context; the encoder's embeddings
+``Y`` of some texts do, and need no labels. :func:`refine_table` fits ``T``
+to them in two ridge-regularised least-squares stages, each shrunk toward
+the distilled table (model2vec's "tokenlearn" fits a table to an encoder's
+outputs the same way, by gradient descent over a large corpus):
+
+1. an affine map of the whole table, ``T1 = T0 M + b``, from the ``d + 1``
+   columns of ``A T0`` to ``Y``, with the penalty ``mu ||M - I||^2``: it
+   moves every token, those the texts never use included;
+2. a correction of each token that occurs, ``T = T1 + D``, minimising
+   ``||A (T1 + D) - Y||^2 + alpha ||D||^2``: the normal equations
+   ``(A'A + alpha I) D = A'(Y - A T1)``, solved for all ``d`` columns at
+   once by conjugate gradients, preconditioned by the diagonal of ``A'A``
+   (a token's row only moves where the texts use it, and rarely used
+   tokens move less).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+
+from .._utils import warn
+from ..exceptions import IsotropyWarning
+
+
+class RefinementWarning(IsotropyWarning, ConvergenceWarning):
+    """The token refinement stopped before its conjugate gradients converged.
+
+    The table is then the last iterate, between the affine stage's table and
+    the exact ridge solution (conjugate gradients lower the objective at every
+    step).
+    """
+
+
+#: Relative residual of the normal equations at which conjugate gradients stop,
+#: and the most iterations they take (about 20 for STS-B train).
+CG_TOL, CG_MAX_ITER = 1e-3, 500
+
+
+def affine_refinement(table, mixing, targets, alpha):
+    """``(M, b)`` of ``min ||mixing @ (table @ M + b) - targets||^2 + mu ||M -
+    I||^2``, ``mu = alpha * trace(G) / d`` with ``G`` the centred Gram matrix
+    of ``mixing @ table``: the penalty is relative to the mean eigenvalue of
+    ``G``, and directions the texts do not span keep ``M = I``.
+
+    The rows of ``mixing`` sum to one, so ``b`` passes through the mean.
+    """
+    X = mixing @ table
+    x_mean, y_mean = X.mean(axis=0), targets.mean(axis=0)
+    X -= x_mean
+    gram = X.T @ X
+    d = len(gram)
+    mu = alpha * np.trace(gram) / d
+    eye = np.eye(d)
+    if not mu > 0:  # one distinct text: nothing to fit but the offset
+        mu = 1.0
+    M = np.linalg.solve(gram + mu * eye, X.T @ (targets - y_mean) + mu * eye)
+    return M, y_mean - x_mean @ M
+
+
+def _ratio(a, b):
+    """``a / b``, 0 where ``b`` is 0 (a column already solved exactly)."""
+    return np.divide(a, b, out=np.zeros_like(a), where=b != 0)
+
+
+def token_refinement(mixing, residuals, alpha):
+    """``D`` minimising ``||mixing @ D - residuals||^2 + alpha ||D||^2``.
+
+    Rows of tokens that no text uses are zero. Conjugate gradients on the
+    normal equations of the used tokens, all columns at once (each its own
+    step sizes), with the Jacobi preconditioner. Returns ``(D, n_iter)``.
+    """
+    used = np.flatnonzero(np.diff(mixing.tocsc().indptr))
+    A = mixing[:, used].tocsr()
+    At = A.T.tocsr()
+    rhs = At @ residuals
+    inverse_diagonal = 1.0 / (np.asarray(A.multiply(A).sum(axis=0)).ravel() + alpha)
+    D = np.zeros_like(rhs)
+    r = rhs.copy()
+    z = r * inverse_diagonal[:, None]
+    p = z.copy()
+    rz = np.einsum("ij,ij->j", r, z)
+    stop = CG_TOL * np.linalg.norm(rhs)
+    n_iter = 0
+    while n_iter < CG_MAX_ITER and np.linalg.norm(r) > stop:
+        q = At @ (A @ p) + alpha * p
+        step = _ratio(rz, np.einsum("ij,ij->j", p, q))
+        D += step * p
+        r -= step * q
+        z = r * inverse_diagonal[:, None]
+        rz_next = np.einsum("ij,ij->j", r, z)
+        p = z + _ratio(rz_next, rz) * p
+        rz = rz_next
+        n_iter += 1
+    if np.linalg.norm(r) > stop:
+        warn(
+            f"The token refinement did not reach a relative residual of {CG_TOL:g} "
+            f"in {CG_MAX_ITER} conjugate-gradient iterations (it reached "
+            f"{np.linalg.norm(r) / np.linalg.norm(rhs):.2g}); the table is used as "
+            "it is. A larger refine_alpha converges faster.",
+            RefinementWarning,
+        )
+    out = np.zeros((mixing.shape[1], residuals.shape[1]))
+    out[used] = D
+    return out, n_iter
+
+
+def refine_table(table, mixing, targets, alpha, *, affine=True, tokens=True):
+    """The table refined on ``targets`` (see the module docstring), float32.
+
+    Parameters
+    ----------
+    table : ndarray of shape (n_tokens, d)
+        The distilled table.
+    mixing : sparse matrix of shape (n_texts, n_tokens)
+        Each text's normalised token weights (rows summing to one; texts
+        without tokens left out).
+    targets : ndarray of shape (n_texts, d)
+        The encoder's embeddings of the same texts.
+    alpha : float
+        The ridge penalty of both stages (relative to the mean eigenvalue
+        for the affine map; absolute, in units of squared weights, for the
+        token rows).
+    affine, tokens : bool
+        Which stages to run (both, by default; the others are for
+        comparisons).
+
+    Returns
+    -------
+    table : ndarray of shape (n_tokens, d), float32
+    """
+    mixing = mixing.astype(np.float64)
+    refined = table.astype(np.float64)
+    targets = np.asarray(targets, dtype=np.float64)
+    if affine:
+        M, b = affine_refinement(refined, mixing, targets, alpha)
+        refined = refined @ M
+        refined += b
+    if tokens:
+        D, _ = token_refinement(mixing, targets - mixing @ refined, alpha)
+        refined += D
+    return refined.astype(np.float32)
