@@ -245,17 +245,27 @@ def _module_name(path: Path, root: Path) -> str:
     return ".".join(parts)
 
 
-def _imports(root=PACKAGE_DIR):
+def _imports(root=PACKAGE_DIR, typing=True):
     """``(module, target, names)`` for every import statement of the package.
 
     Statements inside functions and classes count as much as those at module
-    level: a lazy import still runs. ``target`` is absolute (relative imports
-    resolved); ``names`` are those of a ``from ... import``, else empty.
+    level: a lazy import still runs. Those under ``if TYPE_CHECKING:`` never
+    run, and count only with ``typing=True``. ``target`` is absolute
+    (relative imports resolved); ``names`` are those of a ``from ... import``,
+    else empty.
     """
     for path in root.rglob("*.py"):
         here = _module_name(path, root)
         package = here if path.name == "__init__.py" else here.rsplit(".", 1)[0]
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        skipped = set()
+        for node in ast.walk(tree):
+            if not typing and isinstance(node, ast.If):
+                if ast.unparse(node.test).endswith("TYPE_CHECKING"):
+                    skipped |= {id(n) for b in node.body for n in ast.walk(b)}
+        for node in ast.walk(tree):
+            if id(node) in skipped:
+                continue
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     yield here, alias.name, []
@@ -311,12 +321,13 @@ def _import_graph(root=PACKAGE_DIR):
     ``x``, ``from . import x`` to ``x`` when ``x`` is a module, ``from ..
     import f`` to the package's ``__init__``. Every statement counts, lazy
     ones inside functions too (they run, and then need the other module to
-    be importable); the parent packages Python initialises on the way are
-    not edges, or every submodule would close a cycle with its package.
+    be importable), but not those under ``if TYPE_CHECKING:``, which never
+    run; the parent packages Python initialises on the way are not edges, or
+    every submodule would close a cycle with its package.
     """
     modules = {_module_name(path, root) for path in root.rglob("*.py")}
     graph = {module: set() for module in modules}
-    for here, target, names in _imports(root):
+    for here, target, names in _imports(root, typing=False):
         for name in names or [""]:
             module = f"{target}.{name}" if f"{target}.{name}" in modules else target
             while module and module not in modules:  # import a.b.c as ...

@@ -7,7 +7,7 @@ import logging
 import os
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from numbers import Integral, Real
 
@@ -437,7 +437,7 @@ class StaticEmbeddingVectorizer(
         self.verbose = verbose
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None):
+    def fit(self, X: Iterable[str], y=None) -> StaticEmbeddingVectorizer:
         """Build the token table and the token weights.
 
         Parameters
@@ -575,7 +575,7 @@ class StaticEmbeddingVectorizer(
             )
         return counts
 
-    def transform(self, X):
+    def transform(self, X: Iterable[str]) -> np.ndarray:
         """Encode texts.
 
         Parameters
@@ -594,7 +594,7 @@ class StaticEmbeddingVectorizer(
         ids, lengths = token_ids(self.tokenizer_, texts)
         return weighted_means(ids, lengths, self.token_weights_, self.embeddings_)
 
-    def fit_transform(self, X, y=None):
+    def fit_transform(self, X: Iterable[str], y=None) -> np.ndarray:
         """Fit, then encode ``X``; same as ``fit(X).transform(X)``.
 
         Parameters
