@@ -572,45 +572,53 @@ def test_onnx_flow_parity(flow, flow_onnx, dtype, make_cone):
     _assert_flow_parity(flow_onnx(dtype), X[:1], flow.transform(X[:1]))
 
 
-@pytest.mark.parametrize("init", ["bert-flow", "rank-deficient"])
-def test_onnx_flow_parity_other_inputs(init, make_cone):
-    # init="bert-flow" has no initial whitening; a singular covariance makes
-    # the Glow see only rank_ coordinates while the others bypass it
+def test_onnx_flow_parity_rank_deficient(make_cone):
+    # a singular covariance makes the Glow see only rank_ coordinates while
+    # the others bypass it
     pytest.importorskip("onnx")
     X = make_cone(200, 8, seed=3)
-    params = dict(max_iter=2, coupling="affine", hidden_size=8, random_state=0)
-    if init == "bert-flow":
-        params["init"] = "bert-flow"
-    else:
-        X = np.hstack([X, X[:, :2] + X[:, 2:4]])  # two dependent columns
+    X = np.hstack([X, X[:, :2] + X[:, 2:4]])  # two dependent columns
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        est = GlowFlowTransformer(**params).fit(X)
-    if init == "rank-deficient":
-        assert est.rank_ == 8 < X.shape[1]
-    else:
-        assert est.whitener_ is None
+        est = GlowFlowTransformer(
+            depth=1,  # one step a level has every kind of layer, exports faster
+            max_iter=2,
+            coupling="affine",
+            hidden_size=8,
+            random_state=0,
+        ).fit(X)
+    assert est.rank_ == 8 < X.shape[1]
     model = to_onnx(est, X_check=X[:20])
     X = X.astype(np.float32)
     _assert_flow_parity(model, X, est.transform(X))
 
 
-@pytest.mark.parametrize(
-    "preset, opset, ir_version",
-    [
-        # opsets whose IR versions differ (from onnx's release table)
-        ("density", None, 8),
-        ("bert-flow", 21, 10),
-    ],
-)
-def test_onnx_flow_parity_presets(preset, opset, ir_version, make_cone):
-    """Both presets, whose couplings are additive (the affine ones are tested
-    above with either initialisation); an odd width, so the couplings and the
-    factoring-out split unevenly. The graph is written in the opset asked
-    for, with the lowest IR version of that opset."""
+def test_onnx_linear_then_flow_without_initial_whitening(make_cone):
+    """A linear chain, then a flow of init="bert-flow" (no initial whitening),
+    in one graph: the linear steps fold into one affine map before the Glow."""
     pytest.importorskip("onnx")
-    X = make_cone(300, 7, seed=4)
-    est = GlowFlowTransformer.from_preset(
+    X = make_cone(200, 8, seed=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        flow = GlowFlowTransformer(
+            init="bert-flow",
+            depth=1,
+            max_iter=2,
+            coupling="affine",
+            hidden_size=8,
+            random_state=0,
+        ).fit(X)
+    assert flow.whitener_ is None
+    pipe = make_pipeline(StandardNormalizer(), NATSVTransformer(1)).fit(X)
+    chain = [*pipe, flow]  # the flow was fitted on the raw rows: any input works
+    model = to_onnx(chain, X_check=X[:20])
+    X = X.astype(np.float32)
+    _assert_flow_parity(model, X, flow.transform(pipe.transform(X)))
+
+
+def _preset_flow(preset, X):
+    """A flow of ``preset`` with one step a level (every kind of layer)."""
+    return GlowFlowTransformer.from_preset(
         preset,
         depth=1,  # one step a level has every kind of layer, and exports faster
         hidden_size=8,
@@ -619,16 +627,28 @@ def test_onnx_flow_parity_presets(preset, opset, ir_version, make_cone):
         learning_rate=1e-2,
         random_state=0,
     ).fit(X)
-    model = to_onnx(est, target_opset=opset)
-    assert [(o.domain, o.version) for o in model.opset_import] == [("", opset or 18)]
-    assert model.ir_version == ir_version
+
+
+# The two presets, whose couplings are additive (the affine ones are tested
+# above with either initialisation), each on an odd width, so the couplings
+# and the factoring-out split unevenly; each graph is written in the opset
+# asked for, with the lowest IR version of that opset (opsets whose IR
+# versions differ, from onnx's release table): "bert-flow" in opset 21 (IR
+# 10) here, "density" in the default opset 18 (IR 8) with a new layer below.
+def test_onnx_flow_parity_presets(make_cone):
+    pytest.importorskip("onnx")
+    est = _preset_flow("bert-flow", make_cone(300, 7, seed=4))
+    model = to_onnx(est, target_opset=21)
+    assert [(o.domain, o.version) for o in model.opset_import] == [("", 21)]
+    assert model.ir_version == 10
     X = make_cone(200, 7, seed=5).astype(np.float32)
     _assert_flow_parity(model, X, est.transform(X))
 
 
 def test_onnx_flow_with_a_new_layer_needs_no_export_code(make_cone):
-    """A flow with a layer defined here, inside its first level, exports and
-    matches transform: the graph is traced from the layers themselves."""
+    """A flow (the "density" preset) with a layer defined here, inside its
+    first level, exports and matches transform: the graph is traced from the
+    layers themselves."""
     pytest.importorskip("onnx")
     torch = pytest.importorskip("torch")
 
@@ -659,10 +679,8 @@ def test_onnx_flow_with_a_new_layer_needs_no_export_code(make_cone):
             log_det = -self.log_a - torch.log(torch.cosh(y)) + 0.5 * torch.log1p(x**2)
             return x, log_det.sum(1)
 
-    X = make_cone(300, 6, seed=6)
-    est = GlowFlowTransformer(
-        depth=1, hidden_size=8, max_iter=1, early_stopping=False, random_state=0
-    ).fit(X)
+    X = make_cone(300, 7, seed=4)
+    est = _preset_flow("density", X)
     layer = SinhArcsinh(est.rank_)
     u = torch.randn(5, est.rank_, dtype=torch.float64)
     with torch.no_grad():  # it keeps the contract
@@ -678,6 +696,9 @@ def test_onnx_flow_with_a_new_layer_needs_no_export_code(make_cone):
 
     model = to_onnx(est)  # checked on sample() rows inside, through the inverse
     assert {"Asinh", "Sinh"} <= {node.op_type for node in model.graph.node}
+    # the default opset, with its lowest IR version
+    assert [(o.domain, o.version) for o in model.opset_import] == [("", 18)]
+    assert model.ir_version == 8
     X32 = X.astype(np.float32)
     _assert_flow_parity(model, X32, est.transform(X32))
 
@@ -701,15 +722,6 @@ def test_onnx_flow_layer_that_cannot_trace_is_named(make_cone):
         RuntimeError, match=r"steps GlowFlowTransformer \(.*\)\. .*no Python branch"
     ):
         to_onnx(est)
-
-
-def test_onnx_linear_then_flow(cone, flow):
-    pytest.importorskip("onnx")
-    pipe = make_pipeline(StandardNormalizer(), NATSVTransformer(1)).fit(cone)
-    chain = [*pipe, flow]  # the flow was fitted on the raw rows: any input works
-    model = to_onnx(chain, X_check=cone[:20])
-    X = cone.astype(np.float32)
-    _assert_flow_parity(model, X, flow.transform(pipe.transform(X)))
 
 
 def test_onnx_models_of_one_opset_compose(cone, flow, flow_onnx):
