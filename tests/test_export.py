@@ -530,10 +530,12 @@ def test_skl2onnx_converts_them_inside_a_pipeline(dtype, cone):
 
 @pytest.fixture(scope="module")
 def flow(cone):
+    # two steps a level (the tests below have one): consecutive steps and
+    # both levels, in two thirds of the export time of the default three
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return GlowFlowTransformer(
-            max_iter=2, coupling="affine", hidden_size=8, random_state=0
+            depth=2, max_iter=2, coupling="affine", hidden_size=8, random_state=0
         ).fit(cone)
 
 

@@ -58,7 +58,7 @@ CHAINS = {
     "whitening": lambda: [WhiteningTransformer(n_components=8, shrinkage=0.1)],
     "sn+natsv": lambda: [StandardNormalizer(), NATSVTransformer(n_components=2)],
     # one step a level: every kind of flow layer, exported in half the time of
-    # the default three (test_export.py exports a default-depth flow)
+    # the default three (test_export.py exports flows of several steps a level)
     "flow": lambda: [GlowFlowTransformer(depth=1, max_iter=2, random_state=0)],
 }
 
