@@ -10,9 +10,6 @@ task graph.
 from __future__ import annotations
 
 import logging
-import os
-import subprocess
-import sys
 import threading
 import warnings
 
@@ -107,18 +104,6 @@ def align_signs(W, reference):
 
 
 # ------------------------------------------------------------ linear fitting
-def test_no_dask_import_for_numpy_fit():
-    code = (
-        "import sys, numpy as np\n"
-        "from sklearn_isotropy import WhiteningTransformer\n"
-        "X = np.random.default_rng(0).normal(size=(50, 4))\n"
-        "WhiteningTransformer().fit(X).transform(X)\n"
-        "assert 'dask' not in sys.modules, 'dask was imported'\n"
-    )
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=root)
-
-
 def test_whitening_fit_on_cluster_equals_in_memory(client, data):
     X, X_dask = data
     assert X_dask.numblocks == (N_CHUNKS, 1)

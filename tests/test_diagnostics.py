@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -188,15 +189,24 @@ def test_cosine_histogram(plt):
         plot_cosine_histogram({})
 
 
-def test_matplotlib_is_imported_lazily():
+def test_optional_dependencies_are_imported_lazily():
+    # importing the modules, and a fit and transform on numpy, import no
+    # plotting, torch or dask (one fresh process checks them all)
     code = (
-        "import sys, sklearn_isotropy, sklearn_isotropy.diagnostics, "
-        "sklearn_isotropy.metrics, sklearn_isotropy.datasets; "
-        "print(sorted(m for m in ('matplotlib', 'torch', 'transformers') "
-        "if m in sys.modules))"
+        "import sys, numpy as np, sklearn_isotropy, sklearn_isotropy.diagnostics, "
+        "sklearn_isotropy.metrics, sklearn_isotropy.datasets\n"
+        "X = np.random.default_rng(0).normal(size=(50, 4))\n"
+        "sklearn_isotropy.WhiteningTransformer().fit(X).transform(X)\n"
+        "heavy = ('matplotlib', 'torch', 'transformers', 'dask', 'distributed')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
     )
+    root = Path(__file__).resolve().parents[1]
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=root,
     )
     assert out.stdout.strip() == "[]"
 
