@@ -265,21 +265,34 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+def _start_server(handler):
+    """A loopback HTTP server with ``handler``, serving from a thread."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    # shutdown() waits for the loop to poll: every 10 ms, not the default 0.5 s
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+    )
+    thread.start()
+    return server, thread
+
+
+def _stop_server(server, thread):
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
 @pytest.fixture
 def http_root(tmp_path):
     """A loopback HTTP server serving the files of a temporary directory."""
     root = tmp_path / "served"
     root.mkdir()
     handler = functools.partial(_QuietHandler, directory=str(root))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    server, thread = _start_server(handler)
     try:
         yield root, f"http://127.0.0.1:{server.server_address[1]}"
     finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+        _stop_server(server, thread)
 
 
 def _point_stsb_at(monkeypatch, url, sha):
@@ -405,17 +418,13 @@ def serve():
     servers = []
 
     def start(handler):
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
+        server, thread = _start_server(handler)
         servers.append((server, thread))
         return f"http://127.0.0.1:{server.server_address[1]}/stsb-en-test.csv"
 
     yield start
     for server, thread in servers:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+        _stop_server(server, thread)
 
 
 def test_download_that_trickles_hits_the_total_deadline(serve, tmp_path, monkeypatch):
