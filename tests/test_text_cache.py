@@ -276,8 +276,41 @@ def _finish(process, timeout=600):
     return process.returncode, err
 
 
+@pytest.fixture(scope="module")
+def workers(tiny_bert, stsb_4000, tmp_path_factory):
+    """The worker processes of the two tests below, started together.
+
+    Each spends seconds importing torch and transformers; started at once
+    (by whichever of the two tests runs first), they do so side by side.
+    ``"killed"`` encodes 4,000 texts into the cache ``killed-cache`` and is
+    killed at 1,600 rows; ``"a"`` waits for the file ``go`` and then encodes
+    the first 1,000 of 1,500 texts into ``a-cache``, in batches of 8.
+    Yields ``(directory, {name: process})``.
+    """
+    root = tmp_path_factory.mktemp("workers")
+    processes = {
+        "killed": _start_worker(
+            root, "killed", tiny_bert, stsb_4000, root / "killed-cache", kill_after=1600
+        ),
+        "a": _start_worker(
+            root,
+            "a",
+            tiny_bert,
+            stsb_4000[:1000],
+            root / "a-cache",
+            batch_size=8,
+            go=str(root / "go"),
+        ),
+    }
+    yield root, processes
+    for process in processes.values():  # one whose test did not run or failed
+        if process.poll() is None:
+            process.kill()
+        process.communicate()
+
+
 def test_killed_encoding_resumes_where_it_stopped(
-    tiny_bert, stsb_4000, stsb_4000_tiny, tmp_path, fresh_process
+    tiny_bert, stsb_4000, stsb_4000_tiny, workers, fresh_process
 ):
     # 4,000 distinct STS-B sentences in batches of 32; the process is killed
     # (SIGKILL) when 1,600 rows have been encoded. The rerun may encode at
@@ -286,9 +319,9 @@ def test_killed_encoding_resumes_where_it_stopped(
     # tiny model has the row counts of the default encoder at a fraction of
     # its cost.
     texts, expected = stsb_4000, stsb_4000_tiny
-    cache = tmp_path / "cache"
-    killed = _start_worker(tmp_path, "killed", tiny_bert, texts, cache, kill_after=1600)
-    status, err = _finish(killed)
+    root, processes = workers
+    cache = root / "killed-cache"
+    status, err = _finish(processes["killed"])
     assert status == -signal.SIGKILL, err[-2000:]
     stored = sum(_count_rows(db) for db in _databases(cache))
 
@@ -304,20 +337,18 @@ def test_killed_encoding_resumes_where_it_stopped(
     assert_allclose(X, expected, rtol=1e-5, atol=1e-6)
     (db,) = _databases(cache)
     assert _count_rows(db) == len(texts)
-    assert [p.name for p in tmp_path.rglob("*") if "tmp" in p.name] == []
+    assert [p.name for p in root.rglob("*") if "tmp" in p.name] == []
 
 
 def test_two_processes_write_the_same_cache_at_once(
-    tiny_bert, stsb_4000, stsb_4000_tiny, tmp_path, fresh_process
+    tiny_bert, stsb_4000, stsb_4000_tiny, workers, fresh_process
 ):
     # a worker process and this one encode overlapping parts of 1,500 texts
     # into one cache at the same time, in small batches: many transactions,
     # some on the same rows
     texts, expected = stsb_4000[:1500], stsb_4000_tiny[:1500]
-    cache, go = tmp_path / "cache", tmp_path / "go"
-    worker = _start_worker(
-        tmp_path, "a", tiny_bert, texts[:1000], cache, batch_size=8, go=str(go)
-    )
+    root, processes = workers
+    cache, go, worker = root / "a-cache", root / "go", processes["a"]
     vec = BertPoolingVectorizer(
         tiny_bert, batch_size=8, max_length=TINY_MAX_LENGTH, memory=cache
     ).fit(texts[:1])
@@ -325,7 +356,7 @@ def test_two_processes_write_the_same_cache_at_once(
     handle = vec.model_.register_forward_pre_hook(lambda *a: times.append(time.time()))
     try:
         deadline = time.monotonic() + 300
-        while not (tmp_path / "a.ready").exists():
+        while not (root / "a.ready").exists():
             assert worker.poll() is None and time.monotonic() < deadline
             time.sleep(0.005)
         go.touch()
@@ -335,9 +366,9 @@ def test_two_processes_write_the_same_cache_at_once(
         status, err = _finish(worker)
     assert status == 0, err[-3000:]
     assert caught == []
-    theirs = json.loads((tmp_path / "a-report.json").read_text())["times"]
+    theirs = json.loads((root / "a-report.json").read_text())["times"]
     assert theirs[0] < times[-1] and times[0] < theirs[1], "no overlap"
-    assert_allclose(np.load(tmp_path / "a.npy"), expected[:1000], rtol=1e-5, atol=1e-6)
+    assert_allclose(np.load(root / "a.npy"), expected[:1000], rtol=1e-5, atol=1e-6)
     assert_allclose(X, expected[500:], rtol=1e-5, atol=1e-6)
     (db,) = _databases(cache)
     assert _count_rows(db) == len(texts)
