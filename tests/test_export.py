@@ -719,7 +719,8 @@ def test_onnx_flow_layer_that_cannot_trace_is_named(make_cone):
 
     X = make_cone(100, 4, seed=8)
     est = GlowFlowTransformer(depth=1, hidden_size=8, max_iter=0).fit(X)
-    est.flow_.levels[0].layers.append(Branchy())
+    # first in the flow: the trace stops there, at once
+    est.flow_.levels[0].layers.insert(0, Branchy())
     with pytest.raises(
         RuntimeError, match=r"steps GlowFlowTransformer \(.*\)\. .*no Python branch"
     ):
