@@ -258,6 +258,7 @@ def _check_out(out, names):
 
 def _run(args):
     """Load the task, run its methods, print the tables, write the reports."""
+    from ._defaults import DEFAULT_MODEL_DESCRIPTION
     from .evaluation import (
         REPORTS,
         EvaluationSettings,
@@ -291,7 +292,7 @@ def _run(args):
             print(line, file=sys.stderr, flush=True)
 
     print(f"Data: {task.data_name}")
-    print(f"Model: {settings.model or _default_model()}", flush=True)
+    print(f"Model: {settings.model or DEFAULT_MODEL_DESCRIPTION}", flush=True)
     ev = evaluate(task, methods=args.methods, settings=settings, log=log)
     print(f"\n{report.title}\n\n{format_table(ev)}\n")
     for line in report(ev).console_lines():
@@ -315,12 +316,6 @@ def _run(args):
             file=sys.stderr,
         )
     return 1 if ev.failures else 0
-
-
-def _default_model():
-    from ._defaults import DEFAULT_MODEL_DESCRIPTION
-
-    return DEFAULT_MODEL_DESCRIPTION
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None):
@@ -352,11 +347,8 @@ class _CLIError(Exception):
 def _package_log_on_stderr(level: int):
     """Show the package's log lines at ``level`` on stderr for the block.
 
-    Only the ``sklearn_isotropy`` logger gets a handler: INFO lines of other
-    libraries (e.g. matplotlib building its font cache) stay hidden. The
-    package's lines do not also propagate to a root handler the caller set
-    up (they would show twice), and the logger is restored on the way out,
-    so that repeated calls of :func:`main` leave nothing behind.
+    Only the package's logger: other libraries' INFO lines stay hidden, and
+    a root handler the caller set up does not show them twice.
     """
     package = logging.getLogger("sklearn_isotropy")
     saved = package.level, package.propagate

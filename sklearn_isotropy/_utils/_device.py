@@ -6,26 +6,12 @@ from ._optional import import_optional
 
 
 def resolve_device(device, *, owner: str, allow_fallback: bool = False):
-    """Turn a user's device string into a ``torch.device`` that is available.
+    """Return ``(torch.device, fallback_reason)`` for a user's device string.
 
-    Parameters
-    ----------
-    device : str or torch.device
-        ``"cpu"``, ``"cuda"``, ``"cuda:<n>"``, ``"mps"`` or ``"auto"`` (CUDA,
-        then MPS, then the CPU).
-    owner : str
-        Who asked, for the messages (``"BertPoolingVectorizer"``).
-    allow_fallback : bool, default=False
-        When the device is valid but not available here (a model fitted on
-        CUDA and loaded on a CPU-only machine), return the CPU and the reason
-        instead of raising.
-
-    Returns
-    -------
-    device : torch.device
-    fallback_reason : str or None
-        Why the CPU was used instead of ``device`` (only with
-        ``allow_fallback``), else None.
+    ``"auto"`` is CUDA, then MPS, then the CPU; ``owner`` names who asked in
+    the messages. With ``allow_fallback``, a valid device that is not
+    available here (fitted on CUDA, loaded on a CPU-only machine) gives the
+    CPU and the reason instead of an error; the reason is None otherwise.
     """
     torch = import_optional("torch", purpose=owner)
     if isinstance(device, str) and device == "auto":

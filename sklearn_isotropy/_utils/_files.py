@@ -89,27 +89,8 @@ def publish_directory(path, write, *, overwrite=False, what="export"):
     point, the working directory) the entries are moved; one that holds
     files (``overwrite=True``) is renamed aside, replaced, then deleted (or
     put back if the rename fails). Folders and files get the modes the
-    user's umask gives, not a temporary directory's 0700.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The directory to publish.
-    write : callable
-        ``write(directory)`` fills ``directory`` (a :class:`pathlib.Path`).
-    overwrite : bool, default=False
-        Replace a ``path`` that holds files.
-    what : str, default="export"
-        The caller's name, for error messages.
-
-    Raises
-    ------
-    FileExistsError
-        If ``path`` holds files and ``overwrite`` is False, or is a broken
-        link.
-    ValueError
-        If ``path`` would have to be replaced but is a link, the working
-        directory (or contains it) or a mount point.
+    user's umask gives, not a temporary directory's 0700. ``what`` names the
+    caller in the errors, those of :func:`check_target`.
     """
     path = Path(os.fspath(path)).expanduser()
     how = check_target(path, overwrite=overwrite, what=what)
@@ -138,12 +119,8 @@ def publish_directory(path, write, *, overwrite=False, what="export"):
 def _give_default_modes(directory):
     """Give every entry of ``directory`` the mode the user's umask gives.
 
-    Libraries write some files through private temporary files (mode 0600:
-    the weights saved by ``transformers``, for one); a published directory
-    holds files anyone may read whom the user's umask lets read. The modes
-    are found by creating a file (``directory`` itself was made with
-    :func:`new_directory`), not by reading the process-wide umask, which
-    cannot be read without changing it.
+    Libraries write some files as private temporary files (mode 0600). The
+    modes come from a probe file: the umask cannot be read without changing it.
     """
     probe = directory / ".mode-probe"
     os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))

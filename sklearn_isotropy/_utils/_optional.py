@@ -32,10 +32,6 @@ def import_optional(name: str, *, purpose: str, extra: str | None = None):
     extra : str, default=None
         The extra of ``sklearn-isotropy`` that installs it; looked up from
         the top-level package name when None.
-
-    Returns
-    -------
-    module : module
     """
     try:
         return importlib.import_module(name)

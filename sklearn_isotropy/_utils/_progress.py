@@ -46,34 +46,15 @@ class _NoBar:
     def update(self, n=1):
         pass
 
-    def set_postfix_str(self, s="", refresh=True):
-        pass
-
     def close(self):
         pass
 
 
 def progress_bar(*, total, desc, unit, enabled=True, leave=True):
-    """A tqdm progress bar on stderr, or a stand-in that prints nothing.
+    """A tqdm bar on stderr, or a silent stand-in (tqdm not even imported).
 
-    Parameters
-    ----------
-    total : int
-        Number of steps.
-    desc : str
-        Label in front of the bar.
-    unit : str
-        What a step is (``"text"``, ``"fit"``).
-    enabled : bool or None, default=True
-        False returns the silent stand-in (and does not import tqdm); None
-        shows the bar only when :func:`interactive_stderr` is true.
-    leave : bool, default=True
-        Keep the finished bar on screen.
-
-    Returns
-    -------
-    bar : tqdm.tqdm or a silent stand-in
-        Usable as a context manager; ``bar.update(n)`` advances it.
+    ``enabled=None`` shows the bar only when :func:`interactive_stderr` is
+    true. Either is a context manager; ``bar.update(n)`` advances it.
     """
     if enabled is None:
         enabled = interactive_stderr()

@@ -6,27 +6,12 @@ import numpy as np
 
 
 def normalize_rows(X, *, dtype=np.float64):
-    """Scale each row of ``X`` to unit L2 norm; rows of zeros stay zero.
+    """Return ``(U, zero)``: the rows of ``X`` at unit L2 norm in ``dtype`` (a new
+    array; rows of zeros stay zero) and which rows were all zeros.
 
     Each row is first divided by its largest absolute entry, so the squares
-    in the norm cannot overflow even for entries near the top of the float
-    range (the norm of ``[1e200, 1e200]`` is finite here, ``inf`` in a plain
-    ``np.linalg.norm``). Cosine similarity is scale invariant, so this is
-    exact up to round-off.
-
-    Parameters
-    ----------
-    X : array-like of shape (n_samples, n_features)
-        Finite rows.
-    dtype : numpy dtype, default=float64
-        Dtype of the result (the computation is done in it).
-
-    Returns
-    -------
-    U : ndarray of shape (n_samples, n_features)
-        Unit-norm rows (zero rows unchanged), a new array.
-    zero : ndarray of bool of shape (n_samples,)
-        Which rows were all zeros.
+    in the norm cannot overflow (the norm of ``[1e200, 1e200]`` is finite
+    here, ``inf`` in ``np.linalg.norm``).
     """
     X = np.asarray(X, dtype=dtype)
     scale = np.max(np.abs(X), axis=1, keepdims=True) if X.shape[1] else None

@@ -24,13 +24,8 @@ def _is_internal(frame) -> bool:
 
 
 def _caller_stacklevel() -> int:
-    """``stacklevel`` for :func:`warnings.warn` called from :func:`warn`.
-
-    Level 1 is :func:`warn`'s caller; walk out until the first frame that
-    belongs to none of the internal packages (the user's code). If every
-    frame is internal (a warning raised at import time, say), point at the
-    outermost one.
-    """
+    """``stacklevel`` of the first frame outside the internal packages (the
+    user's code) for :func:`warnings.warn` in :func:`warn`; else the outermost."""
     frame = sys._getframe(2)  # the frame that called warn()
     level = 1
     while frame is not None and _is_internal(frame):
@@ -42,19 +37,11 @@ def _caller_stacklevel() -> int:
 
 
 def warn(message: str, category: type[Warning]) -> None:
-    """Warn with ``category`` at the first line outside the package.
+    """Warn with ``category`` (an ``IsotropyWarning``) at the user's line.
 
-    Every warning of sklearn-isotropy goes through here, so the filename
-    and line number a user sees are those of their own call (``fit``,
-    ``transform``, ``GridSearchCV.fit``, ...), never a frame inside the
-    package, whatever the depth of the call chain.
-
-    Parameters
-    ----------
-    message : str
-        What happened and what to do about it.
-    category : subclass of :class:`~sklearn_isotropy.exceptions.IsotropyWarning`
-        The warning class.
+    Every warning of sklearn-isotropy goes through here, so the line a user
+    sees is that of their own call (``fit``, ``GridSearchCV.fit``...), never
+    a frame inside the package.
     """
     from ..exceptions import IsotropyWarning
 

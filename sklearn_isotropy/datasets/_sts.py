@@ -36,18 +36,12 @@ SPLITS = ("train", "dev", "test")
 # project's tests and benchmarks use (``shared/data/stsb``).
 _STSB_BASE_URL = "https://raw.githubusercontent.com/PhilipMay/stsb-multi-mt/main/data"
 _STSB_REMOTE = {
-    "train": (
-        f"{_STSB_BASE_URL}/stsb-en-train.csv",
-        "e1e84fec60bbb598735552f54a35f4949904a484750fd2cb11e2720e49f63da6",
-    ),
-    "dev": (
-        f"{_STSB_BASE_URL}/stsb-en-dev.csv",
-        "d29586e96558c4eb52cf5ea5d14e9c24d3bf0e44f111b017caba43a5adc33226",
-    ),
-    "test": (
-        f"{_STSB_BASE_URL}/stsb-en-test.csv",
-        "11523b625219e94e9ca05d2816b5f02cac1614c5894fe657376fa0806378d053",
-    ),
+    split: (f"{_STSB_BASE_URL}/stsb-en-{split}.csv", sha256)
+    for split, sha256 in {
+        "train": "e1e84fec60bbb598735552f54a35f4949904a484750fd2cb11e2720e49f63da6",
+        "dev": "d29586e96558c4eb52cf5ea5d14e9c24d3bf0e44f111b017caba43a5adc33226",
+        "test": "11523b625219e94e9ca05d2816b5f02cac1614c5894fe657376fa0806378d053",
+    }.items()
 }
 
 # File names a directory is searched for, per split, in this order.
@@ -99,9 +93,7 @@ def get_data_home(data_home: str | os.PathLike | None = None) -> Path:
     return base / "sklearn_isotropy"
 
 
-# --------------------------------------------------------------------------
-# Low-level readers: each returns (sentences1, sentences2, scores, extra)
-# --------------------------------------------------------------------------
+# ---- low-level readers: each returns (sentences1, sentences2, scores, extra)
 
 
 def _csv_rows(fh, path: Path, **fmtparams):
@@ -164,18 +156,8 @@ _CSV_HEADER_NAMES = {
     "s1": frozenset({"sentence1", "sentencea", "sent1", "s1", "text1", "texta"}),
     "s2": frozenset({"sentence2", "sentenceb", "sent2", "s2", "text2", "textb"}),
     "score": frozenset(
-        {
-            "score",
-            "similarity",
-            "similarityscore",
-            "sim",
-            "label",
-            "gold",
-            "goldscore",
-            "relatedness",
-            "relatednessscore",
-            "rating",
-        }
+        "score similarity similarityscore sim label gold goldscore relatedness "
+        "relatednessscore rating".split()
     ),
 }
 
@@ -417,9 +399,7 @@ def _find_split_file(directory: Path, split: str | None) -> tuple[Path, str | No
     )
 
 
-# --------------------------------------------------------------------------
-# Download
-# --------------------------------------------------------------------------
+# ---- download
 
 
 def _stsb_cached(split: str, data_home, download_if_missing: bool) -> Path:
@@ -456,9 +436,7 @@ def _stsb_cached(split: str, data_home, download_if_missing: bool) -> Path:
         ) from exc
 
 
-# --------------------------------------------------------------------------
-# Public loader
-# --------------------------------------------------------------------------
+# ---- public loader
 
 
 def load_sts(

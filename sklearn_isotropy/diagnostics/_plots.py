@@ -295,17 +295,12 @@ def plot_cosine_panels(
     return figure
 
 
-_PRECISION_MARKERS = {
-    "float32": "o",
-    "int8": "s",
-    "binary": "^",
-    "binary-uncentred": "v",
-}
-_PRECISION_LINES = {
-    "float32": "-",
-    "int8": "--",
-    "binary": ":",
-    "binary-uncentred": "-.",
+# (marker, line style) of each precision; others get ("D", "-")
+_PRECISION_STYLES = {
+    "float32": ("o", "-"),
+    "int8": ("s", "--"),
+    "binary": ("^", ":"),
+    "binary-uncentred": ("v", "-."),
 }
 
 
@@ -358,11 +353,12 @@ def plot_quality_vs_bytes(
     for (method, quant), rs in groups.items():
         rs = sorted(rs, key=lambda r: r["bytes_per_vector"])
         single = len(rs) == 1  # raw, NATSV: hollow and larger, so overlaps show
+        marker, line = _PRECISION_STYLES.get(quant, ("D", "-"))
         ax.plot(
             [r["bytes_per_vector"] for r in rs],
             [100 * r[metric] for r in rs],
-            linestyle="none" if single else _PRECISION_LINES.get(quant, "-"),
-            marker=_PRECISION_MARKERS.get(quant, "D"),
+            linestyle="none" if single else line,
+            marker=marker,
             color=colours[method],
             markerfacecolor="none" if single else colours[method],
             markeredgewidth=1.8 if single else 1.0,
@@ -402,15 +398,9 @@ def plot_quality_vs_bytes(
             Line2D([], [], label=" ", **heading),
             Line2D([], [], label="precision", **heading),
             *[
-                Line2D(
-                    [],
-                    [],
-                    color="0.3",
-                    linestyle=_PRECISION_LINES.get(q, "-"),
-                    marker=_PRECISION_MARKERS.get(q, "D"),
-                    label=q,
-                )
+                Line2D([], [], color="0.3", marker=m, linestyle=ls, label=q)
                 for q in quants
+                for m, ls in [_PRECISION_STYLES.get(q, ("D", "-"))]
             ],
         ],
         loc="upper left",

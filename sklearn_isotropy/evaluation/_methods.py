@@ -161,10 +161,7 @@ def _whitening(power=None, noise_variance=None):
 
         p = settings.power if power is None else power
         params = {"n_components": k or n_features, "power": p}
-        whitening = WhiteningTransformer(
-            n_components=k, power=p, noise_variance=noise_variance
-        )
-        return whitening, params
+        return WhiteningTransformer(k, power=p, noise_variance=noise_variance), params
 
     return build
 

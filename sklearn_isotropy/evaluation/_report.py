@@ -550,12 +550,8 @@ def to_json(evaluation: Evaluation, figures: Sequence[str | os.PathLike] = ()) -
 
 
 def _commit(out_dir, files):
-    """Write ``{name: text or write(path)}`` under temporary names, then rename.
-
-    Every file is written whole beside its destination before any is
-    renamed into place, so a failure (a full disk) or an interruption while
-    writing leaves the previous files as they were.
-    """
+    """Write ``{name: text or write(path)}`` under temporary names, then rename
+    all, so a failure while writing leaves the previous files as they were."""
     staged = {}
     try:
         for name, content in files.items():

@@ -356,17 +356,10 @@ class RetrievalTask(Task):
                 )
             return cls.from_beir(path, data_name=str(data))
         splits = {}
+        how = {"max_pairs": s.max_pairs, "random_state": s.seed, "format": s.format}
         for split in dict.fromkeys([*s.query_splits, "train", "dev", "test"]):
             try:
-                splits.update(
-                    load_sts_splits(
-                        data,
-                        [split],
-                        max_pairs=s.max_pairs,
-                        random_state=s.seed,
-                        format=s.format,
-                    )
-                )
+                splits.update(load_sts_splits(data, [split], **how))
             except EvaluationError as exc:
                 # a split the data lacks is left out; one it holds but
                 # cannot read (malformed, not UTF-8) is an error

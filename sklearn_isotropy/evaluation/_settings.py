@@ -128,7 +128,7 @@ class EvaluationSettings:
         Also keep every query's scores in each record. Retrieval only.
     progress : bool or None, default=False
         Progress bars of long steps: True shows them, False hides them, None
-        shows them on an interactive stderr only.
+        shows them when stderr is interactive.
     """
 
     model: str | None = _option(

@@ -16,10 +16,11 @@ from sklearn.base import BaseEstimator
 from sklearn.pipeline import Pipeline
 
 from .._utils import import_optional
+from ..text import BertPoolingVectorizer
 from ._affine import _AFFINE_RULES, fold_affine
 from ._onnx_chain import chain_to_onnx, onnx_type
-from ._pipeline import starts_with_vectorizer, text_pipeline_to_onnx
-from ._static import starts_with_static, static_to_onnx
+from ._pipeline import text_pipeline_to_onnx
+from ._static import starts_with, static_to_onnx
 
 if TYPE_CHECKING:
     import onnx
@@ -116,9 +117,9 @@ def to_onnx(
     True
     """
     export = chain_to_onnx
-    if starts_with_vectorizer(estimator_or_pipeline):
+    if starts_with(estimator_or_pipeline, BertPoolingVectorizer):
         export = text_pipeline_to_onnx  # the whole text pipeline
-    if starts_with_static(estimator_or_pipeline):
+    if starts_with(estimator_or_pipeline):
         export = static_to_onnx  # one token table
     kwargs = {"n_features": n_features, "dtype": dtype, "target_opset": target_opset}
     return export(estimator_or_pipeline, X_check=X_check, **kwargs)

@@ -164,12 +164,8 @@ def _torch_modules(steps, dtype):
 
 @contextlib.contextmanager
 def _quiet_exporter():
-    """Silence what torch's exporter says about itself, not about the model.
-
-    Its progress lines (``verbose=False`` stops them), its notes on optional
-    packages it does not need here (torchvision), and deprecation notices of
-    its own internals.
-    """
+    """Silence what torch's exporter says about itself (progress, optional
+    packages, deprecations of its internals), not about the model."""
     import torch
 
     logger = logging.getLogger("torch.onnx")

@@ -24,9 +24,9 @@ from sklearn.pipeline import Pipeline
 from .._utils import check_target, import_optional, publish_directory
 from ..exceptions import TruncationWarning
 from ..text import ONNX_OUTPUT_NAME, ONNX_SESSION_OPTIONS, BertPoolingVectorizer
-from ._affine import split_steps, split_text_pipeline
+from ._affine import split_text_pipeline
 from ._onnx_chain import chain_to_onnx as to_onnx  # the post-processors' graph
-from ._static import save_static_onnx, starts_with_static
+from ._static import save_static_onnx, starts_with
 
 if TYPE_CHECKING:
     import onnx
@@ -49,17 +49,6 @@ _CHECK_TEXTS = [
     "The quick brown fox jumps over the lazy dog again and again, "
     "while three people watch from a small boat on the river.",
 ]
-
-
-def starts_with_vectorizer(obj):
-    """Tell whether ``obj`` is a vectorizer or a chain whose first step is one."""
-    if isinstance(obj, BertPoolingVectorizer):
-        return True
-    try:
-        steps = split_steps(obj, what="to_onnx")
-    except (TypeError, ValueError):  # not a chain of estimators: to_onnx says
-        return False
-    return isinstance(steps[0][1], BertPoolingVectorizer)
 
 
 def _rename_output(graph, old, new):
@@ -424,7 +413,7 @@ def save_onnx_pipeline(
     >>> pipe.fit(sentences)  # doctest: +SKIP
     >>> save_onnx_pipeline(pipe, "whitened-minilm-onnx")  # doctest: +SKIP
     """
-    if starts_with_static(pipeline):
+    if starts_with(pipeline):
         return save_static_onnx(pipeline, path, overwrite=overwrite, X_check=X_check)
     onnx = import_optional("onnx", purpose=_WHAT, extra="onnx")
     vec, post = split_text_pipeline(pipeline, what=_WHAT)

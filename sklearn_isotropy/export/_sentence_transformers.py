@@ -12,7 +12,7 @@ from sklearn.pipeline import Pipeline
 from .._utils import check_target, import_optional, publish_directory
 from ..text import POOLING_PRESETS, BertPoolingVectorizer
 from ._affine import fold_affine, split_text_pipeline
-from ._static import starts_with_static, static_to_sentence_transformers
+from ._static import starts_with, static_to_sentence_transformers
 
 if TYPE_CHECKING:
     import sentence_transformers
@@ -256,7 +256,7 @@ def to_sentence_transformers(
     >>> model.encode(["A man is playing a guitar."]).shape  # doctest: +SKIP
     (1, 128)
     """
-    if starts_with_static(pipeline):
+    if starts_with(pipeline):
         return static_to_sentence_transformers(pipeline, path, overwrite=overwrite)
     st, modules = _import_st()
     vec, post = split_text_pipeline(pipeline, what=_WHAT)

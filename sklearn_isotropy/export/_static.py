@@ -35,7 +35,7 @@ from ._onnx_chain import _check_opset, _finish
 __all__ = [
     "FoldedTable",
     "fold_static",
-    "starts_with_static",
+    "starts_with",
     "static_to_onnx",
     "static_to_sentence_transformers",
     "save_static_onnx",
@@ -50,15 +50,15 @@ _MIN_OPSET = 13
 _CHECK_TEXTS = ["", "A man is playing a guitar.", "ok", "Two dogs, one ball!"]
 
 
-def starts_with_static(obj):
-    """True for a static vectorizer, or a Pipeline or list starting with one."""
-    if isinstance(obj, StaticEmbeddingVectorizer):
+def starts_with(obj, kind=StaticEmbeddingVectorizer):
+    """True for a ``kind`` estimator, or a Pipeline or list starting with one."""
+    if isinstance(obj, kind):
         return True
     try:
         steps = split_steps(obj, what="export")
     except (TypeError, ValueError):  # not a chain of estimators: the caller says
         return False
-    return isinstance(steps[0][1], StaticEmbeddingVectorizer)
+    return isinstance(steps[0][1], kind)
 
 
 @dataclass(frozen=True)

@@ -266,10 +266,7 @@ def train_flow(
         else:
             score = -result.loss_curve[-1]
             detail = ""
-        if score > best + tol:
-            no_improvement = 0
-        else:
-            no_improvement += 1
+        no_improvement = 0 if score > best + tol else no_improvement + 1
         if score > best:
             best = score
             if early_stopping:

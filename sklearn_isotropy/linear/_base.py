@@ -54,11 +54,9 @@ _FINISH_BLOCK_BYTES = 2**18
 
 
 def _check_nonnegative_weights(sample_weight, X):
-    """Validate ``sample_weight`` as finite, non-negative float64 weights.
+    """Validate ``sample_weight``: finite, non-negative float64, in host memory.
 
-    The weights are numpy arrays in host memory, also for rows on a device:
-    the statistics are merged on the host, and the kernels send the weights
-    to the device block by block.
+    Host memory also for rows on a device: the statistics are merged there.
     """
     if sample_weight is None:
         return None
@@ -301,13 +299,11 @@ class _StreamingMomentsMixin(
     def _commit(
         self, moments: MomentAccumulator, *, eager: bool, fitted_on=None
     ) -> None:
-        """Store ``moments`` (numpy and dask paths), with the map if ``eager``.
+        """Store ``moments`` (and the map if ``eager``) once both are computed.
 
-        The statistics are checked, and with ``eager`` the map computed,
-        before anything is stored, so a batch that cannot be fitted leaves
-        the estimator as it was. ``fitted_on``, for a first batch of another
-        Array API namespace, is a 0-size array of its namespace and device,
-        where the fitted arrays will live.
+        A batch that cannot be fitted thus leaves the estimator as it was.
+        ``fitted_on``: a 0-size array in the namespace and on the device of
+        a first batch of another Array API namespace.
         """
         params = self.get_params(deep=False)
         _check_finite_moments(moments)
@@ -353,12 +349,6 @@ class _StreamingMomentsMixin(
         # part-way (after validate_data set n_features_in_) is not fitted
         return "n_samples_seen_" in self.__dict__
 
-    def _transform_dask(self, X):
-        """Transform a dask collection lazily, block by block (see ``_dask.py``)."""
-        from ._dask import transform_dask
-
-        return transform_dask(self, X)
-
     def transform(self, X: ArrayLike) -> np.ndarray:
         """Apply the fitted map to ``X``.
 
@@ -375,7 +365,9 @@ class _StreamingMomentsMixin(
             ``n_components_`` for whitening, ``n_features_in_`` otherwise.
         """
         if is_dask_collection(X):
-            return self._transform_dask(X)
+            from ._dask import transform_dask
+
+            return transform_dask(self, X)
         check_is_fitted(self)
         check_fitted_namespace(self, X, "transform")
         # X is validated except for finiteness: the output is checked instead
@@ -521,11 +513,7 @@ def _on_device_of(value, like):
 
 
 def _raise_not_finite(estimator, X) -> None:
-    """The error for a non-finite transform of ``X``.
-
-    Raises sklearn's usual error for NaN or infinite input, else a
-    ValueError saying what to do about finite input that overflowed.
-    """
+    """Raise sklearn's error for non-finite ``X``, else one for an overflow."""
     xp, _ = namespace_of(X)
     name = type(estimator).__name__
     _assert_all_finite(X, input_name="X", estimator_name=name)
@@ -593,11 +581,7 @@ def _sorted_eigh(cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _fix_signs(vectors: np.ndarray) -> np.ndarray:
-    """Make the entry of largest magnitude of every column positive.
-
-    Two fits on the same statistics, primal or dual, then give the same
-    components.
-    """
+    """Make the largest entry of each column positive (primal = dual components)."""
     if not vectors.size:
         return vectors
     cols = np.arange(vectors.shape[1])
@@ -726,12 +710,8 @@ _DENSE_MATRICES = 6
 
 
 def _check_dense_feasible(moments: MomentAccumulator, name: str, why: str) -> None:
-    """Raise a clear error before a ``d x d`` computation that cannot fit.
-
-    Only the dual form (rows kept, ``n_samples < n_features``) gets here: the
-    option ``why`` needs the full ``d x d`` map although the data are ``n x
-    d``, which for very wide data is more memory than the machine has.
-    """
+    """Raise before a ``d x d`` computation (``why``) on dual-form data that
+    cannot fit in memory."""
     d = moments.n_features
     need = _DENSE_MATRICES * 8 * d * d
     avail = _available_memory()
@@ -747,12 +727,7 @@ def _check_dense_feasible(moments: MomentAccumulator, name: str, why: str) -> No
 
 
 def _power_scale(evals: np.ndarray, e: int, power: float) -> np.ndarray:
-    """``lambda ** (-power / 2)`` for eigenvalues ``evals * 4**e``, checked.
-
-    Raises a ValueError, instead of returning an infinite or zero scale,
-    when the result leaves float64's range (an extreme ``power``, or
-    eigenvalues of extreme magnitude raised to a power above 1).
-    """
+    """``lambda ** (-power / 2)`` for eigenvalues ``evals * 4**e``, finite and > 0."""
     with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
         if e == 0:
             scale = evals ** (-power / 2.0)

@@ -142,11 +142,8 @@ def _weight_blocks(sample_weight, X, name):
 
 # ---------------------------------------------------------- per-block worker
 class _BlockProblems:
-    """Invalid input found in some blocks, returned instead of raised.
-
-    A worker returns this object rather than raising, so the client raises
-    one ValueError naming every bad block instead of a remote traceback.
-    """
+    """Invalid input of some blocks, returned by workers so that the client
+    raises one ValueError naming every bad block, not a remote traceback."""
 
     def __init__(self, messages, count=None) -> None:
         self.messages = list(messages)[:_MAX_QUOTED_PROBLEMS]

@@ -283,15 +283,11 @@ class MomentAccumulator:
         return out
 
     def _with_batch_about_mean(self, X, w) -> MomentAccumulator | None:
-        """One pass over a batch about the running mean, merged on the way.
+        """One pass about the running mean: ``scatter + S - s s^T / N``, exactly.
 
-        With ``y = x - mean`` for the rows of the batch, ``S = sum w y y^T``
-        and ``s = sum w y``, the scatter of everything is exactly
-        ``scatter + S - s s^T / N`` (``N`` the new total weight): the batch
-        is multiplied straight into a copy of the scatter. Returns None (and
-        the general path re-reads the batch) when the batch needs scaling or
-        when the subtraction would cancel more than half of a diagonal
-        entry (a batch far from the running mean).
+        ``S = sum w y y^T``, ``s = sum w y`` with ``y = x - mean``. None (the
+        general path re-reads the batch) when the batch needs scaling or would
+        cancel more than half of a diagonal entry (far from the running mean).
         """
         n = X.shape[0]
         sw = float(n) if w is None else float(w.sum())
@@ -326,12 +322,7 @@ class MomentAccumulator:
         return out
 
     def _from_batch(self, X, w, shift=None) -> MomentAccumulator:
-        """Scatter-form statistics of a batch, exact about the batch mean.
-
-        One pass over the rows about the provisional centre ``shift`` (the
-        running mean, or the mean of the first block); see
-        :func:`~._scatter_kernels.batch_statistics`.
-        """
+        """Scatter-form statistics of a batch (:func:`batch_statistics`)."""
         out = MomentAccumulator(
             self.n_features,
             kind=self.kind,
@@ -405,14 +396,8 @@ class MomentAccumulator:
     def _to_scatter(self) -> None:
         """Switch in place from the kept rows to the scatter form."""
         stats = self._as_scatter()
-        self.mean = stats.mean
-        self.sum_weights = stats.sum_weights
-        self._scatter, self._norm3, self._norm4 = (
-            stats._scatter,
-            stats._norm3,
-            stats._norm4,
-        )
-        self._exp = stats._exp
+        for name in ("mean", "sum_weights", "_scatter", "_norm3", "_norm4", "_exp"):
+            setattr(self, name, getattr(stats, name))
         if self._scatter is None or stats.sum_weights == 0:
             self._scatter = np.zeros((self.n_features, self.n_features))
             if self._fourth:

@@ -136,11 +136,7 @@ def _blas_threads() -> int:
 
 # ------------------------------------------------------------------ blocks
 def _block_rows(n: int, d: int, n_slots: int = 1) -> int:
-    """Rows per working block: equal blocks of at most ``_BLOCK_ELEMENTS``.
-
-    With a batch split into ``n_slots`` shares, each gets blocks of at most
-    ``_BLOCK_ELEMENTS / n_slots`` entries (the same memory in all).
-    """
+    """Rows per working block: equal blocks of ``_BLOCK_ELEMENTS / n_slots``."""
     cap = max(1, _BLOCK_ELEMENTS // (d * n_slots))
     n_blocks = -(-n // cap)
     return -(-n // n_blocks)
@@ -166,11 +162,8 @@ def _work_buffer(X, rows: int, dtype, slot: int = 0, n_slots: int = 1):
     """A ``(rows, d)`` scratch block for the rows ``X``, in their namespace.
 
     A fresh numpy block costs a page fault per 4 KiB page on first write,
-    about as much as converting the rows into it; a stream of
-    ``partial_fit`` calls reuses the calling thread's blocks instead:
-    ``n_slots`` of them, one per share of a split batch, of at most
-    ``_BLOCK_ELEMENTS / n_slots`` entries (64 MiB in all, kept per thread
-    that fitted). A device's allocator keeps its own cache of blocks.
+    about as much as converting the rows into it, so each thread keeps its
+    ``n_slots`` blocks (64 MiB in all); a device's allocator caches its own.
     """
     d = X.shape[1]
     if not isinstance(X, np.ndarray):
@@ -201,11 +194,8 @@ def _centre_block(Y, X, centre, e, w, piece):
     """``Y = (X - centre) * 2**-e`` in ``Y``'s dtype; return its column sums.
 
     Casting into the work block and subtracting in place is about twice as
-    fast as a mixed-type subtraction (numpy casts through small buffers,
-    torch is several times slower). ``piece`` rows at a time (a few hundred
-    for numpy rows, the whole block on a device) each piece stays in the
-    core's cache between the steps, where its (weighted) column sums come
-    almost for free instead of in another pass over the block.
+    fast as a mixed-type subtraction; ``piece`` rows at a time stay in the
+    core's cache, where their column sums come almost for free.
     """
     xp, _ = namespace_of(Y)
     sums = None
@@ -278,12 +268,8 @@ def batch_statistics(X, w, sw, kind, fourth, shift):
 def accumulate(X, w, kind, fourth, shift, e):
     """One pass: ``S``, ``s`` (and third/fourth sums) about ``shift``.
 
-    The rows stay on their device and come back as float64 numpy sums
-    (:func:`_accumulate_rows`). A large product of numpy rows is split by
-    rows into shares (:func:`_row_shares`), run at once on as many threads as
-    BLAS may use now, each on one BLAS thread, and added in a fixed order:
-    the result depends on the rows and the machine, not on how many shares
-    ran at once or which finished first.
+    A large product of numpy rows is split into shares (:func:`_row_shares`)
+    added in a fixed order: the result does not depend on how many ran at once.
     """
     xp, device = namespace_of(X)
     dtype = float_dtype(xp, device)
@@ -335,18 +321,10 @@ def _run_shares(shares, threads, args):
 def _accumulate_rows(X, w, buf, kind, fourth, shift, e):
     """One thread's pass over the rows ``X``, in blocks of ``len(buf)`` rows.
 
-    Each block of rows is converted into ``buf`` (of the widest float dtype
-    the device of ``X`` supports), centred, scaled, multiplied and added there;
-    only the sums come to host memory, as float64 numpy arrays, and ``w``
-    (host float64) goes to the device block by block.
-
-    A device with float64 (CPUs, CUDA) computes what the numpy rows do, to
-    round-off. A device without it (Apple's MPS) works in float32: each
-    block's product is as accurate as float32 allows, and the blocks are
+    A device without float64 (Apple's MPS) works in float32: the blocks are
     added with Kahan's compensated summation, so that the error does not
-    grow with the number of rows. The float32 centre it subtracts differs
-    from ``shift`` by round-off; the sums are moved to ``shift`` exactly on
-    the host (:func:`_recentred`).
+    grow with the number of rows, and the sums are moved from its float32
+    centre to ``shift`` exactly on the host (:func:`_recentred`).
     """
     xp, device = namespace_of(X)
     dtype = buf.dtype
@@ -463,12 +441,7 @@ def merged_exponent(ea: int, eb: int, t: np.ndarray) -> int:
 
 
 def shift_norm4(part, d: np.ndarray) -> float:
-    """``sum w ||y + d||^4`` from a part's moments about its own mean.
-
-    ``part`` holds ``sum_weights``, ``scatter``, ``norm3`` and ``norm4`` of
-    rows ``y`` about their own mean (``sum w y = 0``), all in the units of
-    ``d``: the fourth moment of the rows moved by ``d``, for a merge.
-    """
+    """``sum w ||y + d||^4`` from a part's moments about its own mean (a merge)."""
     dd = float(d @ d)
     return (
         part.norm4

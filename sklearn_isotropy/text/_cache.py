@@ -50,8 +50,6 @@ _KEY_BYTES = 32  # sha256 of a text
 
 
 # ------------------------------------------------------------------- keys
-
-
 def text_keys(texts):
     """sha256 of each text's UTF-8 bytes, as an ``(n, 32)`` uint8 array."""
     keys = np.empty((len(texts), _KEY_BYTES), dtype=np.uint8)
@@ -74,8 +72,6 @@ def cache_key(spec):
 
 
 # ------------------------------------------------------------------ store
-
-
 class _NewerLayout(Exception):
     """A database whose layout this release does not know."""
 
@@ -150,13 +146,10 @@ def _while_busy(connect):
 
 
 def _create_file(path):
-    """Create ``path`` empty (an empty SQLite database), with the user's umask.
+    """Create ``path`` empty with the user's umask; the OSError if it cannot be.
 
-    SQLite creates files with mode 0644 whatever the umask; created here with
-    0666 masked by the umask, the database (and the ``-wal`` and ``-shm``
-    files SQLite gives its mode) get the permissions of any file the user
-    creates. Returns the ``OSError`` if the file does not exist and cannot
-    be created, else None.
+    SQLite creates files with mode 0644 whatever the umask; the database (and
+    the ``-wal`` and ``-shm`` files, which get its mode) must honour it.
     """
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -227,7 +220,6 @@ class EmbeddingStore:
         self._close()
 
     # ------------------------------------------------------------ opening
-
     def _close(self):
         if self._conn is not None:
             with contextlib.suppress(sqlite3.Error):
@@ -410,7 +402,6 @@ class EmbeddingStore:
         )
 
     # ------------------------------------------------------ reading, writing
-
     def get(self, keys):
         """The rows cached for some text keys.
 

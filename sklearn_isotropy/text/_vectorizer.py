@@ -239,7 +239,6 @@ class BertPoolingVectorizer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEst
         self.output = output
 
     # ------------------------------------------------------------------ fit
-
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X: Iterable[str], y=None) -> BertPoolingVectorizer:
         """Load the encoder and resolve the pooling; nothing is learned from X.
@@ -374,7 +373,6 @@ class BertPoolingVectorizer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEst
         return int(self.max_length)
 
     # ------------------------------------------------------------ transform
-
     def _get_loaded(self):
         loaded = getattr(self, "_loaded", None)
         if loaded is None:  # first use after unpickling
@@ -506,11 +504,8 @@ class BertPoolingVectorizer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEst
         return enc["input_ids"], types, n_truncated
 
     def _encode(self, texts, on_batch=None):
-        """Return the pooled embeddings of ``texts`` (no cache, no normalisation).
-
-        ``on_batch(rows, values)``, if given, is called after each batch with
-        the positions in ``texts`` it encoded and their embeddings.
-        """
+        """Return the pooled embeddings of ``texts`` (no cache, no normalisation);
+        ``on_batch(rows, values)`` is called after each batch, if given."""
         tokenizer = self._get_loaded().tokenizer
         backend = self._get_backend()
         ids, types, n_truncated = self._tokenize(tokenizer, texts)
@@ -574,7 +569,6 @@ class BertPoolingVectorizer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEst
         return progress_bar(total=n_texts, desc="Encoding", unit="text")
 
     # --------------------------------------------------------- conventions
-
     # output names: the pooling's, e.g. mean0, mean1, ... (get_feature_names_out)
     _n_features_out = property(lambda self: self.hidden_size_)
     _feature_name_prefix = property(lambda self: self.pooling)
