@@ -7,6 +7,7 @@ onnxruntime, faiss) and compared with the pipeline's ``transform``.
 from __future__ import annotations
 
 import errno
+import importlib.util
 import json
 import os
 import stat
@@ -240,8 +241,64 @@ def test_sentence_transformers_dense_is_identity_with_bias(tiny_bert, texts, tmp
     assert "sklearn-isotropy" in card and "trust_remote_code" in card
 
 
-def test_sentence_transformers_loads_in_a_fresh_process(tiny_bert, texts, tmp_path):
+# A fresh process that loads a saved model with sentence-transformers alone
+# once a job file appears: {"model": directory, "texts": json file, "out":
+# .npy file}. It exits 3 if sklearn_isotropy was imported all the same.
+FRESH_PROCESS = """
+import json, os, sys, time
+import numpy as np
+from sentence_transformers import SentenceTransformer
+job_file = sys.argv[1]
+deadline = time.monotonic() + 900
+while not os.path.exists(job_file):
+    if time.monotonic() > deadline:
+        sys.exit(4)
+    time.sleep(0.01)
+with open(job_file) as fh:
+    job = json.load(fh)
+with open(job["texts"]) as fh:
+    texts = json.load(fh)
+model = SentenceTransformer(job["model"], device="cpu")
+np.save(job["out"], model.encode(texts))
+sys.exit(3 if "sklearn_isotropy" in sys.modules else 0)
+"""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def loader_process(request, tmp_path_factory):
+    """``(process, job file)`` of FRESH_PROCESS, started with the module.
+
+    Importing sentence-transformers takes the new process seconds; started
+    here, when test_sentence_transformers_loads_in_a_fresh_process is
+    among the tests to run, it does so while the tests before it run.
+    """
+    name = "test_sentence_transformers_loads_in_a_fresh_process"
+    wanted = any(
+        getattr(item, "module", None) is request.module
+        and getattr(item, "originalname", None) == name
+        for item in request.session.items
+    )
+    if not wanted or importlib.util.find_spec("sentence_transformers") is None:
+        yield None
+        return
+    job = tmp_path_factory.mktemp("fresh_process") / "job.json"
+    process = subprocess.Popen(
+        [sys.executable, "-c", FRESH_PROCESS, str(job)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    yield process, job
+    if process.poll() is None:  # its test did not get to give it a job
+        process.kill()
+    process.communicate()
+
+
+def test_sentence_transformers_loads_in_a_fresh_process(
+    tiny_bert, texts, tmp_path, loader_process
+):
     pytest.importorskip("sentence_transformers")
+    process, job = loader_process
     pipe = _fit(
         make_pipeline(
             BertPoolingVectorizer(tiny_bert, pooling="first_last_avg"),
@@ -255,22 +312,13 @@ def test_sentence_transformers_loads_in_a_fresh_process(tiny_bert, texts, tmp_pa
         expected = pipe.transform(texts)
     to_sentence_transformers(pipe, tmp_path / "m")
     (tmp_path / "texts.json").write_text(json.dumps(texts))
-    script = textwrap.dedent(
-        f"""
-        import json, sys
-        import numpy as np
-        from sentence_transformers import SentenceTransformer
-        texts = json.loads(open({str(tmp_path / "texts.json")!r}).read())
-        model = SentenceTransformer({str(tmp_path / "m")!r}, device="cpu")
-        np.save({str(tmp_path / "out.npy")!r}, model.encode(texts))
-        # the saved model needs no sklearn_isotropy
-        sys.exit(3 if "sklearn_isotropy" in sys.modules else 0)
-        """
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
+    paths = {"model": "m", "texts": "texts.json", "out": "out.npy"}
+    staged = tmp_path / "job.json"
+    staged.write_text(json.dumps({k: str(tmp_path / v) for k, v in paths.items()}))
+    os.replace(staged, job)  # appears whole
+    _, err = process.communicate(timeout=300)
+    # 0: encoded, and the saved model needed no sklearn_isotropy
+    assert process.returncode == 0, err[-2000:]
     assert_allclose(np.load(tmp_path / "out.npy"), expected, rtol=0, atol=1e-5)
 
 
