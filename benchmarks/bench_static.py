@@ -293,8 +293,8 @@ def _quality_and_speed(args, fit_times, table_shape, tmp):
         f"Encoder: {model}; retrieval queries: pairs rated >= 4 (dev "
         f"{len(dev.queries)}, test {len(test.queries)}) over all "
         f"{len(sentences):,} STS-B sentences. Measured {time.strftime('%Y-%m-%d')} "
-        f"on {platform.machine()} Linux, 2 vCPUs shared with other jobs "
-        "(`nice python benchmarks/bench_static.py`).",
+        f"on {platform.machine()} Linux, {os.cpu_count()} logical CPUs "
+        "(`python benchmarks/bench_static.py`).",
         "",
         END,
     ]
