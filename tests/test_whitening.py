@@ -986,20 +986,34 @@ def test_noise_variance_errors(make_cone):
         WhiteningTransformer(noise_variance="median").fit(X)
 
 
-def test_auto_noise_variance_recovers_isotropic_noise():
+def _effective_rank_floor(X):
+    """The eigenvalue past the effective rank of X's covariance, from numpy."""
+    evals = np.sort(np.linalg.eigvalsh(np.cov(X, rowvar=False)))[::-1]
+    evals = evals[evals > evals[0] * 1e-12]
+    p = evals / evals.sum()
+    return evals[int(np.exp(-(p * np.log(p)).sum()))]
+
+
+def test_auto_noise_variance_is_the_eigenvalue_at_the_effective_rank():
     # a spiked covariance: 5 strong directions over isotropic noise of
-    # variance 0.7; the Marchenko-Pastur median rule recovers the 0.7
+    # variance 0.7; the floor lands in the noise bulk, the spikes are kept
     rng = np.random.default_rng(3)
     n, d = 4000, 60
     basis = np.linalg.qr(rng.normal(size=(d, 5)))[0]
     X = rng.normal(size=(n, 5)) * [9.0, 7.0, 5.0, 4.0, 3.0] @ basis.T
     X += np.sqrt(0.7) * rng.normal(size=(n, d)) + 2.0
     est = WhiteningTransformer(noise_variance="auto").fit(X)
-    assert abs(est.noise_variance_ - 0.7) < 0.02
+    assert est.noise_variance_ == pytest.approx(_effective_rank_floor(X), rel=1e-9)
+    assert 0.7 < est.noise_variance_ < 0.7 * (1 + np.sqrt(d / n)) ** 2
+    assert 5 <= est.n_components_ < 20
     # ... with rows fewer than features as well (the dual form)
     small = WhiteningTransformer(noise_variance="auto").fit(X[:40])
-    assert abs(small.noise_variance_ - 0.7) < 0.15
+    floor = _effective_rank_floor(X[:40])
+    assert small.noise_variance_ == pytest.approx(floor, rel=1e-9)
     assert np.all(np.isfinite(small.transform(X)))
+    # a flat spectrum keeps its leading direction
+    flat = WhiteningTransformer(noise_variance="auto").fit(rng.normal(size=(50, 2)))
+    assert flat.n_components_ == 1
 
 
 def test_auto_noise_variance_streams_and_pickles(make_cone):
@@ -1039,11 +1053,68 @@ def test_score_samples_equals_pca_probabilistic_model(k, make_cone):
     np.testing.assert_allclose(
         est.score_samples(held_out), pca.score_samples(held_out), atol=1e-6
     )
-    # fewer rows than features: the dual form gives PCA's model as well
-    wide = make_cone(9, 20)
+
+
+def test_score_samples_of_fewer_rows_than_features_is_ppca_on_the_support(make_cone):
+    from scipy.stats import multivariate_normal
+
+    # 9 rows span 8 directions of 20: the model is probabilistic PCA in the
+    # coordinates of those 8 (PCA's own would spread noise over all 20)
+    wide, held_out = make_cone(9, 20), make_cone(5, 20, seed=1)
     est = WhiteningTransformer(n_components=3).fit(wide)
-    pca = PCA(n_components=3, svd_solver="full").fit(wide)
-    np.testing.assert_allclose(est.score_samples(wide), pca.score_samples(wide))
+    centred = wide - wide.mean(axis=0)
+    _, sv, Vt = np.linalg.svd(centred, full_matrices=False)
+    lam, support = sv[:8] ** 2 / 8, Vt[:8]
+    variances = np.r_[lam[:3], np.full(5, lam[3:].mean())]
+    assert est.rank_ == 8
+    assert est.noise_variance_ == pytest.approx(lam[3:].mean(), rel=1e-10)
+    for rows in (wide, held_out):
+        coords = (rows - wide.mean(axis=0)) @ support.T
+        expected = multivariate_normal(np.zeros(8), np.diag(variances)).logpdf(coords)
+        np.testing.assert_allclose(est.score_samples(rows), expected, rtol=1e-8)
+
+
+def test_score_of_rank_deficient_data_is_the_singular_gaussian():
+    from scipy.stats import multivariate_normal
+
+    rng = np.random.default_rng(0)
+    mixing = rng.normal(size=(3, 10))
+    X = rng.normal(size=(500, 3)) @ mixing + 2.0
+    held_out = rng.normal(size=(50, 3)) @ mixing + 2.0
+    est = WhiteningTransformer().fit(X)
+    singular = multivariate_normal(est.mean_, est.covariance_, allow_singular=True)
+    expected = singular.logpdf(held_out)
+    assert est.rank_ == 3
+    np.testing.assert_allclose(est.score_samples(held_out), expected, rtol=1e-8)
+    assert est.score(held_out) == pytest.approx(expected.mean(), rel=1e-4)
+
+
+@pytest.mark.parametrize("n_components", [None, 3])
+def test_score_is_finite_at_tiny_scale(n_components, make_cone):
+    X = make_cone(300, 8)
+    est = WhiteningTransformer(n_components=n_components).fit(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tiny = WhiteningTransformer(n_components=n_components).fit(X * 1e-200)
+        score = tiny.score(X * 1e-200)
+    # the density of c X is the density of X divided by c**d
+    assert score == pytest.approx(est.score(X) - 8 * np.log(1e-200), rel=1e-10)
+
+
+def test_likelihood_search_ignores_constant_features():
+    from sklearn.model_selection import GridSearchCV
+
+    # three strong directions over noise of variance 0.25, and a constant
+    # feature: the support's likelihood peaks at the true noise
+    rng = np.random.default_rng(0)
+    basis = np.linalg.qr(rng.normal(size=(12, 3)))[0]
+    X = rng.normal(size=(1500, 3)) * [6.0, 4.0, 3.0] @ basis.T
+    X += 0.5 * rng.normal(size=(1500, 12))
+    X[:, 4] = 1.0
+    grid = {"noise_variance": [None, 0.05, 0.25, 1.0]}
+    search = GridSearchCV(WhiteningTransformer(), grid, cv=3).fit(X)
+    assert search.best_params_ == {"noise_variance": 0.25}
+    assert np.all(np.isfinite(search.cv_results_["mean_test_score"]))
 
 
 def test_score_samples_with_a_noise_variance_is_ppca(make_cone):

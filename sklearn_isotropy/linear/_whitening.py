@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 from numbers import Integral, Real
+from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -139,8 +140,9 @@ class WhiteningTransformer(_StreamingMomentsMixin):
     ``shrinkage`` (:ref:`postprocessors`). Without shrinkage,
     ``method="pca"`` then works in the dual form, from the SVD of the
     centred rows, never building a ``d x d`` matrix (:ref:`scaling`).
-    ``noise_variance="auto"`` is the median noise estimate of Gavish and
-    Donoho (2014), chosen on STS-B dev (:ref:`without_labels`).
+    ``noise_variance="auto"`` sets ``s2`` to the eigenvalue at the
+    spectrum's effective rank (Roy and Vetterli, 2007), chosen on STS-B dev
+    with two encoders (:ref:`without_labels`).
     :meth:`partial_fit` only merges statistics; the map is computed, and
     errors that need it are raised, at its first use.
 
@@ -155,9 +157,8 @@ class WhiteningTransformer(_StreamingMomentsMixin):
        Decorrelation", The American Statistician 72(4), 2018.
     .. [4] M. E. Tipping, C. M. Bishop, "Probabilistic Principal Component
        Analysis", Journal of the Royal Statistical Society B 61(3), 1999.
-    .. [5] M. Gavish, D. L. Donoho, "The Optimal Hard Threshold for
-       Singular Values is 4/sqrt(3)", IEEE Transactions on Information
-       Theory 60(8), 2014.
+    .. [5] O. Roy, M. Vetterli, "The Effective Rank: a Measure of Effective
+       Dimensionality", European Signal Processing Conference, 2007.
 
     Examples
     --------
@@ -219,6 +220,7 @@ class WhiteningTransformer(_StreamingMomentsMixin):
     rank_ = _MapAttribute()
     n_components_ = _MapAttribute()
     _unwhitening = _MapAttribute()
+    _likelihood = _MapAttribute()
 
     # ------------------------------------------------------------------ fitting
     def _needs_fourth_moments(self) -> bool:
@@ -324,12 +326,13 @@ class WhiteningTransformer(_StreamingMomentsMixin):
         )
         if noise is None:
             # probabilistic PCA's maximum-likelihood noise: the mean of the
-            # eigenvalues beyond the kept ones, as PCA.noise_variance_
-            s2 = float(np.mean(evals[k:])) if evals.size > k else 0.0
-            s2 = max(s2, 0.0)
+            # eigenvalues beyond the kept ones on the fitted support (as
+            # PCA.noise_variance_ for full-rank data; the directions without
+            # variance are no noise to average, only round-off)
+            s2 = float(np.mean(evals[k:rank])) if rank > k else 0.0
         else:
             s2 = (
-                _auto_noise_variance(evals[:rank], moments.sum_weights, d)
+                _auto_noise_variance(evals[:rank])
                 if noise == "auto"
                 else float(np.ldexp(noise, -2 * e))
             )
@@ -365,6 +368,13 @@ class WhiteningTransformer(_StreamingMomentsMixin):
             "whitening_": whitening,
             "_unwhitening": unwhitening,
             "n_components_": whitening.shape[1],
+            "_likelihood": _Likelihood(
+                evals[:k].copy(),
+                s2,
+                e,
+                rank,
+                evecs[:, :rank].T.copy() if k < rank < d else None,
+            ),
         }
         if cov is not None:
             attrs["covariance_"] = unscale(cov, 2 * e)
@@ -411,15 +421,23 @@ class WhiteningTransformer(_StreamingMomentsMixin):
     def score_samples(self, X: ArrayLike) -> np.ndarray:
         """Compute the log-likelihood of each row under the fitted Gaussian model.
 
-        With every direction kept (``n_components_ == n_features_in_``) the
-        model is the Gaussian of ``mean_`` and ``covariance_``. Otherwise it
-        is probabilistic PCA, as :meth:`sklearn.decomposition.PCA.score_samples`:
-        the kept components with their eigenvalues, and isotropic variance
-        ``noise_variance_`` in every other direction (a noise variance below
-        float64 round-off of the largest eigenvalue counts as that round-off).
-        So :meth:`score` compares whitening settings without labels, e.g. in
-        :class:`~sklearn.model_selection.GridSearchCV`, and is the Gaussian
-        baseline of :meth:`GlowFlowTransformer.score_samples
+        The model lives on the fitted support, the ``rank_`` directions the
+        training rows span. With every one of them kept (``n_components_ ==
+        rank_``) it is the Gaussian of ``mean_`` and ``covariance_``; for a
+        rank-deficient covariance, the degenerate Gaussian's density on its
+        support, as :class:`scipy.stats.multivariate_normal` with
+        ``allow_singular=True`` (of a row's projection onto the support, so
+        it stays finite for rows off it, where scipy gives ``-inf``).
+        Otherwise it is probabilistic PCA, as
+        :meth:`sklearn.decomposition.PCA.score_samples`: the kept components
+        with their eigenvalues, and variance ``noise_variance_`` in the other
+        directions of the support. The directions without variance (constant
+        or collinear features, too few rows) carry no density, so settings
+        fitted on the same rows score on the same support and :meth:`score`
+        compares them without labels, e.g. in
+        :class:`~sklearn.model_selection.GridSearchCV`. For full-rank data it
+        equals ``PCA.score_samples``, and it is the Gaussian baseline of
+        :meth:`GlowFlowTransformer.score_samples
         <sklearn_isotropy.GlowFlowTransformer.score_samples>`.
 
         Parameters
@@ -438,20 +456,28 @@ class WhiteningTransformer(_StreamingMomentsMixin):
         X = validate_data(self, X, reset=False, dtype=_float_dtypes(input_namespace(X)))
         xp, device = namespace_of(X)
         dtype = float_dtype(xp, device)
+        model = self._likelihood
         X = xp.astype(X, dtype)
         components = xp.astype(self.components_, dtype)
-        variances = xp.astype(self.explained_variance_, dtype)
-        d, q = X.shape[1], components.shape[0]
-        centred = X - xp.astype(self.mean_, dtype)
+        # in the units of the fit (variances times 4**-e), so that data at any
+        # scale where fit works gives finite logarithms and no underflow
+        unit = math.ldexp(1.0, -model.exponent)
+        centred = (X - xp.astype(self.mean_, dtype)) * unit
         projected = centred @ components.T
+        variances = xp.asarray(model.variances, dtype=dtype, device=device)
         mahalanobis = xp.sum(projected**2 / variances, axis=1)
-        log_det = float(xp.sum(xp.log(variances)))
-        if q < d:
+        log_det = float(np.sum(np.log(model.variances)))
+        q, rank = components.shape[0], model.rank
+        if q < rank:
             s2 = self._likelihood_noise()
             residual = centred - projected @ components
+            if model.support is not None:  # only the part on the support
+                support = xp.asarray(model.support, dtype=dtype, device=device)
+                residual = (residual @ support.T) @ support
             mahalanobis = mahalanobis + xp.sum(residual**2, axis=1) / s2
-            log_det += (d - q) * math.log(s2)
-        return -0.5 * (d * math.log(2.0 * math.pi) + log_det + mahalanobis)
+            log_det += (rank - q) * math.log(s2)
+        log_det += rank * 2 * model.exponent * math.log(2.0)
+        return -0.5 * (rank * math.log(2.0 * math.pi) + log_det + mahalanobis)
 
     def score(self, X: ArrayLike, y=None) -> float:
         """Compute the average log-likelihood of the rows under the fitted model.
@@ -471,18 +497,18 @@ class WhiteningTransformer(_StreamingMomentsMixin):
         return float(np.mean(to_host(self.score_samples(X))))
 
     def _likelihood_noise(self) -> float:
-        """The noise variance of the likelihood, floored at round-off."""
-        if self.noise_variance == 0:
+        """The likelihood's noise variance, in the fit's units, floored at round-off."""
+        model = self._likelihood
+        if model.noise <= 0:
             raise ValueError(
-                "noise_variance=0 with fewer components than features "
-                f"({self.n_components_} < {self.n_features_in_}) gives zero "
+                "noise_variance=0 with fewer components than the fitted support "
+                f"({self.n_components_} < rank_ = {model.rank}) gives zero "
                 "density off the kept components, so there is no likelihood to "
                 "score. Use noise_variance=None (probabilistic PCA's "
                 "maximum-likelihood noise), a positive value or 'auto'."
             )
-        top = float(to_host(self.explained_variance_)[0])
-        floor = top * self.n_features_in_ * np.finfo(np.float64).eps
-        return float(max(self.noise_variance_, floor))
+        floor = float(model.variances[0]) * self.n_features_in_ * np.finfo(float).eps
+        return max(model.noise, floor)
 
     # ---------------------------------------------------------------- transform
     def _linear_map(self) -> LinearMap:
@@ -494,6 +520,24 @@ class WhiteningTransformer(_StreamingMomentsMixin):
     @property
     def _n_features_out(self):
         return self.n_components_
+
+
+class _Likelihood(NamedTuple):
+    """What :meth:`WhiteningTransformer.score_samples` needs beyond the map.
+
+    ``variances`` (the kept eigenvalues) and ``noise`` are in units of
+    ``4**exponent``, as the map was computed, so that the likelihood of data
+    at any scale where ``fit`` works is finite. ``support`` holds the
+    ``rank`` directions the rows span when they are fewer than the features
+    and more than the kept components (None otherwise: the residual of the
+    kept components then lies on the support already).
+    """
+
+    variances: np.ndarray
+    noise: float
+    exponent: int
+    rank: int
+    support: np.ndarray | None
 
 
 def _report_rank(moments: MomentAccumulator, rank: int, denoised: bool) -> None:
@@ -526,41 +570,22 @@ def _report_rank(moments: MomentAccumulator, rank: int, denoised: bool) -> None:
         logger.info(message)
 
 
-def _marchenko_pastur_median(beta: float) -> float:
-    """Median of the Marchenko-Pastur law of aspect ratio ``beta`` in (0, 1].
-
-    The law of the eigenvalues of ``X^T X / n`` for ``n x p`` noise of unit
-    variance as ``p / n -> beta``; its median has no closed form and is
-    found by bisection on its distribution function.
-    """
-    from scipy import integrate, optimize
-
-    lo, hi = (1.0 - np.sqrt(beta)) ** 2, (1.0 + np.sqrt(beta)) ** 2
-
-    def density(x):
-        return np.sqrt(max((hi - x) * (x - lo), 0.0)) / (2.0 * np.pi * beta * x)
-
-    def below(m):
-        return integrate.quad(density, lo, m, limit=200)[0] - 0.5
-
-    return float(optimize.brentq(below, lo, hi, xtol=1e-10))
-
-
-def _auto_noise_variance(evals: np.ndarray, n_samples: float, d: int) -> float:
+def _auto_noise_variance(evals: np.ndarray) -> float:
     """Label-free noise variance from the spectrum (``noise_variance="auto"``).
 
-    The median of the nonzero eigenvalues divided by the median of the
-    Marchenko-Pastur law they would follow if they were pure noise of unit
-    variance (Gavish and Donoho's estimate): ``n`` rows of ``d`` features
-    give ``min(n, d)`` eigenvalues of that law with aspect ratio
-    ``min(n, d) / max(n, d)``, scaled by ``max(n, d) / n``. Capped at the
-    second eigenvalue, so that the leading component is always kept.
+    The eigenvalue at the spectrum's effective rank (Roy and Vetterli,
+    2007): ``r = exp(H)`` with ``H`` the Shannon entropy of the eigenvalues
+    normalised to sum to one, the number of equally strong directions that
+    would spread the variance as evenly. The ``floor(r)`` leading directions
+    carry the signal; the next eigenvalue is the noise floor. A spectrum
+    that concentrates its variance in a few directions gets a high floor,
+    an already flat one a low floor (and the posterior stays near plain
+    whitening there). Capped at the second eigenvalue, so that the leading
+    component is always kept.
     """
     if evals.size < 2:
         return 0.0  # one eigenvalue: no spectrum to tell noise from
-    small, large = min(n_samples, d), max(n_samples, d)
-    beta = min(1.0, small / large)
-    s2 = np.median(evals) / (large / n_samples * _marchenko_pastur_median(beta))
-    # a spectrum with nothing above its noise floor still keeps its leading
-    # direction (too few eigenvalues, or isotropic data)
-    return float(min(s2, evals[1]))
+    p = evals / np.sum(evals)
+    p = p[p > 0]
+    rank = float(np.exp(-np.sum(p * np.log(p))))
+    return float(evals[min(max(int(rank), 1), evals.size - 1)])
