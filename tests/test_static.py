@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import sys
 
 import numpy as np
 import pytest
@@ -394,6 +395,41 @@ def test_reads_a_model2vec_folder(hf, tmp_path):
     # model2vec's encoding: the plain mean of a text's rows
     expected = loop_reference(hf, TEXTS, rows, np.ones(n_tokens))
     assert_allclose(vec.transform(TEXTS), expected, rtol=1e-5, atol=1e-6)
+
+
+def _model2vec_folder(hf, folder, **tensors):
+    """A small model2vec folder: one random row per token id of the tiny
+    tokenizer (``tensors`` replace or add tensors)."""
+    from safetensors.numpy import save_file
+
+    n_tokens = max(hf[1].get_vocab().values()) + 1
+    rows = np.random.default_rng(2).normal(size=(n_tokens, 6)).astype(np.float32)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({"embeddings": rows, **tensors}, str(folder / "model.safetensors"))
+    _tokenizer_json(hf, folder)
+    return rows
+
+
+def test_a_model2vec_folder_fits_and_transforms_without_torch(
+    hf, tmp_path, monkeypatch
+):
+    rows = _model2vec_folder(hf, tmp_path / "m2v")
+    n_tokens = len(rows)
+    monkeypatch.setitem(sys.modules, "torch", None)  # importing torch fails
+    vec = StaticEmbeddingVectorizer(tmp_path / "m2v", weighting="uniform")
+    got = vec.fit_transform(TEXTS)
+    assert vec.table_kind_ == "model2vec"
+    expected = loop_reference(hf, TEXTS, rows, np.ones(n_tokens))
+    assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_without_torch_the_vectorizers_name_the_text_extra(tiny_bert, monkeypatch):
+    from sklearn_isotropy import BertPoolingVectorizer
+
+    monkeypatch.setitem(sys.modules, "torch", None)
+    for vec in (StaticEmbeddingVectorizer(tiny_bert), BertPoolingVectorizer(tiny_bert)):
+        with pytest.raises(ImportError, match=r"sklearn-isotropy\[text\]"):
+            vec.fit(["a"])
 
 
 def test_reads_a_sentence_transformers_static_model(hf, tmp_path):

@@ -21,7 +21,7 @@ from .._utils import PrefixedFeatureNamesMixin, resolve_device
 from ..exceptions import TruncationWarning
 from ._base import clone_sharing_model, validate_texts
 from ._static_refine import refine_table
-from ._static_table import DISTILL_POOLINGS, load_table
+from ._static_table import DISTILL_POOLINGS, load_table, static_folder
 
 logger = logging.getLogger(__name__)
 
@@ -455,7 +455,13 @@ class StaticEmbeddingVectorizer(
         """
         texts = validate_texts(X)
         start = time.perf_counter()
-        device, _ = resolve_device(self.device, owner=type(self).__name__)
+        device = None
+        if static_folder(self.model) is None:
+            # only an encoder needs torch: a static (model2vec) folder is read
+            # with tokenizers and safetensors alone
+            device, _ = resolve_device(
+                self.device, owner=type(self).__name__, extra="text"
+            )
         table = load_table(
             self.model,
             self.distill_pooling,

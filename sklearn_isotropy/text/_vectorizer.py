@@ -44,7 +44,7 @@ __all__ = ["BertPoolingVectorizer"]
 
 
 def _resolve_device(device):
-    return resolve_device(device, owner="BertPoolingVectorizer")[0]
+    return resolve_device(device, owner="BertPoolingVectorizer", extra="text")[0]
 
 
 class BertPoolingVectorizer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEstimator):
@@ -377,7 +377,10 @@ class BertPoolingVectorizer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEst
         loaded = getattr(self, "_loaded", None)
         if loaded is None:  # first use after unpickling
             device, fallback = resolve_device(
-                self.device_, owner=type(self).__name__, allow_fallback=True
+                self.device_,
+                owner=type(self).__name__,
+                extra="text",
+                allow_fallback=True,
             )
             if fallback is not None:
                 warn(
