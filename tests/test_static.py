@@ -619,8 +619,15 @@ def test_a_second_fit_reads_the_verified_cache(tiny_bert, static_cache, monkeypa
     assert len(list(static_cache.iterdir())) == 2
 
 
-@pytest.mark.parametrize("damage", ["flip", "truncate", "digest"])
-def test_a_damaged_cached_table_is_distilled_again(tiny_bert, static_cache, damage):
+@pytest.mark.parametrize(
+    "damage", ["flip", "truncate", "digest", "spec only", "file", "empty"]
+)
+def test_a_damaged_cached_table_is_distilled_again(
+    tiny_bert, static_cache, damage, monkeypatch
+):
+    import shutil
+    import warnings
+
     from sklearn_isotropy.exceptions import CacheWarning
 
     first = StaticEmbeddingVectorizer(tiny_bert, weighting="uniform").fit(["a"])
@@ -632,17 +639,79 @@ def test_a_damaged_cached_table_is_distilled_again(tiny_bert, static_cache, dama
         table.write_bytes(bytes(data))
     elif damage == "truncate":
         table.write_bytes(table.read_bytes()[:100])
-    else:
+    elif damage == "digest":
         (entry / "table.npy.sha256").unlink()
-    with pytest.warns(CacheWarning, match="damaged"):
-        again = StaticEmbeddingVectorizer(tiny_bert, weighting="uniform").fit(["a"])
+    elif damage == "spec only":  # the table and its digest deleted
+        table.unlink()
+        (entry / "table.npy.sha256").unlink()
+    elif damage == "file":
+        shutil.rmtree(entry)
+        entry.write_text("not a folder")
+    else:  # an empty folder is written into, without a warning
+        shutil.rmtree(entry)
+        entry.mkdir()
+    if damage == "empty":
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", CacheWarning)
+            again = StaticEmbeddingVectorizer(tiny_bert, weighting="uniform").fit(["a"])
+    else:
+        with pytest.warns(CacheWarning, match="damaged.*replacing it"):
+            again = StaticEmbeddingVectorizer(tiny_bert, weighting="uniform").fit(["a"])
     assert_allclose(again.embeddings_, first.embeddings_)
-    # and replaced: the next fit reads it without a warning
-    import warnings
-
+    # and replaced: the next fit reads it, without distilling or a warning
+    assert sorted(p.name for p in entry.iterdir()) == [
+        "spec.json",
+        "table.npy",
+        "table.npy.sha256",
+    ]
+    _no_distillation(monkeypatch)
     with warnings.catch_warnings():
         warnings.simplefilter("error", CacheWarning)
-        StaticEmbeddingVectorizer(tiny_bert, weighting="uniform").fit(["a"])
+        served = StaticEmbeddingVectorizer(tiny_bert, weighting="uniform").fit(["a"])
+    assert_allclose(served.embeddings_, first.embeddings_)
+
+
+def test_a_cache_directory_that_is_a_file_warns(tiny_bert, tmp_path, monkeypatch):
+    from sklearn_isotropy.exceptions import CacheWarning
+
+    cached = StaticEmbeddingVectorizer(tiny_bert, weighting="uniform").fit(["a"])
+    taken = tmp_path / "cache-file"
+    taken.write_text("mine")
+    monkeypatch.setenv("SKLEARN_ISOTROPY_STATIC_CACHE", str(taken))
+    with pytest.warns(CacheWarning, match="is a file.*SKLEARN_ISOTROPY_STATIC_CACHE"):
+        vec = StaticEmbeddingVectorizer(tiny_bert, weighting="uniform").fit(["a"])
+    assert_allclose(vec.embeddings_, cached.embeddings_)
+    assert taken.read_text() == "mine"
+
+
+def test_a_table_another_process_stored_is_not_a_failure(
+    tiny_bert, static_cache, monkeypatch
+):
+    """A FileExistsError while storing is silent only when a valid table is
+    there (another process stored it); otherwise it is reported."""
+    import warnings
+
+    from sklearn_isotropy.exceptions import CacheWarning
+    from sklearn_isotropy.text import _static_cache
+
+    write = _static_cache._write
+
+    def racing(folder, table, spec, overwrite):
+        write(folder, table, spec, overwrite)  # the other process wins
+        raise FileExistsError(17, "File exists", str(folder))
+
+    with monkeypatch.context() as patch:
+        patch.setattr(_static_cache, "_write", racing)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", CacheWarning)
+            StaticEmbeddingVectorizer(tiny_bert, weighting="uniform").fit(["a"])
+
+    def refused(folder, table, spec, overwrite):
+        raise FileExistsError(17, "File exists", str(folder))
+
+    monkeypatch.setattr(_static_cache, "_write", refused)
+    with pytest.warns(CacheWarning, match="Cannot store"):
+        StaticEmbeddingVectorizer(tiny_bert, distill_pooling="token").fit(["a"])
 
 
 def test_a_cache_that_cannot_be_written_is_read(tiny_bert, static_cache, monkeypatch):
