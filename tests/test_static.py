@@ -229,6 +229,14 @@ def test_empty_and_unknown_texts(fitted, hf):
     assert_allclose(got[2], vec.embeddings_[unk], rtol=1e-6)
 
 
+@pytest.mark.parametrize("once", [lambda t: (x for x in t), lambda t: map(str, t)])
+def test_fit_transform_reads_a_generator_once(fitted, tiny_bert, once):
+    got = StaticEmbeddingVectorizer(tiny_bert, refine=False).fit_transform(
+        once(FIT_TEXTS)
+    )
+    assert_allclose(got, fitted["unrefined"].transform(FIT_TEXTS), rtol=1e-6)
+
+
 def test_pickle_clone_and_feature_names(fitted, hf):
     vec = fitted["zipf"]
     back = pickle.loads(pickle.dumps(vec))

@@ -603,6 +603,8 @@ class StaticEmbeddingVectorizer(
     def fit_transform(self, X: Iterable[str], y=None) -> np.ndarray:
         """Fit, then encode ``X``; same as ``fit(X).transform(X)``.
 
+        ``X`` is read once, so a generator or ``map`` works as a list does.
+
         Parameters
         ----------
         X : iterable of str
@@ -615,7 +617,8 @@ class StaticEmbeddingVectorizer(
         X_new : ndarray of shape (n_texts, hidden_size_), float32
             The encoded texts.
         """
-        return self.fit(X, y).transform(X)
+        texts = validate_texts(X)
+        return self.fit(texts, y).transform(texts)
 
     @property
     def _n_features_out(self):

@@ -469,6 +469,26 @@ class BertPoolingVectorizer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEst
             return torch.from_numpy(result).to(self.device_)
         return result
 
+    def fit_transform(self, X: Iterable[str], y=None) -> np.ndarray | torch.Tensor:
+        """Fit, then encode ``X``; same as ``fit(X).transform(X)``.
+
+        ``X`` is read once, so a generator or ``map`` works as a list does.
+
+        Parameters
+        ----------
+        X : iterable of str
+            Texts.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        X_new : ndarray or torch.Tensor of shape (n_texts, hidden_size_)
+            The encoded texts, as :meth:`transform` returns them.
+        """
+        texts = validate_texts(X)
+        return self.fit(texts, y).transform(texts)
+
     def _open_store(self):
         """Open the embedding cache of ``memory=`` (a null context without)."""
         root = _cache.store_root(self.memory)
