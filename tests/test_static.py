@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 import sys
 
 import numpy as np
@@ -578,15 +579,59 @@ def test_save_onnx_pipeline_of_a_static_pipeline(pipelines, tmp_path):
     assert "encode_batch" in (folder / "README.md").read_text()
 
 
-def test_export_errors(fitted, pipelines, tmp_path, tiny_bert):
+def test_a_static_pipeline_with_a_flow_is_exported_in_two_parts(fitted, tmp_path):
+    """The refusal says what can be done, and what it says works: the static
+    part as one model, the flow on its embeddings."""
+    ort = pytest.importorskip("onnxruntime")
     from sklearn_isotropy import GlowFlowTransformer
+    from sklearn_isotropy.export import (
+        save_onnx_pipeline,
+        to_onnx,
+        to_sentence_transformers,
+    )
+
+    vec = fitted["sif"]
+    flow = GlowFlowTransformer(depth=1, hidden_size=8, max_iter=0, random_state=0)
+    pipe = make_pipeline(vec, flow.fit(vec.transform(FIT_TEXTS)))
+    calls = [
+        (to_onnx, (pipe,), r"to_onnx\(pipe\[:1\]\)"),
+        (to_sentence_transformers, (pipe, tmp_path / "st"), r"\(pipe\[:1\], path\)"),
+        (save_onnx_pipeline, (pipe, tmp_path / "onnx"), r"\(pipe\[:1\], path\)"),
+    ]
+    for export, args, static_part in calls:
+        with pytest.raises(TypeError) as refused:
+            export(*args)
+        message = str(refused.value)
+        assert "'glowflowtransformer' (GlowFlowTransformer) of a static" in message
+        assert "only the linear ones allow" in message
+        assert re.search(static_part, message), message
+        assert "sklearn_isotropy.export.to_onnx(pipe[1:])" in message
+    assert not (tmp_path / "st").exists() and not (tmp_path / "onnx").exists()
+
+    def run(model, feed):
+        session = ort.InferenceSession(
+            model.SerializeToString(), providers=["CPUExecutionProvider"]
+        )
+        return session.run(None, feed)[0]
+
+    tokenizer = model_tokenizer(vec)
+    tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+    encodings = tokenizer.encode_batch(TEXTS, add_special_tokens=False)
+    feed = {
+        "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
+        "attention_mask": np.array([e.attention_mask for e in encodings], np.int64),
+    }
+    static = run(to_onnx(pipe[:1]), feed)
+    flow_graph = to_onnx(pipe[1:])
+    got = run(flow_graph, {flow_graph.graph.input[0].name: static})
+    assert_allclose(got, pipe.transform(TEXTS), rtol=1e-4, atol=1e-4)
+
+
+def test_export_errors(fitted, pipelines, tmp_path, tiny_bert):
     from sklearn_isotropy.export import to_onnx, to_sentence_transformers
 
     with pytest.raises(NotFittedError, match="not fitted"):
         to_onnx(StaticEmbeddingVectorizer(tiny_bert))
-    flow = make_pipeline(fitted["sif"], GlowFlowTransformer())
-    with pytest.raises(TypeError, match="GlowFlowTransformer"):
-        to_sentence_transformers(flow, tmp_path / "x")
     with pytest.raises(ValueError, match="n_features"):
         to_onnx(pipelines["sif"], n_features=8)
     with pytest.raises(ValueError, match="float32"):

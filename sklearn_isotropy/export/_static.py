@@ -29,7 +29,13 @@ import numpy as np
 
 from .._utils import check_target, import_optional, publish_directory
 from ..text import StaticEmbeddingVectorizer
-from ._affine import check_fitted, fold_affine, split_steps
+from ._affine import (
+    _exportable_names,
+    check_fitted,
+    fold_affine,
+    is_affine,
+    split_steps,
+)
 from ._onnx_chain import _check_opset, _finish
 
 __all__ = [
@@ -83,6 +89,32 @@ class FoldedTable:
     steps: tuple[str, ...]
 
 
+def _check_linear(steps, *, what):
+    """Refuse a step that cannot be folded into the table.
+
+    The message says what can be exported instead: the static part with
+    ``what``, and the steps from the refused one on, which take its
+    embeddings, with ``to_onnx``.
+    """
+    for index, (name, est) in enumerate(steps[1:], start=1):
+        if is_affine(est):
+            continue
+        static_part = (
+            f"pipe[:{index}]" if what == "to_onnx" else f"pipe[:{index}], path"
+        )
+        raise TypeError(
+            f"{what} cannot export step {name!r} ({type(est).__name__}) of a "
+            "static pipeline: a StaticEmbeddingVectorizer pipeline is exported "
+            "as one token table with its post-processors folded into the rows, "
+            f"which only the linear ones allow ({_exportable_names()}). Export "
+            "it in two parts and run one after the other: the static part with "
+            f"{what}({static_part}), and the steps from {name!r} on, which take "
+            "its embeddings, with sklearn_isotropy.export.to_onnx"
+            f"(pipe[{index}:]) (indices of a flat Pipeline). Or put a "
+            "WhiteningTransformer in its place to export one static model."
+        )
+
+
 def fold_static(pipeline, *, what):
     """The :class:`FoldedTable` of a fitted static vectorizer and the linear
     post-processors after it."""
@@ -95,6 +127,7 @@ def fold_static(pipeline, *, what):
     table = vec.embeddings_.astype(np.float64)
     empty = np.zeros(vec.hidden_size_)
     post = steps[1:]
+    _check_linear(steps, what=what)
     if post:
         affine = fold_affine(post, what=what)
         if affine.n_features_in != vec.hidden_size_:
@@ -327,8 +360,8 @@ def save_static_onnx(pipeline, path, *, overwrite=False, X_check=None):
     onnx = import_optional("onnx", purpose=what, extra="onnx")
     tokenizers = import_optional("tokenizers", purpose=what, extra="onnx")
     check_target(path, overwrite=overwrite, what=what)  # before the work
+    folded = fold_static(pipeline, what=what)  # its refusals name this function
     model = static_to_onnx(pipeline, X_check=X_check)
-    folded = fold_static(pipeline, what=what)
     settings = _settings(folded)
 
     def write(directory):
