@@ -388,16 +388,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     >>> main(["evaluate", "--data", "/nonexistent/sts", "--quiet"])
     1
     """
-    from .exceptions import EvaluationError
+    # Ctrl-C while scikit-learn, the package and its registries are imported
+    # is an interruption too: ``import sklearn_isotropy`` itself loads none
+    # of them, so this handler runs before any heavy import
+    try:
+        from .exceptions import EvaluationError
 
-    try:  # Ctrl-C while the registries are imported is an interruption too
-        args = build_parser().parse_args(argv)
-        level = logging.WARNING if args.quiet else logging.INFO
-        with _package_log_on_stderr(level), _one_line_warnings():
-            return _run(args)
-    except (EvaluationError, _CLIError) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return getattr(exc, "status", 1)
+        try:
+            args = build_parser().parse_args(argv)
+            level = logging.WARNING if args.quiet else logging.INFO
+            with _package_log_on_stderr(level), _one_line_warnings():
+                return _run(args)
+        except (EvaluationError, _CLIError) as exc:
+            print(f"{PROG}: error: {exc}", file=sys.stderr)
+            return getattr(exc, "status", 1)
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted; the previous report is unchanged", file=sys.stderr)
         return 130

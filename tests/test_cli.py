@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import subprocess
 import sys
 from contextlib import redirect_stdout
@@ -564,3 +565,32 @@ def test_ctrl_c_is_one_line_exit_130_and_the_report_is_unchanged(
     ]
     assert [p.name for p in tmp_path.iterdir()] == ["results.json"]
     assert (tmp_path / "results.json").read_text() == '{"an earlier": "run"}'
+
+
+@pytest.mark.parametrize("entry", ["console script", "python -m"])
+def test_ctrl_c_while_the_package_is_imported_exits_130(tmp_path, entry):
+    """A real SIGINT while scikit-learn is imported (the first heavy import):
+    one line on stderr and status 130, as later, with no traceback."""
+    fake = tmp_path / "sklearn"
+    fake.mkdir()
+    (fake / "__init__.py").write_text(
+        "import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(30)\n"
+    )
+    # what the console script pip writes for `sklearn_isotropy.cli:main` does
+    script = "import sys\nfrom sklearn_isotropy.cli import main\nsys.exit(main())\n"
+    command = (
+        ["-c", script] if entry == "console script" else ["-m", "sklearn_isotropy"]
+    )
+    out = subprocess.run(
+        [sys.executable, *command, "evaluate", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])},
+        timeout=60,
+    )
+    assert out.returncode == 130, out.stderr
+    assert out.stderr.splitlines() == [
+        "sklearn-isotropy: interrupted; the previous report is unchanged"
+    ]
+    assert out.stdout == ""
