@@ -509,6 +509,49 @@ def test_sentence_transformers_export_keeps_the_pipelines_cosines(
     assert "Cosine similarities are the pipeline's" in card
 
 
+def test_texts_without_tokens_agree_on_every_path(fitted, tmp_path):
+    """ "", spaces and a control character have no token: the vectorizer
+    gives zeros, the pipeline the whitening's image of zeros, and both
+    exports exactly that."""
+    ort = pytest.importorskip("onnxruntime")
+    from sentence_transformers import SentenceTransformer
+
+    from sklearn_isotropy.export import to_onnx, to_sentence_transformers
+
+    vec = fitted["sif"]
+    whitening = WhiteningTransformer(noise_variance="auto")
+    pipe = make_pipeline(vec, whitening.fit(vec.transform(FIT_TEXTS)))
+    empty, words = ["", "   ", "\x00"], ["the", "the cat sat on the mat"]
+    texts = empty + words
+    assert vec.tokenizer_.encode_batch(empty, add_special_tokens=False)[2].ids == []
+    assert_allclose(vec.transform(empty), 0)
+    expected = pipe.transform(texts)
+    image_of_zeros = (0 - whitening.mean_) @ whitening.whitening_
+    assert np.linalg.norm(image_of_zeros) > 0.1  # not zeros: a point of its own
+    assert_allclose(expected[:3], np.tile(image_of_zeros, (3, 1)), rtol=1e-5)
+
+    session = ort.InferenceSession(
+        to_onnx(pipe).SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    tokenizer = model_tokenizer(vec)
+    tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+    encodings = tokenizer.encode_batch(texts, add_special_tokens=False)
+    feed = {
+        "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
+        "attention_mask": np.array([e.attention_mask for e in encodings], np.int64),
+    }
+    got = session.run(["sentence_embedding"], feed)[0]
+    assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+    to_sentence_transformers(pipe, tmp_path / "st")
+    got = SentenceTransformer(str(tmp_path / "st"), device="cpu").encode(texts)
+    assert_allclose(got[:3], expected[:3], rtol=1e-5, atol=1e-5)
+    # texts with tokens: the pipeline's output times their mean token weight
+    ids = [vec.tokenizer_.encode(t, add_special_tokens=False).ids for t in words]
+    scale = np.array([vec.token_weights_[i].mean() for i in ids])
+    assert_allclose(got[3:], expected[3:] * scale[:, None], rtol=1e-4, atol=1e-5)
+
+
 def test_sentence_transformers_export_of_the_vectorizer_alone(fitted, tmp_path):
     from sentence_transformers import SentenceTransformer
 

@@ -16,6 +16,13 @@ exporters write it:
 - to ONNX, as a ``Gather`` of rows and weights and their weighted mean:
   the pipeline's output itself.
 
+A text without tokens (``""``, spaces, control characters) is a row of
+zeros out of the vectorizer, and the post-processors map it as any row:
+``empty = A(0)``, ``(0 - mean_) @ whitening_`` after a whitening. Both
+exports give it exactly that (a ``Dense`` bias after sentence-transformers'
+mean, which gives such a text zeros), so every path agrees with the
+pipeline.
+
 ``to_sentence_transformers``, ``to_onnx`` and ``save_onnx_pipeline``
 dispatch here when a pipeline starts with the static vectorizer.
 """
@@ -156,8 +163,29 @@ def _model_card(folded):
         "row is multiplied by its token's weight: `encode(texts)` is the "
         "pipeline's `transform(texts)` times a positive number per text (the "
         "mean weight of its tokens). Cosine similarities are the pipeline's "
-        "(to about 1e-6); vector lengths are not. A text without tokens is a "
-        "row of zeros.\n"
+        "(to about 1e-6); vector lengths are not. A text without tokens (the "
+        "empty string, spaces) gets the pipeline's output for it: the "
+        "vectorizer's row of zeros through the post-processors, which a "
+        "`Dense` module adds after the mean when it is not zero.\n"
+    )
+
+
+def _bias_module(bias):
+    """A sentence-transformers ``Dense`` module that adds ``bias``."""
+    torch = import_optional("torch", purpose="to_sentence_transformers", extra="export")
+    modules = import_optional(
+        "sentence_transformers.sentence_transformer.modules",
+        purpose="to_sentence_transformers",
+        extra="export",
+    )
+    width = len(bias)
+    return modules.Dense(
+        width,
+        width,
+        bias=True,
+        activation_function=torch.nn.Identity(),
+        init_weight=torch.eye(width, dtype=torch.float32),
+        init_bias=torch.as_tensor(bias, dtype=torch.float32),
     )
 
 
@@ -176,10 +204,19 @@ def static_to_sentence_transformers(pipeline, path, *, overwrite=False):
     check_target(path, overwrite=overwrite, what=what)
     rows = folded.table * folded.weights[:, None]
     tokenizer = tokenizers.Tokenizer.from_str(folded.vectorizer.tokenizer_.to_str())
+    dense = []
+    if np.any(folded.empty):
+        # StaticEmbedding gives a text without tokens a row of zeros, but the
+        # pipeline gives it the post-processors' image of zeros, ``empty``:
+        # rows minus ``empty`` and a bias of ``empty`` after the mean give
+        # ``empty`` there and change no other output, since a text's
+        # ``sum_t (row_t - empty) / n + empty`` is ``sum_t row_t / n``
+        rows = rows - folded.empty
+        dense = [_bias_module(folded.empty)]
     module = modules.StaticEmbedding(
         tokenizer, embedding_weights=np.ascontiguousarray(rows, dtype=np.float32)
     )
-    model = st.SentenceTransformer(modules=[module], device="cpu")
+    model = st.SentenceTransformer(modules=[module, *dense], device="cpu")
     model.eval()
 
     def write(directory):

@@ -327,9 +327,17 @@ class StaticEmbeddingVectorizer(
     Notes
     -----
     Texts are tokenized without special tokens and without a length limit.
-    A text with no token at all (the empty string) is the mean of no rows,
-    taken as a row of zeros, as ``torch.nn.EmbeddingBag`` and model2vec
-    take it.
+    A text with no token at all (the empty string, spaces, a control
+    character such as ``"\x00"``) is the mean of no rows, taken as a row
+    of zeros, as ``torch.nn.EmbeddingBag`` and model2vec take it. The steps
+    after the vectorizer map it as any other row: in a pipeline with a
+    :class:`~sklearn_isotropy.WhiteningTransformer` it becomes ``(0 -
+    mean_) @ whitening_``, which is not neutral (it has a sizeable cosine
+    with common words). The pipeline's ``transform`` and its exports
+    (:func:`~sklearn_isotropy.export.to_onnx`,
+    :func:`~sklearn_isotropy.export.to_sentence_transformers`) all give
+    that same row. Where such texts should match nothing, find them from
+    the vectorizer's zero rows and drop them.
 
     The distilled table of an encoder is cached under
     ``$SKLEARN_ISOTROPY_STATIC_CACHE`` (default
