@@ -369,6 +369,47 @@ def test_bad_input(fitted, tiny_bert):
         StaticEmbeddingVectorizer(tiny_bert, frequencies=np.zeros(n_tokens)).fit(["a"])
 
 
+def test_hostile_frequencies(fitted, tiny_bert):
+    import warnings
+
+    n_tokens = len(fitted["sif"].embeddings_)
+    counts = np.arange(1.0, n_tokens + 1)
+
+    def fit(frequencies):
+        vec = StaticEmbeddingVectorizer(
+            tiny_bert, frequencies=frequencies, refine=False
+        )
+        return vec.fit(["a"])
+
+    for value, what in [(np.nan, "1 NaN"), (np.inf, "1 infinite"), (-1.0, "1 neg")]:
+        hostile = counts.copy()
+        hostile[7] = value
+        with pytest.raises(ValueError, match=rf"got {what}.*token ids \[7\]"):
+            fit(hostile)
+    with pytest.raises(ValueError, match="1 NaN"):
+        fit({"cat": float("nan")})
+    # counts near the largest float: their sum overflows, but only ratios
+    # matter, so the weights are those of the same counts at a small scale
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no overflow on the way either
+        huge = fit(counts * (np.finfo(np.float64).max / n_tokens))
+    assert np.all(np.isfinite(huge.token_probabilities_))
+    assert huge.token_probabilities_.sum() == pytest.approx(1.0)
+    small = fit(counts)
+    assert_allclose(huge.token_probabilities_, small.token_probabilities_, rtol=1e-12)
+    assert_allclose(huge.token_weights_, small.token_weights_, rtol=1e-6)
+    assert_allclose(
+        small.token_probabilities_, counts / counts.sum(), rtol=1e-12
+    )  # every token seen: plain relative frequencies
+    # complex counts are refused, not cast to their real part with a warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(TypeError, match="real numbers.*complex128"):
+            fit(counts + 1j)
+        with pytest.raises(TypeError, match="real numbers"):
+            fit({"cat": np.complex128(2 + 1j)})
+
+
 def test_a_tokenizer_that_is_not_fast_is_refused(hf):
     def tokenizer(texts, **kwargs):  # callable, but not a fast tokenizer
         return {}
