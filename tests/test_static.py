@@ -511,6 +511,70 @@ def test_a_damaged_static_folder_is_named(hf, tmp_path):
         StaticEmbeddingVectorizer(tmp_path).fit(["a"])
 
 
+@pytest.mark.parametrize(
+    "damage, match",
+    [
+        ({"mapping": np.full(84, 500)}, r"'mapping'.*500 to 500.*indices 0 to 85"),
+        ({"mapping": -np.ones(86, np.int64)}, r"'mapping'.*from -1 to -1"),
+        ({"mapping": np.zeros(86, np.float32)}, r"'mapping'.*integer row indices"),
+        ({"weights": np.ones(3, np.float32)}, r"'weights'.*\(3,\).*86 token rows"),
+    ],
+)
+def test_damaged_model2vec_tensors_are_named(hf, tmp_path, damage, match):
+    rows = _model2vec_folder(hf, tmp_path / "m2v", **damage)
+    assert len(rows) == 86  # the vocabulary the messages above quote
+    with pytest.raises(ValueError, match=match) as refused:
+        StaticEmbeddingVectorizer(tmp_path / "m2v").fit(["a"])
+    assert "model.safetensors" in str(refused.value)
+
+
+@pytest.mark.parametrize("config", [True, False])
+@pytest.mark.parametrize(
+    "damage, match",
+    [
+        ("no tokenizer", "it has no tokenizer.json"),
+        ("wrong key", r"no 'embeddings' \(model2vec\).*only \['vectors'\]"),
+        ("garbage", "is not a readable safetensors file"),
+        ("no weights", "it has no model.safetensors"),
+    ],
+)
+def test_an_incomplete_static_folder_says_what_is_missing(
+    hf, tmp_path, damage, match, config
+):
+    from safetensors.numpy import save_file
+
+    folder = tmp_path / "m2v"
+    rows = _model2vec_folder(hf, folder)
+    if config:  # as model2vec saves it
+        (folder / "config.json").write_text(json.dumps({"model_type": "model2vec"}))
+    weights = folder / "model.safetensors"
+    if damage == "no tokenizer":
+        (folder / "tokenizer.json").unlink()
+    elif damage == "wrong key":
+        save_file({"vectors": rows}, str(weights))
+    elif damage == "garbage":
+        weights.write_bytes(b"\x00garbage" * 10)
+    else:
+        weights.unlink()
+    with pytest.raises(ValueError, match="looks like a static \\(model2vec\\) model"):
+        StaticEmbeddingVectorizer(folder).fit(["a"])
+    with pytest.raises(ValueError, match=match):
+        StaticEmbeddingVectorizer(folder).fit(["a"])
+
+
+def test_a_corrupt_tokenizer_json_is_named(hf, tmp_path):
+    _model2vec_folder(hf, tmp_path / "m2v")
+    (tmp_path / "m2v" / "tokenizer.json").write_text("{1: 2}")
+    with pytest.raises(ValueError, match=r"tokenizer.*m2v/tokenizer.json.*damaged"):
+        StaticEmbeddingVectorizer(tmp_path / "m2v").fit(["a"])
+
+
+def test_an_encoder_folder_is_not_taken_for_a_static_one(tiny_bert):
+    from sklearn_isotropy.text._static_table import static_folder
+
+    assert static_folder(tiny_bert) is None  # config.json of a BERT
+
+
 # ------------------------------------------------------------------ export
 @pytest.fixture(scope="module")
 def pipelines(fitted):
