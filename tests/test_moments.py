@@ -158,6 +158,25 @@ def test_covariance_needs_weight_above_ddof():
         acc.covariance()
 
 
+@pytest.mark.parametrize("name", ["WhiteningTransformer", "NATSVTransformer"])
+def test_small_sample_weights_say_the_total_must_exceed_one(make_cone, name):
+    import sklearn_isotropy
+
+    estimator = getattr(sklearn_isotropy, name)
+    X = make_cone(200, 4)
+    small = np.full(200, 1e-3)  # 200 rows of positive weight, total 0.2
+    with pytest.raises(
+        ValueError, match=r"total weight must exceed 1; got a total of 0.2 over 200"
+    ) as refused:
+        estimator().fit(X, sample_weight=small)
+    assert "sample_weight * n_samples / sample_weight.sum()" in str(refused.value)
+    # what it suggests works: equal weights scaled up are the unweighted fit
+    scaled = estimator().fit(X, sample_weight=small * 200 / small.sum())
+    np.testing.assert_allclose(
+        scaled.transform(X), estimator().fit(X).transform(X), rtol=1e-7, atol=1e-9
+    )
+
+
 # --------------------------------------------------- one pass, exactly
 def _two_pass(X, w=None):
     """Reference: float64 two-pass mean and scatter (numpy)."""
