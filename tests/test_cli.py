@@ -77,6 +77,19 @@ def test_directory_without_split_exit_1(tmp_path, capsys):
     assert "train" in err
 
 
+@pytest.mark.parametrize("command", ["evaluate", "retrieval"])
+def test_pooling_with_the_static_encoder_is_refused(command, capsys):
+    argv = [command, "--data", "/nonexistent", "--encoder", "static"]
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, "--pooling", "cls"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"sklearn-isotropy {command}: error: --pooling does not apply" in err
+    assert "its own pooling" in err
+    # without --pooling the run starts (and stops at the missing data)
+    assert main([*argv, "--quiet"]) == 1
+
+
 def test_main_module_is_guarded():
     out = subprocess.run(
         [sys.executable, "-m", "sklearn_isotropy", "evaluate", "--help"],
