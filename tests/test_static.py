@@ -953,18 +953,26 @@ def test_evaluate_and_retrieval_with_the_static_encoder(
     assert status == 0, capsys.readouterr()
     results = json.loads((tmp_path / "sts" / "results.json").read_text())["results"]
     assert {r["pooling"] for r in results} == {"static"}
-    # raw: the default static vectorizer fitted on the task's sentences (by
-    # default the test split's, the 'target' protocol the report names)
-    with open(tiny_sts_dir / "test.csv", encoding="utf-8") as fh:
-        rows = list(csv.reader(fh))
+
+    # raw: the default static vectorizer fitted on the train split's
+    # sentences, under the 'target' protocol of the transforms too (fitted
+    # on the test sentences, its raw row would score sentences it was
+    # refined on)
+    def read(split):
+        with open(tiny_sts_dir / f"{split}.csv", encoding="utf-8") as fh:
+            return list(csv.reader(fh))
+
+    rows, train = read("test"), read("train")
     assert "'target'" in capsys.readouterr().out
-    texts = list(dict.fromkeys(t for r in rows for t in r[:2]))
+    texts = list(dict.fromkeys(t for r in train for t in r[:2]))
     vec = StaticEmbeddingVectorizer(tiny_bert).fit(texts)
     a, b = vec.transform([r[0] for r in rows]), vec.transform([r[1] for r in rows])
     gold = [float(r[2]) for r in rows]
     expected = 100 * spearmanr(cosine(a, b), gold).statistic
     [raw] = [r for r in results if r["method"] == "raw"]
     assert raw["spearman_x100"] == pytest.approx(expected, abs=1e-6)
+    report = (tmp_path / "sts" / "results.md").read_text()
+    assert f"static vectorizer, fitted on the {len(texts)} texts" in report
 
     status = main(
         ["retrieval", *common, "--encoder", "static", "--methods", "raw"]
