@@ -681,6 +681,20 @@ def _rank_deficiency_reason(moments: MomentAccumulator, rank: int) -> tuple[str,
     constant = int(np.count_nonzero(is_constant))
     varying = var[~is_constant]
     spread = float(varying.max() / varying.min()) if varying.size else 1.0
+    # the features that fall below round-off next to the largest: when they
+    # are a few and the rank lost is theirs (an encoder's near-constant
+    # dimensions, as the distilled static tables have), the message names
+    # them without the spread, whose value changes from fit to fit
+    tiny = int(np.count_nonzero(varying < varying.max() * d * eps * 1e3))
+    few = constant + tiny
+    if tiny and few <= max(1, d // 4) and rank >= d - few:
+        return (
+            f"{few} feature(s) are constant up to float64 round-off next to "
+            f"the others{rows_allow}",
+            "Harmless if they carry no signal (some encoders have a few such "
+            "dimensions); to keep them, standardise first: "
+            "make_pipeline(StandardNormalizer(), WhiteningTransformer())",
+        )
     if varying.size > 1 and spread * d * eps > 1e-3:
         return (
             f"the feature variances span a factor of {spread:.1e}, so the "
