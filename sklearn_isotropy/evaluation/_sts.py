@@ -37,7 +37,8 @@ def required_splits(
         The fitting protocol.
     encoder : {"transformer", "static"}, default="transformer"
         The encoder; the static vectorizer is fitted on the train split's
-        sentences under every protocol (:meth:`STSTask.encoder_texts`).
+        sentences under every protocol
+        (:meth:`~sklearn_isotropy.evaluation.STSTask.encoder_texts`).
 
     Returns
     -------

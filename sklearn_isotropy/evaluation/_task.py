@@ -301,8 +301,9 @@ def encode_texts(
         The pooling preset of a ``transformer`` encoder.
     fit_texts : sequence of str, default=None
         The texts a ``static`` encoder is fitted on (its token frequencies
-        and its refinement: see :meth:`Task.encoder_texts`); ``texts`` when
-        None. A ``transformer`` encoder learns nothing and ignores them.
+        and its refinement; see
+        :meth:`~sklearn_isotropy.evaluation.Task.encoder_texts`); ``texts``
+        when None. A ``transformer`` encoder learns nothing and ignores them.
 
     Returns
     -------
