@@ -168,12 +168,17 @@ def static_folder(model):
     if not problems:
         return path
     if meant or _looks_static(path):
+        encoder = (
+            ""
+            if meant or (path / "config.json").is_file()
+            else " If it is a Hugging Face encoder instead, its config.json is missing."
+        )
         raise ValueError(
             f"{str(path)!r} looks like a static (model2vec) model, but "
             f"{'; '.join(problems)}. A static model folder holds tokenizer.json "
             f"and a model.safetensors with an {_M2V_KEY!r} tensor (model2vec) or "
             f"{_ST_KEY!r} (sentence-transformers StaticEmbedding); restore the "
-            "missing or damaged files (download or save the model again)."
+            f"missing or damaged files (download or save the model again).{encoder}"
         )
     return None
 
