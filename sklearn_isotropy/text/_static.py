@@ -349,7 +349,7 @@ class StaticEmbeddingVectorizer(
     -----
     Texts are tokenized without special tokens and without a length limit.
     A text with no token at all (the empty string, spaces, a control
-    character such as ``"\x00"``) is the mean of no rows, taken as a row
+    character such as ``"\\x00"``) is the mean of no rows, taken as a row
     of zeros, as ``torch.nn.EmbeddingBag`` and model2vec take it. The steps
     after the vectorizer map it as any other row: in a pipeline with a
     :class:`~sklearn_isotropy.WhiteningTransformer` it becomes ``(0 -
