@@ -149,7 +149,7 @@ def _add_task_parser(sub, task):
         epilog=epilog,
         argument_default=argparse.SUPPRESS,
     )
-    parser.set_defaults(task=task)
+    parser.set_defaults(task=task, subparser=parser)
     parser.add_argument(
         "--data",
         default="stsb",
@@ -226,6 +226,17 @@ def build_parser() -> argparse.ArgumentParser:
     for task in TASKS.values():
         _add_task_parser(sub, task)
     return parser
+
+
+def _check_combinations(args):
+    """Refuse flags that do not apply together, as argparse refuses a bad one."""
+    if getattr(args, "encoder", None) == "static" and hasattr(args, "poolings"):
+        args.subparser.error(
+            "--pooling does not apply to --encoder static: the static "
+            "vectorizer has its own pooling (a weighted mean of token rows, "
+            "reported as 'static'). Drop --pooling, or compare poolings with "
+            "--encoder transformer."
+        )
 
 
 def _check_out(out, names):
@@ -388,16 +399,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     >>> main(["evaluate", "--data", "/nonexistent/sts", "--quiet"])
     1
     """
-    from .exceptions import EvaluationError
+    # Ctrl-C while scikit-learn, the package and its registries are imported
+    # is an interruption too: ``import sklearn_isotropy`` itself loads none
+    # of them, so this handler runs before any heavy import
+    try:
+        from .exceptions import EvaluationError
 
-    try:  # Ctrl-C while the registries are imported is an interruption too
-        args = build_parser().parse_args(argv)
-        level = logging.WARNING if args.quiet else logging.INFO
-        with _package_log_on_stderr(level), _one_line_warnings():
-            return _run(args)
-    except (EvaluationError, _CLIError) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return getattr(exc, "status", 1)
+        try:
+            args = build_parser().parse_args(argv)
+            _check_combinations(args)
+            level = logging.WARNING if args.quiet else logging.INFO
+            with _package_log_on_stderr(level), _one_line_warnings():
+                return _run(args)
+        except (EvaluationError, _CLIError) as exc:
+            print(f"{PROG}: error: {exc}", file=sys.stderr)
+            return getattr(exc, "status", 1)
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted; the previous report is unchanged", file=sys.stderr)
         return 130

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import subprocess
 import sys
 from contextlib import redirect_stdout
@@ -74,6 +75,19 @@ def test_directory_without_split_exit_1(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert status == 1 and len(err.splitlines()) == 1
     assert "train" in err
+
+
+@pytest.mark.parametrize("command", ["evaluate", "retrieval"])
+def test_pooling_with_the_static_encoder_is_refused(command, capsys):
+    argv = [command, "--data", "/nonexistent", "--encoder", "static"]
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, "--pooling", "cls"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"sklearn-isotropy {command}: error: --pooling does not apply" in err
+    assert "its own pooling" in err
+    # without --pooling the run starts (and stops at the missing data)
+    assert main([*argv, "--quiet"]) == 1
 
 
 def test_main_module_is_guarded():
@@ -564,3 +578,32 @@ def test_ctrl_c_is_one_line_exit_130_and_the_report_is_unchanged(
     ]
     assert [p.name for p in tmp_path.iterdir()] == ["results.json"]
     assert (tmp_path / "results.json").read_text() == '{"an earlier": "run"}'
+
+
+@pytest.mark.parametrize("entry", ["console script", "python -m"])
+def test_ctrl_c_while_the_package_is_imported_exits_130(tmp_path, entry):
+    """A real SIGINT while scikit-learn is imported (the first heavy import):
+    one line on stderr and status 130, as later, with no traceback."""
+    fake = tmp_path / "sklearn"
+    fake.mkdir()
+    (fake / "__init__.py").write_text(
+        "import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(30)\n"
+    )
+    # what the console script pip writes for `sklearn_isotropy.cli:main` does
+    script = "import sys\nfrom sklearn_isotropy.cli import main\nsys.exit(main())\n"
+    command = (
+        ["-c", script] if entry == "console script" else ["-m", "sklearn_isotropy"]
+    )
+    out = subprocess.run(
+        [sys.executable, *command, "evaluate", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])},
+        timeout=60,
+    )
+    assert out.returncode == 130, out.stderr
+    assert out.stderr.splitlines() == [
+        "sklearn-isotropy: interrupted; the previous report is unchanged"
+    ]
+    assert out.stdout == ""

@@ -158,6 +158,64 @@ def test_covariance_needs_weight_above_ddof():
         acc.covariance()
 
 
+@pytest.mark.parametrize("name", ["WhiteningTransformer", "NATSVTransformer"])
+def test_small_sample_weights_say_the_total_must_exceed_one(make_cone, name):
+    import sklearn_isotropy
+
+    estimator = getattr(sklearn_isotropy, name)
+    X = make_cone(200, 4)
+    small = np.full(200, 1e-3)  # 200 rows of positive weight, total 0.2
+    with pytest.raises(
+        ValueError, match=r"total weight must exceed 1; got a total of 0.2 over 200"
+    ) as refused:
+        estimator().fit(X, sample_weight=small)
+    assert "sample_weight * n_samples / sample_weight.sum()" in str(refused.value)
+    # what it suggests works: equal weights scaled up are the unweighted fit
+    scaled = estimator().fit(X, sample_weight=small * 200 / small.sum())
+    np.testing.assert_allclose(
+        scaled.transform(X), estimator().fit(X).transform(X), rtol=1e-7, atol=1e-9
+    )
+
+
+def test_a_few_near_constant_features_are_reported_once_in_one_short_line(caplog):
+    """An encoder's near-constant dimensions (the distilled static table has
+    three) lose their directions harmlessly: one short INFO line, once, with
+    no number that changes from fit to fit."""
+    import warnings
+
+    from sklearn_isotropy import WhiteningTransformer
+    from sklearn_isotropy.exceptions import RankDeficiencyWarning
+    from sklearn_isotropy.linear import _whitening
+
+    rng = np.random.default_rng(0)
+    d = 48
+    X = rng.normal(size=(600, d)) @ rng.normal(size=(d, d)) + rng.normal(size=d)
+    X[:, :3] = 1e-30 * (1 + rng.normal(size=(600, 3)))
+    X[300:, :3] *= 7.0  # the second half's tiny features: another spread
+    _whitening._REPORTED.clear()
+    with caplog.at_level("INFO", logger="sklearn_isotropy"), warnings.catch_warnings():
+        warnings.simplefilter("error", RankDeficiencyWarning)
+        fits = [
+            WhiteningTransformer().fit(X[rows])
+            for rows in (slice(300), slice(300, None), slice(None))
+        ]
+    assert [est.rank_ for est in fits] == [d - 3] * 3
+    messages = [r.getMessage() for r in caplog.records if "keeps" in r.getMessage()]
+    assert len(messages) == 1, messages
+    (message,) = messages
+    assert f"Whitening keeps {d - 3} of {d} directions" in message
+    assert "3 feature(s) are constant up to float64 round-off" in message
+    assert "span a factor" not in message
+    assert "\n" not in message and len(message) < 400
+    # the advice it gives keeps them
+    from sklearn.pipeline import make_pipeline
+
+    from sklearn_isotropy import StandardNormalizer
+
+    pipe = make_pipeline(StandardNormalizer(), WhiteningTransformer()).fit(X)
+    assert pipe[-1].rank_ == d
+
+
 # --------------------------------------------------- one pass, exactly
 def _two_pass(X, w=None):
     """Reference: float64 two-pass mean and scatter (numpy)."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
+import sys
 
 import numpy as np
 import pytest
@@ -228,6 +230,14 @@ def test_empty_and_unknown_texts(fitted, hf):
     assert_allclose(got[2], vec.embeddings_[unk], rtol=1e-6)
 
 
+@pytest.mark.parametrize("once", [lambda t: (x for x in t), lambda t: map(str, t)])
+def test_fit_transform_reads_a_generator_once(fitted, tiny_bert, once):
+    got = StaticEmbeddingVectorizer(tiny_bert, refine=False).fit_transform(
+        once(FIT_TEXTS)
+    )
+    assert_allclose(got, fitted["unrefined"].transform(FIT_TEXTS), rtol=1e-6)
+
+
 def test_pickle_clone_and_feature_names(fitted, hf):
     vec = fitted["zipf"]
     back = pickle.loads(pickle.dumps(vec))
@@ -359,6 +369,47 @@ def test_bad_input(fitted, tiny_bert):
         StaticEmbeddingVectorizer(tiny_bert, frequencies=np.zeros(n_tokens)).fit(["a"])
 
 
+def test_hostile_frequencies(fitted, tiny_bert):
+    import warnings
+
+    n_tokens = len(fitted["sif"].embeddings_)
+    counts = np.arange(1.0, n_tokens + 1)
+
+    def fit(frequencies):
+        vec = StaticEmbeddingVectorizer(
+            tiny_bert, frequencies=frequencies, refine=False
+        )
+        return vec.fit(["a"])
+
+    for value, what in [(np.nan, "1 NaN"), (np.inf, "1 infinite"), (-1.0, "1 neg")]:
+        hostile = counts.copy()
+        hostile[7] = value
+        with pytest.raises(ValueError, match=rf"got {what}.*token ids \[7\]"):
+            fit(hostile)
+    with pytest.raises(ValueError, match="1 NaN"):
+        fit({"cat": float("nan")})
+    # counts near the largest float: their sum overflows, but only ratios
+    # matter, so the weights are those of the same counts at a small scale
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no overflow on the way either
+        huge = fit(counts * (np.finfo(np.float64).max / n_tokens))
+    assert np.all(np.isfinite(huge.token_probabilities_))
+    assert huge.token_probabilities_.sum() == pytest.approx(1.0)
+    small = fit(counts)
+    assert_allclose(huge.token_probabilities_, small.token_probabilities_, rtol=1e-12)
+    assert_allclose(huge.token_weights_, small.token_weights_, rtol=1e-6)
+    assert_allclose(
+        small.token_probabilities_, counts / counts.sum(), rtol=1e-12
+    )  # every token seen: plain relative frequencies
+    # complex counts are refused, not cast to their real part with a warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(TypeError, match="real numbers.*complex128"):
+            fit(counts + 1j)
+        with pytest.raises(TypeError, match="real numbers"):
+            fit({"cat": np.complex128(2 + 1j)})
+
+
 def test_a_tokenizer_that_is_not_fast_is_refused(hf):
     def tokenizer(texts, **kwargs):  # callable, but not a fast tokenizer
         return {}
@@ -396,6 +447,41 @@ def test_reads_a_model2vec_folder(hf, tmp_path):
     assert_allclose(vec.transform(TEXTS), expected, rtol=1e-5, atol=1e-6)
 
 
+def _model2vec_folder(hf, folder, **tensors):
+    """A small model2vec folder: one random row per token id of the tiny
+    tokenizer (``tensors`` replace or add tensors)."""
+    from safetensors.numpy import save_file
+
+    n_tokens = max(hf[1].get_vocab().values()) + 1
+    rows = np.random.default_rng(2).normal(size=(n_tokens, 6)).astype(np.float32)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({"embeddings": rows, **tensors}, str(folder / "model.safetensors"))
+    _tokenizer_json(hf, folder)
+    return rows
+
+
+def test_a_model2vec_folder_fits_and_transforms_without_torch(
+    hf, tmp_path, monkeypatch
+):
+    rows = _model2vec_folder(hf, tmp_path / "m2v")
+    n_tokens = len(rows)
+    monkeypatch.setitem(sys.modules, "torch", None)  # importing torch fails
+    vec = StaticEmbeddingVectorizer(tmp_path / "m2v", weighting="uniform")
+    got = vec.fit_transform(TEXTS)
+    assert vec.table_kind_ == "model2vec"
+    expected = loop_reference(hf, TEXTS, rows, np.ones(n_tokens))
+    assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_without_torch_the_vectorizers_name_the_text_extra(tiny_bert, monkeypatch):
+    from sklearn_isotropy import BertPoolingVectorizer
+
+    monkeypatch.setitem(sys.modules, "torch", None)
+    for vec in (StaticEmbeddingVectorizer(tiny_bert), BertPoolingVectorizer(tiny_bert)):
+        with pytest.raises(ImportError, match=r"sklearn-isotropy\[text\]"):
+            vec.fit(["a"])
+
+
 def test_reads_a_sentence_transformers_static_model(hf, tmp_path):
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import StaticEmbedding
@@ -423,6 +509,70 @@ def test_a_damaged_static_folder_is_named(hf, tmp_path):
     _tokenizer_json(hf, tmp_path)
     with pytest.raises(ValueError, match="one row per id"):
         StaticEmbeddingVectorizer(tmp_path).fit(["a"])
+
+
+@pytest.mark.parametrize(
+    "damage, match",
+    [
+        ({"mapping": np.full(84, 500)}, r"'mapping'.*500 to 500.*indices 0 to 85"),
+        ({"mapping": -np.ones(86, np.int64)}, r"'mapping'.*from -1 to -1"),
+        ({"mapping": np.zeros(86, np.float32)}, r"'mapping'.*integer row indices"),
+        ({"weights": np.ones(3, np.float32)}, r"'weights'.*\(3,\).*86 token rows"),
+    ],
+)
+def test_damaged_model2vec_tensors_are_named(hf, tmp_path, damage, match):
+    rows = _model2vec_folder(hf, tmp_path / "m2v", **damage)
+    assert len(rows) == 86  # the vocabulary the messages above quote
+    with pytest.raises(ValueError, match=match) as refused:
+        StaticEmbeddingVectorizer(tmp_path / "m2v").fit(["a"])
+    assert "model.safetensors" in str(refused.value)
+
+
+@pytest.mark.parametrize("config", [True, False])
+@pytest.mark.parametrize(
+    "damage, match",
+    [
+        ("no tokenizer", "it has no tokenizer.json"),
+        ("wrong key", r"no 'embeddings' \(model2vec\).*only \['vectors'\]"),
+        ("garbage", "is not a readable safetensors file"),
+        ("no weights", "it has no model.safetensors"),
+    ],
+)
+def test_an_incomplete_static_folder_says_what_is_missing(
+    hf, tmp_path, damage, match, config
+):
+    from safetensors.numpy import save_file
+
+    folder = tmp_path / "m2v"
+    rows = _model2vec_folder(hf, folder)
+    if config:  # as model2vec saves it
+        (folder / "config.json").write_text(json.dumps({"model_type": "model2vec"}))
+    weights = folder / "model.safetensors"
+    if damage == "no tokenizer":
+        (folder / "tokenizer.json").unlink()
+    elif damage == "wrong key":
+        save_file({"vectors": rows}, str(weights))
+    elif damage == "garbage":
+        weights.write_bytes(b"\x00garbage" * 10)
+    else:
+        weights.unlink()
+    with pytest.raises(ValueError, match="looks like a static \\(model2vec\\) model"):
+        StaticEmbeddingVectorizer(folder).fit(["a"])
+    with pytest.raises(ValueError, match=match):
+        StaticEmbeddingVectorizer(folder).fit(["a"])
+
+
+def test_a_corrupt_tokenizer_json_is_named(hf, tmp_path):
+    _model2vec_folder(hf, tmp_path / "m2v")
+    (tmp_path / "m2v" / "tokenizer.json").write_text("{1: 2}")
+    with pytest.raises(ValueError, match=r"tokenizer.*m2v/tokenizer.json.*damaged"):
+        StaticEmbeddingVectorizer(tmp_path / "m2v").fit(["a"])
+
+
+def test_an_encoder_folder_is_not_taken_for_a_static_one(tiny_bert):
+    from sklearn_isotropy.text._static_table import static_folder
+
+    assert static_folder(tiny_bert) is None  # config.json of a BERT
 
 
 # ------------------------------------------------------------------ export
@@ -462,6 +612,49 @@ def test_sentence_transformers_export_keeps_the_pipelines_cosines(
     assert_allclose(got, expected * scale[:, None], rtol=1e-4, atol=1e-5)
     card = (tmp_path / "st" / "README.md").read_text()
     assert "Cosine similarities are the pipeline's" in card
+
+
+def test_texts_without_tokens_agree_on_every_path(fitted, tmp_path):
+    """ "", spaces and a control character have no token: the vectorizer
+    gives zeros, the pipeline the whitening's image of zeros, and both
+    exports exactly that."""
+    ort = pytest.importorskip("onnxruntime")
+    from sentence_transformers import SentenceTransformer
+
+    from sklearn_isotropy.export import to_onnx, to_sentence_transformers
+
+    vec = fitted["sif"]
+    whitening = WhiteningTransformer(noise_variance="auto")
+    pipe = make_pipeline(vec, whitening.fit(vec.transform(FIT_TEXTS)))
+    empty, words = ["", "   ", "\x00"], ["the", "the cat sat on the mat"]
+    texts = empty + words
+    assert vec.tokenizer_.encode_batch(empty, add_special_tokens=False)[2].ids == []
+    assert_allclose(vec.transform(empty), 0)
+    expected = pipe.transform(texts)
+    image_of_zeros = (0 - whitening.mean_) @ whitening.whitening_
+    assert np.linalg.norm(image_of_zeros) > 0.1  # not zeros: a point of its own
+    assert_allclose(expected[:3], np.tile(image_of_zeros, (3, 1)), rtol=1e-5)
+
+    session = ort.InferenceSession(
+        to_onnx(pipe).SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    tokenizer = model_tokenizer(vec)
+    tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+    encodings = tokenizer.encode_batch(texts, add_special_tokens=False)
+    feed = {
+        "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
+        "attention_mask": np.array([e.attention_mask for e in encodings], np.int64),
+    }
+    got = session.run(["sentence_embedding"], feed)[0]
+    assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+    to_sentence_transformers(pipe, tmp_path / "st")
+    got = SentenceTransformer(str(tmp_path / "st"), device="cpu").encode(texts)
+    assert_allclose(got[:3], expected[:3], rtol=1e-5, atol=1e-5)
+    # texts with tokens: the pipeline's output times their mean token weight
+    ids = [vec.tokenizer_.encode(t, add_special_tokens=False).ids for t in words]
+    scale = np.array([vec.token_weights_[i].mean() for i in ids])
+    assert_allclose(got[3:], expected[3:] * scale[:, None], rtol=1e-4, atol=1e-5)
 
 
 def test_sentence_transformers_export_of_the_vectorizer_alone(fitted, tmp_path):
@@ -534,15 +727,59 @@ def test_save_onnx_pipeline_of_a_static_pipeline(pipelines, tmp_path):
     assert "encode_batch" in (folder / "README.md").read_text()
 
 
-def test_export_errors(fitted, pipelines, tmp_path, tiny_bert):
+def test_a_static_pipeline_with_a_flow_is_exported_in_two_parts(fitted, tmp_path):
+    """The refusal says what can be done, and what it says works: the static
+    part as one model, the flow on its embeddings."""
+    ort = pytest.importorskip("onnxruntime")
     from sklearn_isotropy import GlowFlowTransformer
+    from sklearn_isotropy.export import (
+        save_onnx_pipeline,
+        to_onnx,
+        to_sentence_transformers,
+    )
+
+    vec = fitted["sif"]
+    flow = GlowFlowTransformer(depth=1, hidden_size=8, max_iter=0, random_state=0)
+    pipe = make_pipeline(vec, flow.fit(vec.transform(FIT_TEXTS)))
+    calls = [
+        (to_onnx, (pipe,), r"to_onnx\(pipe\[:1\]\)"),
+        (to_sentence_transformers, (pipe, tmp_path / "st"), r"\(pipe\[:1\], path\)"),
+        (save_onnx_pipeline, (pipe, tmp_path / "onnx"), r"\(pipe\[:1\], path\)"),
+    ]
+    for export, args, static_part in calls:
+        with pytest.raises(TypeError) as refused:
+            export(*args)
+        message = str(refused.value)
+        assert "'glowflowtransformer' (GlowFlowTransformer) of a static" in message
+        assert "only the linear ones allow" in message
+        assert re.search(static_part, message), message
+        assert "sklearn_isotropy.export.to_onnx(pipe[1:])" in message
+    assert not (tmp_path / "st").exists() and not (tmp_path / "onnx").exists()
+
+    def run(model, feed):
+        session = ort.InferenceSession(
+            model.SerializeToString(), providers=["CPUExecutionProvider"]
+        )
+        return session.run(None, feed)[0]
+
+    tokenizer = model_tokenizer(vec)
+    tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+    encodings = tokenizer.encode_batch(TEXTS, add_special_tokens=False)
+    feed = {
+        "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
+        "attention_mask": np.array([e.attention_mask for e in encodings], np.int64),
+    }
+    static = run(to_onnx(pipe[:1]), feed)
+    flow_graph = to_onnx(pipe[1:])
+    got = run(flow_graph, {flow_graph.graph.input[0].name: static})
+    assert_allclose(got, pipe.transform(TEXTS), rtol=1e-4, atol=1e-4)
+
+
+def test_export_errors(fitted, pipelines, tmp_path, tiny_bert):
     from sklearn_isotropy.export import to_onnx, to_sentence_transformers
 
     with pytest.raises(NotFittedError, match="not fitted"):
         to_onnx(StaticEmbeddingVectorizer(tiny_bert))
-    flow = make_pipeline(fitted["sif"], GlowFlowTransformer())
-    with pytest.raises(TypeError, match="GlowFlowTransformer"):
-        to_sentence_transformers(flow, tmp_path / "x")
     with pytest.raises(ValueError, match="n_features"):
         to_onnx(pipelines["sif"], n_features=8)
     with pytest.raises(ValueError, match="float32"):
@@ -583,8 +820,15 @@ def test_a_second_fit_reads_the_verified_cache(tiny_bert, static_cache, monkeypa
     assert len(list(static_cache.iterdir())) == 2
 
 
-@pytest.mark.parametrize("damage", ["flip", "truncate", "digest"])
-def test_a_damaged_cached_table_is_distilled_again(tiny_bert, static_cache, damage):
+@pytest.mark.parametrize(
+    "damage", ["flip", "truncate", "digest", "spec only", "file", "empty"]
+)
+def test_a_damaged_cached_table_is_distilled_again(
+    tiny_bert, static_cache, damage, monkeypatch
+):
+    import shutil
+    import warnings
+
     from sklearn_isotropy.exceptions import CacheWarning
 
     first = StaticEmbeddingVectorizer(tiny_bert, weighting="uniform").fit(["a"])
@@ -596,17 +840,79 @@ def test_a_damaged_cached_table_is_distilled_again(tiny_bert, static_cache, dama
         table.write_bytes(bytes(data))
     elif damage == "truncate":
         table.write_bytes(table.read_bytes()[:100])
-    else:
+    elif damage == "digest":
         (entry / "table.npy.sha256").unlink()
-    with pytest.warns(CacheWarning, match="damaged"):
-        again = StaticEmbeddingVectorizer(tiny_bert, weighting="uniform").fit(["a"])
+    elif damage == "spec only":  # the table and its digest deleted
+        table.unlink()
+        (entry / "table.npy.sha256").unlink()
+    elif damage == "file":
+        shutil.rmtree(entry)
+        entry.write_text("not a folder")
+    else:  # an empty folder is written into, without a warning
+        shutil.rmtree(entry)
+        entry.mkdir()
+    if damage == "empty":
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", CacheWarning)
+            again = StaticEmbeddingVectorizer(tiny_bert, weighting="uniform").fit(["a"])
+    else:
+        with pytest.warns(CacheWarning, match="damaged.*replacing it"):
+            again = StaticEmbeddingVectorizer(tiny_bert, weighting="uniform").fit(["a"])
     assert_allclose(again.embeddings_, first.embeddings_)
-    # and replaced: the next fit reads it without a warning
-    import warnings
-
+    # and replaced: the next fit reads it, without distilling or a warning
+    assert sorted(p.name for p in entry.iterdir()) == [
+        "spec.json",
+        "table.npy",
+        "table.npy.sha256",
+    ]
+    _no_distillation(monkeypatch)
     with warnings.catch_warnings():
         warnings.simplefilter("error", CacheWarning)
-        StaticEmbeddingVectorizer(tiny_bert, weighting="uniform").fit(["a"])
+        served = StaticEmbeddingVectorizer(tiny_bert, weighting="uniform").fit(["a"])
+    assert_allclose(served.embeddings_, first.embeddings_)
+
+
+def test_a_cache_directory_that_is_a_file_warns(tiny_bert, tmp_path, monkeypatch):
+    from sklearn_isotropy.exceptions import CacheWarning
+
+    cached = StaticEmbeddingVectorizer(tiny_bert, weighting="uniform").fit(["a"])
+    taken = tmp_path / "cache-file"
+    taken.write_text("mine")
+    monkeypatch.setenv("SKLEARN_ISOTROPY_STATIC_CACHE", str(taken))
+    with pytest.warns(CacheWarning, match="is a file.*SKLEARN_ISOTROPY_STATIC_CACHE"):
+        vec = StaticEmbeddingVectorizer(tiny_bert, weighting="uniform").fit(["a"])
+    assert_allclose(vec.embeddings_, cached.embeddings_)
+    assert taken.read_text() == "mine"
+
+
+def test_a_table_another_process_stored_is_not_a_failure(
+    tiny_bert, static_cache, monkeypatch
+):
+    """A FileExistsError while storing is silent only when a valid table is
+    there (another process stored it); otherwise it is reported."""
+    import warnings
+
+    from sklearn_isotropy.exceptions import CacheWarning
+    from sklearn_isotropy.text import _static_cache
+
+    write = _static_cache._write
+
+    def racing(folder, table, spec, overwrite):
+        write(folder, table, spec, overwrite)  # the other process wins
+        raise FileExistsError(17, "File exists", str(folder))
+
+    with monkeypatch.context() as patch:
+        patch.setattr(_static_cache, "_write", racing)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", CacheWarning)
+            StaticEmbeddingVectorizer(tiny_bert, weighting="uniform").fit(["a"])
+
+    def refused(folder, table, spec, overwrite):
+        raise FileExistsError(17, "File exists", str(folder))
+
+    monkeypatch.setattr(_static_cache, "_write", refused)
+    with pytest.warns(CacheWarning, match="Cannot store"):
+        StaticEmbeddingVectorizer(tiny_bert, distill_pooling="token").fit(["a"])
 
 
 def test_a_cache_that_cannot_be_written_is_read(tiny_bert, static_cache, monkeypatch):
@@ -647,18 +953,26 @@ def test_evaluate_and_retrieval_with_the_static_encoder(
     assert status == 0, capsys.readouterr()
     results = json.loads((tmp_path / "sts" / "results.json").read_text())["results"]
     assert {r["pooling"] for r in results} == {"static"}
-    # raw: the default static vectorizer fitted on the task's sentences (by
-    # default the test split's, the 'target' protocol the report names)
-    with open(tiny_sts_dir / "test.csv", encoding="utf-8") as fh:
-        rows = list(csv.reader(fh))
+
+    # raw: the default static vectorizer fitted on the train split's
+    # sentences, under the 'target' protocol of the transforms too (fitted
+    # on the test sentences, its raw row would score sentences it was
+    # refined on)
+    def read(split):
+        with open(tiny_sts_dir / f"{split}.csv", encoding="utf-8") as fh:
+            return list(csv.reader(fh))
+
+    rows, train = read("test"), read("train")
     assert "'target'" in capsys.readouterr().out
-    texts = list(dict.fromkeys(t for r in rows for t in r[:2]))
+    texts = list(dict.fromkeys(t for r in train for t in r[:2]))
     vec = StaticEmbeddingVectorizer(tiny_bert).fit(texts)
     a, b = vec.transform([r[0] for r in rows]), vec.transform([r[1] for r in rows])
     gold = [float(r[2]) for r in rows]
     expected = 100 * spearmanr(cosine(a, b), gold).statistic
     [raw] = [r for r in results if r["method"] == "raw"]
     assert raw["spearman_x100"] == pytest.approx(expected, abs=1e-6)
+    report = (tmp_path / "sts" / "results.md").read_text()
+    assert f"static vectorizer, fitted on the {len(texts)} texts" in report
 
     status = main(
         ["retrieval", *common, "--encoder", "static", "--methods", "raw"]

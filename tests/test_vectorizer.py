@@ -256,6 +256,12 @@ def test_dict_keys_view_keeps_its_order(tiny_bert):
     assert_allclose(vec.transform(keys), vec.transform(TEXTS[::-1]), rtol=1e-6)
 
 
+@pytest.mark.parametrize("once", [lambda t: (x for x in t), lambda t: map(str, t)])
+def test_fit_transform_reads_a_generator_once(tiny_bert, tiny_bert_objects, once):
+    got = BertPoolingVectorizer(tiny_bert).fit_transform(once(TEXTS))
+    assert_allclose(got, reference(*tiny_bert_objects, TEXTS), rtol=1e-4, atol=1e-5)
+
+
 def test_empty_string_is_encoded_from_special_tokens(tiny_bert, tiny_bert_objects):
     model, tokenizer = tiny_bert_objects
     X = BertPoolingVectorizer(tiny_bert).fit_transform(["", "the cat"])

@@ -5,15 +5,21 @@ from __future__ import annotations
 from ._optional import import_optional
 
 
-def resolve_device(device, *, owner: str, allow_fallback: bool = False):
+def resolve_device(
+    device, *, owner: str, extra: str | None = None, allow_fallback: bool = False
+):
     """Return ``(torch.device, fallback_reason)`` for a user's device string.
 
     ``"auto"`` is CUDA, then MPS, then the CPU; ``owner`` names who asked in
-    the messages. With ``allow_fallback``, a valid device that is not
-    available here (fitted on CUDA, loaded on a CPU-only machine) gives the
-    CPU and the reason instead of an error; the reason is None otherwise.
+    the messages, and ``extra`` the extra of ``sklearn-isotropy`` that
+    installs what the owner needs when torch is missing (``"text"`` for the
+    vectorizers, whose ``transformers`` is not in ``[flow]``; torch's own
+    extra, ``"flow"``, when None). With ``allow_fallback``, a valid device that
+    is not available here (fitted on CUDA, loaded on a CPU-only machine)
+    gives the CPU and the reason instead of an error; the reason is None
+    otherwise.
     """
-    torch = import_optional("torch", purpose=owner)
+    torch = import_optional("torch", purpose=owner, extra=extra)
     if isinstance(device, str) and device == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda"), None

@@ -481,6 +481,16 @@ def to_markdown(
         f"- Data: `{ev.data}` ({report.describe()})",
         f"- Model: {ev.model_name}",
         f"- Fitting protocol: {ev.protocol}.",
+        *(
+            [
+                f"- Encoder: the static vectorizer, fitted on the "
+                f"{ev.encodings['static']['fit_texts']} texts the task sets "
+                "apart for it (STS: the train split's sentences, under every "
+                "protocol)."
+            ]
+            if "fit_texts" in ev.encodings.get("static", {})
+            else []
+        ),
         f"- Seed: {ev.settings.seed}; device: {ev.settings.device}",
         *report.header_lines(),
         "",

@@ -402,6 +402,16 @@ class RetrievalTask(Task):
         return task
 
     # ---------------------------------------------------- the Task protocol
+    def encoder_texts(self) -> list[str]:
+        """Return the texts the post-processors are fitted on (see the class).
+
+        Returns
+        -------
+        texts : list of str
+            The train split's sentences, or the corpus.
+        """
+        return list(self.fit_texts)
+
     def embed(self, encode):
         Q, C, F = encode_once(encode, self.queries, self.corpus, self.fit_texts)
         return {"queries": Q, "corpus": C, "fit": F}

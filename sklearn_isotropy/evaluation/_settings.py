@@ -75,7 +75,10 @@ class EvaluationSettings:
     encoder : str, default="transformer"
         ``transformer`` encodes per pooling; ``static`` is
         :class:`~sklearn_isotropy.StaticEmbeddingVectorizer` of ``model`` with
-        its defaults, fitted on the task's texts (the poolings are not used).
+        its defaults, fitted on texts the task sets apart for it (STS: the
+        train split's sentences, under every protocol; see
+        :meth:`~sklearn_isotropy.evaluation.Task.encoder_texts`); the
+        poolings are not used.
     poolings : tuple of str, default=("mean", "embeddings_avg")
         Pooling presets to evaluate, in order.
     batch_size : int, default=32
@@ -141,7 +144,8 @@ class EvaluationSettings:
         "transformer",
         flag=True,
         parser=("transformer", "static"),
-        help="transformer (per pooling) or static token means (fitted on the texts)",
+        help="transformer (per pooling) or static token means (fitted on the "
+        "train split's sentences where there is one)",
     )
     poolings: tuple[str, ...] = _option(
         ("mean", "embeddings_avg"),

@@ -24,7 +24,9 @@ from ._task import Task, check_fit_on, encode_once
 __all__ = ["STSTask", "load_sts_splits", "required_splits"]
 
 
-def required_splits(methods: Iterable[str], fit_on: str = "target") -> list[str]:
+def required_splits(
+    methods: Iterable[str], fit_on: str = "target", *, encoder: str = "transformer"
+) -> list[str]:
     """Return the splits an STS evaluation of ``methods`` under ``fit_on`` reads.
 
     Parameters
@@ -33,12 +35,16 @@ def required_splits(methods: Iterable[str], fit_on: str = "target") -> list[str]
         Method names (see :data:`~sklearn_isotropy.evaluation.METHODS`).
     fit_on : {"target", "train"}, default="target"
         The fitting protocol.
+    encoder : {"transformer", "static"}, default="transformer"
+        The encoder; the static vectorizer is fitted on the train split's
+        sentences under every protocol
+        (:meth:`~sklearn_isotropy.evaluation.STSTask.encoder_texts`).
 
     Returns
     -------
     splits : list of str
-        ``"test"``, then ``"train"`` for ``fit_on="train"``, then ``"dev"``
-        if a method selects on it.
+        ``"test"``, then ``"train"`` for ``fit_on="train"`` or
+        ``encoder="static"``, then ``"dev"`` if a method selects on it.
 
     Examples
     --------
@@ -47,7 +53,7 @@ def required_splits(methods: Iterable[str], fit_on: str = "target") -> list[str]
     ['test', 'train', 'dev']
     """
     needed = ["test"]
-    if fit_on == "train":
+    if fit_on == "train" or encoder == "static":
         needed.append("train")
     if any(METHODS[m].needs_dev for m in methods if m in METHODS):
         needed.append("dev")
@@ -119,8 +125,8 @@ def load_sts_splits(
         if single_file and split != "test":
             raise EvaluationError(
                 f"{data} is a single file, used as the test split; the requested "
-                f"methods or protocol also need a {split!r} split: pass a "
-                "directory with train/dev/test files"
+                f"methods, protocol or encoder also need a {split!r} split: pass "
+                "a directory with train/dev/test files"
             )
         try:
             if not single_file:
@@ -190,7 +196,9 @@ class STSTask(Task):
         fit_on = fit_on or "target"
         splits = load_sts_splits(
             data,
-            required_splits(methods or cls.default_methods, fit_on),
+            required_splits(
+                methods or cls.default_methods, fit_on, encoder=settings.encoder
+            ),
             max_pairs=settings.max_pairs,
             random_state=settings.seed,
             format=settings.format,
@@ -203,6 +211,31 @@ class STSTask(Task):
             split: E.reshape(len(b.pairs), 2, -1)
             for (split, b), E in zip(self.splits.items(), encode_once(encode, *pairs))
         }
+
+    def encoder_texts(self) -> list[str]:
+        """Return the train split's distinct sentences, under every protocol.
+
+        The static vectorizer fitted on them scores sentences it was not
+        fitted on, as the transforms do under ``fit_on="train"``; under
+        ``"target"`` only the transforms see the test sentences.
+
+        Returns
+        -------
+        texts : list of str
+            The sentences, each once.
+
+        Raises
+        ------
+        EvaluationError
+            If the task holds no train split.
+        """
+        if "train" not in self.splits:
+            raise EvaluationError(
+                "the static encoder is fitted on the train split's sentences, "
+                "but no train split was loaded; pass data with a train split "
+                "(load the splits with required_splits(..., encoder='static'))"
+            )
+        return list(dict.fromkeys(self.splits["train"].pairs.ravel().tolist()))
 
     def dimensions(self, method, n_features, settings):
         k = settings.n_components

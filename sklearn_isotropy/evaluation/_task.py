@@ -124,6 +124,23 @@ class Task(ABC):
             One run per entry; None is the full width.
         """
 
+    def encoder_texts(self) -> list[str] | None:
+        """Return the texts an encoder that learns from texts is fitted on.
+
+        The static vectorizer (``encoder="static"``) learns token
+        frequencies and refines its table on texts; fitted on the sentences
+        it is scored on, its raw score would flatter it. A task names texts
+        apart from those scored (STS: the train split's sentences, whatever
+        the protocol of the transforms). None fits it on every text the
+        task encodes.
+
+        Returns
+        -------
+        texts : list of str or None
+            The texts, or None.
+        """
+        return None
+
     @abstractmethod
     def score(
         self, transformer: object, embeddings: dict, settings: EvaluationSettings
@@ -268,6 +285,8 @@ def encode_texts(
     texts: Sequence[str],
     settings: EvaluationSettings | None = None,
     pooling: str = "mean",
+    *,
+    fit_texts: Sequence[str] | None = None,
 ) -> tuple[np.ndarray, float]:
     """Encode texts with the vectorizer ``settings.encoder`` names.
 
@@ -280,6 +299,11 @@ def encode_texts(
         ``progress`` are read; the defaults when None.
     pooling : str, default="mean"
         The pooling preset of a ``transformer`` encoder.
+    fit_texts : sequence of str, default=None
+        The texts a ``static`` encoder is fitted on (its token frequencies
+        and its refinement; see
+        :meth:`~sklearn_isotropy.evaluation.Task.encoder_texts`); ``texts``
+        when None. A ``transformer`` encoder learns nothing and ignores them.
 
     Returns
     -------
@@ -296,8 +320,9 @@ def encode_texts(
     from ..text import BertPoolingVectorizer, StaticEmbeddingVectorizer
 
     settings = settings or EvaluationSettings()
-    if settings.encoder == "static":  # fitted on every text: token frequencies
+    if settings.encoder == "static":  # it learns from texts: token frequencies
         vec = StaticEmbeddingVectorizer(settings.model, device=settings.device)
+        fit_texts = texts if fit_texts is None else list(fit_texts)
     else:
         vec = BertPoolingVectorizer(
             settings.model,
@@ -308,7 +333,7 @@ def encode_texts(
             show_progress_bar=settings.progress,
         )
     try:
-        vec.fit(texts if settings.encoder == "static" else texts[:1])
+        vec.fit(fit_texts if settings.encoder == "static" else texts[:1])
     except (OSError, ValueError, ImportError, RuntimeError) as exc:
         name = settings.model or f"the default {DEFAULT_MODEL_NAME}"
         lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
@@ -426,15 +451,28 @@ def evaluate(
         if embeddings is None:
             encoded = ev.encodings[pooling] = {}
 
-            def encode(texts, pooling=pooling, encoded=encoded):
+            fit_texts = task.encoder_texts() if settings.encoder == "static" else None
+
+            if fit_texts is not None:
+                encoded["fit_texts"] = len(fit_texts)
+
+            def encode(texts, pooling=pooling, encoded=encoded, fit_texts=fit_texts):
                 encoded["texts"] = len(texts)
-                E, encoded["seconds"] = encode_texts(texts, settings, pooling)
+                E, encoded["seconds"] = encode_texts(
+                    texts, settings, pooling, fit_texts=fit_texts
+                )
                 return E
 
             bundle = task.embed(encode)
+            fitted = (
+                f" (the vectorizer fitted on {encoded['fit_texts']} texts set "
+                "apart for it)"
+                if "fit_texts" in encoded
+                else ""
+            )
             log(
                 f"[{pooling}] encoded {encoded['texts']} distinct texts in "
-                f"{encoded['seconds']:.1f} s"
+                f"{encoded['seconds']:.1f} s{fitted}"
             )
         else:
             bundle = embeddings[pooling]

@@ -16,6 +16,13 @@ exporters write it:
 - to ONNX, as a ``Gather`` of rows and weights and their weighted mean:
   the pipeline's output itself.
 
+A text without tokens (``""``, spaces, control characters) is a row of
+zeros out of the vectorizer, and the post-processors map it as any row:
+``empty = A(0)``, ``(0 - mean_) @ whitening_`` after a whitening. Both
+exports give it exactly that (a ``Dense`` bias after sentence-transformers'
+mean, which gives such a text zeros), so every path agrees with the
+pipeline.
+
 ``to_sentence_transformers``, ``to_onnx`` and ``save_onnx_pipeline``
 dispatch here when a pipeline starts with the static vectorizer.
 """
@@ -29,7 +36,13 @@ import numpy as np
 
 from .._utils import check_target, import_optional, publish_directory
 from ..text import StaticEmbeddingVectorizer
-from ._affine import check_fitted, fold_affine, split_steps
+from ._affine import (
+    _exportable_names,
+    check_fitted,
+    fold_affine,
+    is_affine,
+    split_steps,
+)
 from ._onnx_chain import _check_opset, _finish
 
 __all__ = [
@@ -83,6 +96,32 @@ class FoldedTable:
     steps: tuple[str, ...]
 
 
+def _check_linear(steps, *, what):
+    """Refuse a step that cannot be folded into the table.
+
+    The message says what can be exported instead: the static part with
+    ``what``, and the steps from the refused one on, which take its
+    embeddings, with ``to_onnx``.
+    """
+    for index, (name, est) in enumerate(steps[1:], start=1):
+        if is_affine(est):
+            continue
+        static_part = (
+            f"pipe[:{index}]" if what == "to_onnx" else f"pipe[:{index}], path"
+        )
+        raise TypeError(
+            f"{what} cannot export step {name!r} ({type(est).__name__}) of a "
+            "static pipeline: a StaticEmbeddingVectorizer pipeline is exported "
+            "as one token table with its post-processors folded into the rows, "
+            f"which only the linear ones allow ({_exportable_names()}). Export "
+            "it in two parts and run one after the other: the static part with "
+            f"{what}({static_part}), and the steps from {name!r} on, which take "
+            "its embeddings, with sklearn_isotropy.export.to_onnx"
+            f"(pipe[{index}:]) (indices of a flat Pipeline). Or put a "
+            "WhiteningTransformer in its place to export one static model."
+        )
+
+
 def fold_static(pipeline, *, what):
     """The :class:`FoldedTable` of a fitted static vectorizer and the linear
     post-processors after it."""
@@ -95,6 +134,7 @@ def fold_static(pipeline, *, what):
     table = vec.embeddings_.astype(np.float64)
     empty = np.zeros(vec.hidden_size_)
     post = steps[1:]
+    _check_linear(steps, what=what)
     if post:
         affine = fold_affine(post, what=what)
         if affine.n_features_in != vec.hidden_size_:
@@ -123,8 +163,29 @@ def _model_card(folded):
         "row is multiplied by its token's weight: `encode(texts)` is the "
         "pipeline's `transform(texts)` times a positive number per text (the "
         "mean weight of its tokens). Cosine similarities are the pipeline's "
-        "(to about 1e-6); vector lengths are not. A text without tokens is a "
-        "row of zeros.\n"
+        "(to about 1e-6); vector lengths are not. A text without tokens (the "
+        "empty string, spaces) gets the pipeline's output for it: the "
+        "vectorizer's row of zeros through the post-processors, which a "
+        "`Dense` module adds after the mean when it is not zero.\n"
+    )
+
+
+def _bias_module(bias):
+    """A sentence-transformers ``Dense`` module that adds ``bias``."""
+    torch = import_optional("torch", purpose="to_sentence_transformers", extra="export")
+    modules = import_optional(
+        "sentence_transformers.sentence_transformer.modules",
+        purpose="to_sentence_transformers",
+        extra="export",
+    )
+    width = len(bias)
+    return modules.Dense(
+        width,
+        width,
+        bias=True,
+        activation_function=torch.nn.Identity(),
+        init_weight=torch.eye(width, dtype=torch.float32),
+        init_bias=torch.as_tensor(bias, dtype=torch.float32),
     )
 
 
@@ -143,10 +204,19 @@ def static_to_sentence_transformers(pipeline, path, *, overwrite=False):
     check_target(path, overwrite=overwrite, what=what)
     rows = folded.table * folded.weights[:, None]
     tokenizer = tokenizers.Tokenizer.from_str(folded.vectorizer.tokenizer_.to_str())
+    dense = []
+    if np.any(folded.empty):
+        # StaticEmbedding gives a text without tokens a row of zeros, but the
+        # pipeline gives it the post-processors' image of zeros, ``empty``:
+        # rows minus ``empty`` and a bias of ``empty`` after the mean give
+        # ``empty`` there and change no other output, since a text's
+        # ``sum_t (row_t - empty) / n + empty`` is ``sum_t row_t / n``
+        rows = rows - folded.empty
+        dense = [_bias_module(folded.empty)]
     module = modules.StaticEmbedding(
         tokenizer, embedding_weights=np.ascontiguousarray(rows, dtype=np.float32)
     )
-    model = st.SentenceTransformer(modules=[module], device="cpu")
+    model = st.SentenceTransformer(modules=[module, *dense], device="cpu")
     model.eval()
 
     def write(directory):
@@ -327,8 +397,8 @@ def save_static_onnx(pipeline, path, *, overwrite=False, X_check=None):
     onnx = import_optional("onnx", purpose=what, extra="onnx")
     tokenizers = import_optional("tokenizers", purpose=what, extra="onnx")
     check_target(path, overwrite=overwrite, what=what)  # before the work
+    folded = fold_static(pipeline, what=what)  # its refusals name this function
     model = static_to_onnx(pipeline, X_check=X_check)
-    folded = fold_static(pipeline, what=what)
     settings = _settings(folded)
 
     def write(directory):

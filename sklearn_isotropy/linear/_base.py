@@ -539,14 +539,29 @@ def _float_dtypes(target):
 
 
 def _check_enough_samples(moments: MomentAccumulator, estimator_name: str) -> None:
-    """Raise unless the statistics define a covariance (two rows of weight)."""
-    if moments.n_nonzero < 2 or moments.sum_weights <= 1:
+    """Raise unless the statistics define a covariance.
+
+    That takes two rows of positive weight and a total weight above one:
+    sample weights are frequency weights (a weight of ``w`` counts as ``w``
+    copies of the row), and the covariance divides by the total minus one.
+    """
+    if moments.n_nonzero < 2:
         raise ValueError(
             f"{estimator_name} needs at least 2 samples with positive weight to "
             f"estimate a covariance; got n_samples = {moments.n_samples} "
             f"({moments.n_nonzero} with positive weight, total weight "
             f"{moments.sum_weights:g}). With partial_fit, make the first batch "
             "at least 2 rows long."
+        )
+    if moments.sum_weights <= 1:
+        raise ValueError(
+            f"{estimator_name} reads sample_weight as frequency weights (a "
+            "weight of w counts as w copies of the row) and divides the "
+            "covariance by the total weight minus one, so the total weight must "
+            f"exceed 1; got a total of {moments.sum_weights:g} over "
+            f"{moments.n_nonzero} rows of positive weight. Scale the weights up, "
+            "e.g. sample_weight * n_samples / sample_weight.sum() (the relative "
+            "weights are what matter), or pass counts."
         )
 
 
@@ -666,6 +681,20 @@ def _rank_deficiency_reason(moments: MomentAccumulator, rank: int) -> tuple[str,
     constant = int(np.count_nonzero(is_constant))
     varying = var[~is_constant]
     spread = float(varying.max() / varying.min()) if varying.size else 1.0
+    # the features that fall below round-off next to the largest: when they
+    # are a few and the rank lost is theirs (an encoder's near-constant
+    # dimensions, as the distilled static tables have), the message names
+    # them without the spread, whose value changes from fit to fit
+    tiny = int(np.count_nonzero(varying < varying.max() * d * eps * 1e3))
+    few = constant + tiny
+    if tiny and few <= max(1, d // 4) and rank >= d - few:
+        return (
+            f"{few} feature(s) are constant up to float64 round-off next to "
+            f"the others{rows_allow}",
+            "Harmless if they carry no signal (some encoders have a few such "
+            "dimensions); to keep them, standardise first: "
+            "make_pipeline(StandardNormalizer(), WhiteningTransformer())",
+        )
     if varying.size > 1 and spread * d * eps > 1e-3:
         return (
             f"the feature variances span a factor of {spread:.1e}, so the "

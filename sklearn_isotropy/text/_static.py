@@ -21,7 +21,7 @@ from .._utils import PrefixedFeatureNamesMixin, resolve_device
 from ..exceptions import TruncationWarning
 from ._base import clone_sharing_model, validate_texts
 from ._static_refine import refine_table
-from ._static_table import DISTILL_POOLINGS, load_table
+from ._static_table import DISTILL_POOLINGS, load_table, static_folder
 
 logger = logging.getLogger(__name__)
 
@@ -101,6 +101,11 @@ def token_probabilities(counts):
         Positive, summing to one.
     """
     counts = np.asarray(counts, dtype=np.float64)
+    largest = counts.max(initial=0.0)
+    if largest > 0:
+        # only ratios matter: scaled by the largest, the sum cannot overflow
+        # (counts near 1e308 summed to inf, and every probability to 0)
+        counts = counts / largest
     total = counts.sum()
     seen = counts > 0
     n_unseen = counts.size - np.count_nonzero(seen)
@@ -111,6 +116,22 @@ def token_probabilities(counts):
         probabilities *= 1.0 - new_mass
         probabilities[~seen] = new_mass / n_unseen
     return probabilities
+
+
+def _real_counts(values):
+    """``values`` as a float64 array, refusing what is not a real number.
+
+    numpy would cast complex counts to their real part with a
+    ``ComplexWarning``, and strings to floats.
+    """
+    array = np.asarray(values)
+    if array.dtype.kind not in "biuf":
+        raise TypeError(
+            f"frequencies must hold real numbers (counts); got values of dtype "
+            f"{array.dtype} ({array.ravel()[:3].tolist()!r:.80}). Pass ints or "
+            "floats."
+        )
+    return array.astype(np.float64)
 
 
 def _ones(n_tokens, probabilities, vec):
@@ -327,9 +348,17 @@ class StaticEmbeddingVectorizer(
     Notes
     -----
     Texts are tokenized without special tokens and without a length limit.
-    A text with no token at all (the empty string) is the mean of no rows,
-    taken as a row of zeros, as ``torch.nn.EmbeddingBag`` and model2vec
-    take it.
+    A text with no token at all (the empty string, spaces, a control
+    character such as ``"\\x00"``) is the mean of no rows, taken as a row
+    of zeros, as ``torch.nn.EmbeddingBag`` and model2vec take it. The steps
+    after the vectorizer map it as any other row: in a pipeline with a
+    :class:`~sklearn_isotropy.WhiteningTransformer` it becomes ``(0 -
+    mean_) @ whitening_``, which is not neutral (it has a sizeable cosine
+    with common words). The pipeline's ``transform`` and its exports
+    (:func:`~sklearn_isotropy.export.to_onnx`,
+    :func:`~sklearn_isotropy.export.to_sentence_transformers`) all give
+    that same row. Where such texts should match nothing, find them from
+    the vectorizer's zero rows and drop them.
 
     The distilled table of an encoder is cached under
     ``$SKLEARN_ISOTROPY_STATIC_CACHE`` (default
@@ -455,7 +484,13 @@ class StaticEmbeddingVectorizer(
         """
         texts = validate_texts(X)
         start = time.perf_counter()
-        device, _ = resolve_device(self.device, owner=type(self).__name__)
+        device = None
+        if static_folder(self.model) is None:
+            # only an encoder needs torch: a static (model2vec) folder is read
+            # with tokenizers and safetensors alone
+            device, _ = resolve_device(
+                self.device, owner=type(self).__name__, extra="text"
+            )
         table = load_table(
             self.model,
             self.distill_pooling,
@@ -549,7 +584,7 @@ class StaticEmbeddingVectorizer(
                 if index is None:
                     unknown.append(token)
                 else:
-                    counts[index] = count
+                    counts[index] = _real_counts([count])[0]
             if unknown:
                 raise ValueError(
                     f"frequencies names {len(unknown)} tokens that are not in the "
@@ -557,19 +592,31 @@ class StaticEmbeddingVectorizer(
                     "of its tokens, as tokenizer.encode(text).tokens spells them."
                 )
         else:
-            counts = np.asarray(self.frequencies, dtype=np.float64)
+            counts = _real_counts(self.frequencies)
             if counts.shape != (n_tokens,):
                 raise ValueError(
                     f"frequencies has shape {counts.shape}, but the tokenizer has "
                     f"{n_tokens} token ids; pass one count per id, or a dict from "
                     "token to count."
                 )
-        if not np.all(np.isfinite(counts)) or np.any(counts < 0):
-            raise ValueError(
-                "frequencies must be finite and non-negative; got values from "
-                f"{np.nanmin(counts)} to {np.nanmax(counts)}."
+        bad = {
+            "NaN": np.isnan(counts),
+            "infinite": np.isinf(counts),
+            "negative": counts < 0,
+        }
+        found = {what: np.flatnonzero(mask) for what, mask in bad.items()}
+        found = {what: ids for what, ids in found.items() if len(ids)}
+        if found:
+            described = "; ".join(
+                f"{len(ids)} {what} (token ids {ids[:5].tolist()})"
+                for what, ids in found.items()
             )
-        if not counts.sum() > 0:
+            raise ValueError(
+                f"frequencies must be finite and non-negative; got {described}. "
+                "Pass counts (or relative frequencies) of the tokens, 0 for an "
+                "unseen one."
+            )
+        if not counts.max() > 0:  # the sum may overflow; they are not negative
             raise ValueError(
                 "frequencies are all zero; pass the counts of at least one token."
             )
@@ -597,6 +644,8 @@ class StaticEmbeddingVectorizer(
     def fit_transform(self, X: Iterable[str], y=None) -> np.ndarray:
         """Fit, then encode ``X``; same as ``fit(X).transform(X)``.
 
+        ``X`` is read once, so a generator or ``map`` works as a list does.
+
         Parameters
         ----------
         X : iterable of str
@@ -609,7 +658,8 @@ class StaticEmbeddingVectorizer(
         X_new : ndarray of shape (n_texts, hidden_size_), float32
             The encoded texts.
         """
-        return self.fit(X, y).transform(X)
+        texts = validate_texts(X)
+        return self.fit(texts, y).transform(texts)
 
     @property
     def _n_features_out(self):

@@ -19,8 +19,12 @@ What it guarantees, as the cache of exported ONNX encoders does:
 - a cache that cannot be written is still read, and a table computed
   without it is returned with one :class:`~sklearn_isotropy.exceptions.
   CacheWarning` saying it was not stored;
-- a damaged table (digest mismatch, unreadable) is a ``CacheWarning`` and a
-  fresh distillation, which replaces it where the cache is writable.
+- a damaged table (digest mismatch, unreadable, a folder without the
+  table, a file in the folder's place) is a ``CacheWarning`` and a fresh
+  distillation, which replaces it (atomically) where the cache is
+  writable; a cache directory that is a file is a ``CacheWarning`` too,
+  and a table that cannot be stored is never taken for one another
+  process stored.
 """
 
 from __future__ import annotations
@@ -59,9 +63,21 @@ def entry_path(spec):
 
 
 def _read(folder, shape):
-    """The verified table in ``folder``; None if absent; ValueError if damaged."""
-    if not (folder / _TABLE).exists() and not (folder / _DIGEST).exists():
+    """The verified table in ``folder``; None if absent; ValueError if damaged.
+
+    An empty folder counts as absent (a table is published into it as it
+    is); a file in its place, or a folder holding neither the table nor its
+    digest (``spec.json`` alone, say), is damaged: a publication is atomic,
+    so no writer ever leaves one.
+    """
+    if not folder.exists():
         return None
+    if not folder.is_dir():
+        raise ValueError("it is a file, not a folder")
+    if not (folder / _TABLE).exists() and not (folder / _DIGEST).exists():
+        if not any(folder.iterdir()):
+            return None
+        raise ValueError(f"it holds neither {_TABLE} nor {_DIGEST}")
     try:
         data = (folder / _TABLE).read_bytes()
         expected = (folder / _DIGEST).read_text(encoding="ascii").strip()
@@ -102,6 +118,15 @@ def cached_table(spec, shape, compute):
     ``shape`` is the shape a valid table has.
     """
     folder = entry_path(spec)
+    if folder.parent.exists() and not folder.parent.is_dir():
+        warn(
+            f"The cache of distilled tables, {folder.parent}, is a file, not a "
+            "directory: the table is distilled without being cached, and every "
+            f"fit distils again. Set {CACHE_ENV} to a directory (or move the "
+            "file away).",
+            CacheWarning,
+        )
+        return np.ascontiguousarray(compute(), dtype=np.float32)
     damaged = False
     try:
         table = _read(folder, shape)
@@ -109,7 +134,7 @@ def cached_table(spec, shape, compute):
         damaged = True
         warn(
             f"Ignoring the damaged distilled table in {folder} ({exc}); "
-            "distilling it again.",
+            "distilling it again and replacing it.",
             CacheWarning,
         )
     else:
@@ -118,9 +143,9 @@ def cached_table(spec, shape, compute):
     table = np.ascontiguousarray(compute(), dtype=np.float32)
     try:
         _write(folder, table, spec, overwrite=damaged)
-    except FileExistsError:
-        pass  # another process stored it meanwhile
     except OSError as exc:
+        if isinstance(exc, FileExistsError) and _stored_meanwhile(folder, shape):
+            return table  # another process stored it meanwhile
         warn(
             f"Cannot store the distilled table in {folder} ({exc}); it is used "
             f"without being cached, so the next fit distils again. Set "
@@ -128,3 +153,11 @@ def cached_table(spec, shape, compute):
             CacheWarning,
         )
     return table
+
+
+def _stored_meanwhile(folder, shape):
+    """Whether ``folder`` now holds a valid table (another process's)."""
+    try:
+        return _read(folder, shape) is not None
+    except (OSError, ValueError):
+        return False

@@ -91,12 +91,55 @@ def _modules_folder(path):
 
 
 def _tensor_names(file):
+    """The tensor names of a safetensors file; None if it cannot be read."""
     safetensors = import_optional("safetensors", purpose=_PURPOSE, extra="text")
     try:
         with safetensors.safe_open(str(file), framework="numpy") as handle:
             return set(handle.keys())
-    except Exception:  # noqa: BLE001 - not a safetensors file: not a static model
-        return set()
+    except Exception:  # noqa: BLE001 - any failure: not a readable file
+        return None
+
+
+def _static_problems(path):
+    """What keeps ``path`` from being a static model folder.
+
+    Phrases for a message; none when it is one.
+    """
+    problems = []
+    weights = path / "model.safetensors"
+    if not weights.is_file():
+        problems.append("it has no model.safetensors")
+    else:
+        names = _tensor_names(weights)
+        if names is None:
+            problems.append(f"{weights} is not a readable safetensors file")
+        elif not names & {_ST_KEY, _M2V_KEY}:
+            problems.append(
+                f"{weights} has no {_M2V_KEY!r} (model2vec) or {_ST_KEY!r} "
+                f"(StaticEmbedding) tensor, only {sorted(names)[:5]!r}"
+            )
+    if not (path / "tokenizer.json").is_file():
+        problems.append("it has no tokenizer.json")
+    return problems
+
+
+def _looks_static(path):
+    """Whether ``path`` was meant as a static model.
+
+    So it was with model2vec's config, a static tensor, or a model file
+    without the config.json that every Hugging Face encoder has.
+    """
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = None
+    if isinstance(config, dict) and config.get("model_type") == "model2vec":
+        return True
+    names = _tensor_names(path / "model.safetensors") or set()
+    if names & {_ST_KEY, _M2V_KEY}:
+        return True
+    files = ("model.safetensors", "tokenizer.json")
+    return config is None and any((path / f).is_file() for f in files)
 
 
 def static_folder(model):
@@ -106,31 +149,75 @@ def static_folder(model):
     ``model.safetensors`` with an ``embeddings`` (model2vec) or
     ``embedding.weight`` (``StaticEmbedding``) tensor, or is a
     sentence-transformers model whose first module is a ``StaticEmbedding``.
+    A folder that looks like a static model but lacks one of these (see
+    :func:`_looks_static`) is a ValueError saying what is missing, not a
+    Hugging Face encoder to try.
     """
     if model is None or not isinstance(model, (str, os.PathLike)):
         return None
     path = Path(os.fspath(model)).expanduser()
     if not path.is_dir():
         return None
+    meant = False
     if (path / "modules.json").is_file():
         path = _modules_folder(path)
         if path is None:
             return None
-    weights = path / "model.safetensors"
-    if not (weights.is_file() and (path / "tokenizer.json").is_file()):
-        return None
-    return path if _tensor_names(weights) & {_ST_KEY, _M2V_KEY} else None
+        meant = True  # its first module is a StaticEmbedding
+    problems = _static_problems(path)
+    if not problems:
+        return path
+    if meant or _looks_static(path):
+        encoder = (
+            ""
+            if meant or (path / "config.json").is_file()
+            else " If it is a Hugging Face encoder instead, its config.json is missing."
+        )
+        raise ValueError(
+            f"{str(path)!r} looks like a static (model2vec) model, but "
+            f"{'; '.join(problems)}. A static model folder holds tokenizer.json "
+            f"and a model.safetensors with an {_M2V_KEY!r} tensor (model2vec) or "
+            f"{_ST_KEY!r} (sentence-transformers StaticEmbedding); restore the "
+            f"missing or damaged files (download or save the model again).{encoder}"
+        )
+    return None
 
 
-def _model2vec_rows(tensors):
+def _model2vec_rows(tensors, file):
     """model2vec's rows per token id: ``embeddings[mapping] * weights``, as
     sentence-transformers folds them (``mapping`` and ``weights`` are optional;
     vocabulary-quantised models have them)."""
     rows = np.asarray(tensors[_M2V_KEY], dtype=np.float32)
+    if rows.ndim != 2:
+        raise ValueError(
+            f"The tensor {_M2V_KEY!r} of {str(file)!r} has shape {rows.shape}, "
+            "not (n_rows, dim); the file is damaged."
+        )
     if "mapping" in tensors:
-        rows = rows[np.asarray(tensors["mapping"], dtype=np.intp)]
+        mapping = np.asarray(tensors["mapping"])
+        if mapping.dtype.kind not in "iu" or mapping.ndim != 1:
+            raise ValueError(
+                f"The tensor 'mapping' of {str(file)!r} must be a 1-D array of "
+                f"integer row indices; got {mapping.dtype} of shape "
+                f"{mapping.shape}. The file is damaged."
+            )
+        if mapping.size and not (0 <= mapping.min() and mapping.max() < len(rows)):
+            raise ValueError(
+                f"The tensor 'mapping' of {str(file)!r} holds row indices from "
+                f"{mapping.min()} to {mapping.max()}, but {_M2V_KEY!r} has "
+                f"{len(rows)} rows (indices 0 to {len(rows) - 1}). The file is "
+                "damaged or its tensors come from different models."
+            )
+        rows = rows[mapping.astype(np.intp)]
     if "weights" in tensors:
-        rows = rows * np.asarray(tensors["weights"], dtype=np.float32)[:, None]
+        weights = np.asarray(tensors["weights"], dtype=np.float32)
+        if weights.shape != (len(rows),):
+            raise ValueError(
+                f"The tensor 'weights' of {str(file)!r} has shape {weights.shape}, "
+                f"but there are {len(rows)} token rows (one weight each). The "
+                "file is damaged or its tensors come from different models."
+            )
+        rows = rows * weights[:, None]
     return rows
 
 
@@ -140,17 +227,31 @@ def read_static_folder(folder):
     safetensors_numpy = import_optional(
         "safetensors.numpy", purpose=_PURPOSE, extra="text"
     )
-    tensors = safetensors_numpy.load_file(str(folder / "model.safetensors"))
+    file = folder / "model.safetensors"
+    try:
+        tensors = safetensors_numpy.load_file(str(file))
+    except Exception as exc:  # noqa: BLE001 - the library's errors vary
+        raise ValueError(
+            f"Cannot read the static model's tensors {str(file)!r} ({exc}); the "
+            "file is damaged. Restore it (download or save the model again)."
+        ) from exc
     if _ST_KEY in tensors:
         kind, rows = "sentence-transformers", tensors[_ST_KEY]
     else:
-        kind, rows = "model2vec", _model2vec_rows(tensors)
+        kind, rows = "model2vec", _model2vec_rows(tensors, file)
     # float16 and int8 tables are read as float32: a common scale of the
     # rows changes no cosine
     rows = np.ascontiguousarray(rows, dtype=np.float32)
-    tokenizer = plain_tokenizer(
-        tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
-    )
+    tokenizer_file = folder / "tokenizer.json"
+    try:
+        tokenizer = tokenizers.Tokenizer.from_file(str(tokenizer_file))
+    except Exception as exc:  # noqa: BLE001 - tokenizers raises bare Exception
+        raise ValueError(
+            f"Cannot read the static model's tokenizer {str(tokenizer_file)!r} "
+            f"({exc}); the file is damaged or not a tokenizers JSON file. "
+            "Restore it (download or save the model again)."
+        ) from exc
+    tokenizer = plain_tokenizer(tokenizer)
     n_tokens = vocabulary_size(tokenizer)
     if rows.ndim != 2 or rows.shape[0] < n_tokens:
         raise ValueError(

@@ -44,7 +44,7 @@ __all__ = ["BertPoolingVectorizer"]
 
 
 def _resolve_device(device):
-    return resolve_device(device, owner="BertPoolingVectorizer")[0]
+    return resolve_device(device, owner="BertPoolingVectorizer", extra="text")[0]
 
 
 class BertPoolingVectorizer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEstimator):
@@ -377,7 +377,10 @@ class BertPoolingVectorizer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEst
         loaded = getattr(self, "_loaded", None)
         if loaded is None:  # first use after unpickling
             device, fallback = resolve_device(
-                self.device_, owner=type(self).__name__, allow_fallback=True
+                self.device_,
+                owner=type(self).__name__,
+                extra="text",
+                allow_fallback=True,
             )
             if fallback is not None:
                 warn(
@@ -465,6 +468,26 @@ class BertPoolingVectorizer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEst
             torch, _ = _loading.import_text_deps()
             return torch.from_numpy(result).to(self.device_)
         return result
+
+    def fit_transform(self, X: Iterable[str], y=None) -> np.ndarray | torch.Tensor:
+        """Fit, then encode ``X``; same as ``fit(X).transform(X)``.
+
+        ``X`` is read once, so a generator or ``map`` works as a list does.
+
+        Parameters
+        ----------
+        X : iterable of str
+            Texts.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        X_new : ndarray or torch.Tensor of shape (n_texts, hidden_size_)
+            The encoded texts, as :meth:`transform` returns them.
+        """
+        texts = validate_texts(X)
+        return self.fit(texts, y).transform(texts)
 
     def _open_store(self):
         """Open the embedding cache of ``memory=`` (a null context without)."""
