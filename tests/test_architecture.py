@@ -380,3 +380,16 @@ def test_the_cycle_check_would_catch_a_lazy_import(tmp_path):
     cycles = _import_cycles(_import_graph(copy))
     modules = ["sklearn_isotropy.export._faiss", "sklearn_isotropy.export._probe"]
     assert [sorted(set(cycle)) for cycle in cycles] == [modules]
+
+
+def test_the_evaluation_loop_does_not_import_the_reports():
+    # the loop hands records to its caller; reports render them, never the
+    # other way round (not even for an annotation)
+    edges = {
+        (here, target)
+        for here, target, names in _imports()
+        for target in [target, *(f"{target}.{n}" for n in names)]
+    }
+    task = "sklearn_isotropy.evaluation._task"
+    assert (task, "sklearn_isotropy.evaluation._report") not in edges
+    assert ("sklearn_isotropy.evaluation._report", task) in edges  # annotations
