@@ -12,14 +12,12 @@ from ..exceptions import RankDeficiencyWarning
 from ._base import (
     LinearMap,
     _check_enough_samples,
-    _dual_spectrum,
     _MapAttribute,
-    _numerical_rank,
-    _sorted_eigh,
     _StreamingMomentsMixin,
 )
 from ._moments import MomentAccumulator
 from ._scatter_kernels import unscale
+from ._spectrum import _dual_spectrum, _numerical_rank, _sorted_eigh
 
 __all__ = ["NATSVTransformer"]
 
