@@ -56,8 +56,11 @@ START, END = ".. bench_noise:start", ".. bench_noise:end"
 
 # ------------------------------------------------------------------ the rules
 def _profile_knee(evals):
-    """Zhu and Ghodsi's profile likelihood: the split of the spectrum into
-    two Gaussian groups of common variance that fits best; returns ``q``."""
+    """Zhu and Ghodsi's profile likelihood; returns ``q``.
+
+    ``q`` splits the spectrum into the two Gaussian groups of common variance
+    that fit best.
+    """
     d, best, best_q = evals.size, -np.inf, 1
     for q in range(1, d):
         a, b = evals[:q], evals[q:]
@@ -69,8 +72,11 @@ def _profile_knee(evals):
 
 
 def _mp_edge(evals, n):
-    """Noise level iterated until no eigenvalue it calls noise lies above
-    the Marchenko-Pastur upper edge ``s2 (1 + sqrt(d / n))**2``."""
+    """Noise level iterated until no noise eigenvalue is above the MP edge.
+
+    The upper edge of the Marchenko-Pastur law is ``s2 (1 + sqrt(d / n))**2``:
+    no eigenvalue the level calls noise lies above it.
+    """
     s2 = float(np.median(evals))
     edge = (1 + np.sqrt(evals.size / n)) ** 2
     for _ in range(200):

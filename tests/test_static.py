@@ -72,8 +72,10 @@ def hf(tiny_bert):
 
 @pytest.fixture(scope="module")
 def fitted(tiny_bert, tmp_path_factory):
-    """One fitted vectorizer per weighting, refined (the default), and an
-    unrefined one (shared; do not modify)."""
+    """One fitted vectorizer per weighting, refined, and an unrefined one.
+
+    Refined is the default; the unrefined one is shared (do not modify).
+    """
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(
             "SKLEARN_ISOTROPY_STATIC_CACHE", str(tmp_path_factory.mktemp("cache"))
@@ -257,8 +259,10 @@ def encoder_means(hf, texts):
 
 
 def ridge(X, Y, penalty, prior):
-    """``argmin ||X B - Y||^2 + penalty ||B - prior||^2``, a dense least-squares
-    problem with the penalty as extra rows."""
+    """``argmin ||X B - Y||^2 + penalty ||B - prior||^2``, solved densely.
+
+    A dense least-squares problem with the penalty as extra rows.
+    """
     root = np.sqrt(penalty) * np.eye(X.shape[1])
     B, *_ = np.linalg.lstsq(np.vstack([X, root]), np.vstack([Y, root @ prior]))
     return B

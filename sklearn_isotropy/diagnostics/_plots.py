@@ -1,5 +1,7 @@
-"""Plots of anisotropy (covariance spectrum, pair-cosine histogram) and of a
-retrieval study (quality against bytes per vector).
+"""Plots of anisotropy and of a retrieval study.
+
+Anisotropy: the covariance spectrum and pair-cosine histograms; retrieval:
+quality against bytes per vector.
 
 matplotlib is an optional dependency (``pip install "sklearn-isotropy[plot]"``)
 imported only when a plot is drawn.

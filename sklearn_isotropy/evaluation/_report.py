@@ -552,8 +552,11 @@ def to_json(evaluation: Evaluation, figures: Sequence[str | os.PathLike] = ()) -
 
 
 def _commit(out_dir, files):
-    """Write ``{name: text or write(path)}`` under temporary names, then rename
-    all, so a failure while writing leaves the previous files as they were."""
+    """Write every file or none: under temporary names, then rename all.
+
+    ``files`` is ``{name: text or write(path)}``; a failure while writing
+    leaves the previous files as they were.
+    """
     staged = {}
     try:
         for name, content in files.items():

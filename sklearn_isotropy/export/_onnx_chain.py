@@ -164,8 +164,10 @@ def _torch_modules(steps, dtype):
 
 @contextlib.contextmanager
 def _quiet_exporter():
-    """Silence what torch's exporter says about itself (progress, optional
-    packages, deprecations of its internals), not about the model."""
+    """Silence what torch's exporter says about itself, not about the model.
+
+    Its progress, its optional packages and the deprecations of its internals.
+    """
     import torch
 
     logger = logging.getLogger("torch.onnx")
@@ -270,8 +272,10 @@ def chain_to_onnx(
     target_opset=None,
     X_check=None,
 ):
-    """The graph of :func:`~sklearn_isotropy.export.to_onnx` for a chain of
-    post-processors (no text vectorizer), from the same arguments."""
+    """The graph of :func:`~sklearn_isotropy.export.to_onnx` for a chain.
+
+    A chain of post-processors (no text vectorizer), from the same arguments.
+    """
     onnx = import_optional("onnx", purpose=_WHAT, extra="export")
     dtype = _check_dtype(dtype)
     steps = split_steps(estimator_or_pipeline, what=_WHAT)

@@ -63,8 +63,10 @@ def starts_with(obj, kind=StaticEmbeddingVectorizer):
 
 @dataclass(frozen=True)
 class FoldedTable:
-    """A fitted static pipeline as one table: ``out = sum_t w_t table[t] / sum_t
-    w_t`` over a text's tokens ``t``, and ``empty`` for a text without any.
+    """A fitted static pipeline as one table.
+
+    ``out = sum_t w_t table[t] / sum_t w_t`` over a text's tokens ``t``, and
+    ``empty`` for a text without any.
 
     Attributes
     ----------
@@ -84,8 +86,11 @@ class FoldedTable:
 
 
 def fold_static(pipeline, *, what):
-    """The :class:`FoldedTable` of a fitted static vectorizer and the linear
-    post-processors after it."""
+    """Fold a fitted static vectorizer and its linear steps into one table.
+
+    Returns the :class:`FoldedTable` of the vectorizer and the linear
+    post-processors after it.
+    """
     if isinstance(pipeline, StaticEmbeddingVectorizer):
         steps = [("vectorizer", pipeline)]
     else:
@@ -129,8 +134,10 @@ def _model_card(folded):
 
 
 def static_to_sentence_transformers(pipeline, path, *, overwrite=False):
-    """:func:`~sklearn_isotropy.export.to_sentence_transformers` of a static
-    pipeline: one ``StaticEmbedding`` module (see the module's notes)."""
+    """:func:`~sklearn_isotropy.export.to_sentence_transformers` of a static pipeline.
+
+    One ``StaticEmbedding`` module (see the module's notes).
+    """
     what = "to_sentence_transformers"
     st = import_optional("sentence_transformers", purpose=what, extra="export")
     modules = import_optional(
@@ -160,8 +167,10 @@ def static_to_sentence_transformers(pipeline, path, *, overwrite=False):
 
 # -------------------------------------------------------------------- ONNX
 def _graph(onnx, folded, opset):
-    """Gather rows and weights, their masked weighted mean, ``empty`` where a
-    text has no token."""
+    """Gather rows and weights; return their masked weighted mean.
+
+    A text without any token gets ``empty``.
+    """
     helper, numpy_helper = onnx.helper, onnx.numpy_helper
     f32 = onnx.TensorProto.FLOAT
 
@@ -320,9 +329,11 @@ embeddings = session.run(["{OUTPUT}"], feed)[0]
 
 
 def save_static_onnx(pipeline, path, *, overwrite=False, X_check=None):
-    """:func:`~sklearn_isotropy.export.save_onnx_pipeline` of a static
-    pipeline: ``model.onnx``, a ``tokenizer.json`` that adds no special
-    tokens and pads, the settings and a README."""
+    """:func:`~sklearn_isotropy.export.save_onnx_pipeline` of a static pipeline.
+
+    It writes ``model.onnx``, a ``tokenizer.json`` that adds no special tokens
+    and pads, the settings and a README.
+    """
     what = "save_onnx_pipeline"
     onnx = import_optional("onnx", purpose=what, extra="onnx")
     tokenizers = import_optional("tokenizers", purpose=what, extra="onnx")

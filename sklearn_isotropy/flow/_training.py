@@ -394,8 +394,10 @@ def fit_glow(config, U_train, U_val, *, seed, device, log_det, params):
 
 
 def _check_diverged(flow, X_check, result, params):
-    """Warn that training stopped at a non-finite step, or raise if the
-    parameters kept give non-finite outputs too."""
+    """Handle a training stopped at a non-finite step.
+
+    Warn, or raise if the parameters kept give non-finite outputs too.
+    """
     import torch
 
     epoch, batch, what = result.diverged

@@ -156,8 +156,10 @@ class NATSVTransformer(_StreamingMomentsMixin):
 
 
 def _complete_basis(vectors: np.ndarray, k: int) -> np.ndarray:
-    """``vectors`` (orthonormal columns) followed by orthonormal directions
-    orthogonal to them, ``k`` columns in all.
+    """Complete ``vectors`` to ``k`` orthonormal columns.
+
+    ``vectors`` (orthonormal columns), followed by orthonormal directions
+    orthogonal to them.
 
     Only directions beyond the rank of the data need it (the dual form
     yields one direction per kept row); they carry no variance, so any

@@ -49,10 +49,13 @@ class Encoder(Protocol):
     tokens_per_run: int | None
 
     def open(self) -> contextlib.AbstractContextManager[Callable]:
-        """A context giving the function that encodes one padded batch: from
-        int64 ``(batch, tokens)`` arrays ``input_ids``, ``attention_mask`` and
-        ``token_type_ids`` (None for models without), the pooled float32
-        rows of the model's current weights. Threads may call it at once."""
+        """A context giving the function that encodes one padded batch.
+
+        The function maps int64 ``(batch, tokens)`` arrays ``input_ids``,
+        ``attention_mask`` and ``token_type_ids`` (None for models without) to
+        the pooled float32 rows of the model's current weights. Threads may
+        call it at once.
+        """
 
 
 def make_encoder(backend, loaded, spec):

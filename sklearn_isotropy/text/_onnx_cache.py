@@ -41,8 +41,11 @@ _LOCK = threading.Lock()
 
 
 def cache_dir():
-    """Where exported encoders are kept: ``$SKLEARN_ISOTROPY_ONNX_CACHE``, else
-    ``$XDG_CACHE_HOME/sklearn_isotropy/onnx`` (``~/.cache/...`` by default)."""
+    """Where exported encoders are kept.
+
+    ``$SKLEARN_ISOTROPY_ONNX_CACHE``, else
+    ``$XDG_CACHE_HOME/sklearn_isotropy/onnx`` (``~/.cache/...`` by default).
+    """
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV]).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or Path("~", ".cache").expanduser()

@@ -136,8 +136,10 @@ def _zipf_table(embeddings, probabilities):
 
 @dataclass(frozen=True)
 class Weighting:
-    """A weighting: the token weights of the mean and, for some, a map of the
-    table applied after any refinement."""
+    """A weighting: the token weights of the mean, and a map of the table.
+
+    The map (for some weightings) is applied after any refinement.
+    """
 
     weights: Callable  # (n_tokens, probabilities or None, vectorizer) -> (n_tokens,)
     table: Callable | None = None  # (embeddings, probabilities) -> table
@@ -537,8 +539,10 @@ class StaticEmbeddingVectorizer(
         return refined
 
     def _token_counts(self, tokenizer, ids, n_tokens):
-        """Counts per token id: from ``frequencies``, or the ``ids`` of the
-        texts given to fit."""
+        """Counts per token id.
+
+        From ``frequencies``, or the ``ids`` of the texts given to fit.
+        """
         if self.frequencies is None:
             return np.bincount(ids, minlength=n_tokens)
         if isinstance(self.frequencies, Mapping):

@@ -43,8 +43,11 @@ _TABLE, _DIGEST, _SPEC = "table.npy", "table.npy.sha256", "spec.json"
 
 
 def cache_dir():
-    """``$SKLEARN_ISOTROPY_STATIC_CACHE``, else
-    ``$XDG_CACHE_HOME/sklearn_isotropy/static`` (``~/.cache/...`` by default)."""
+    """Where distilled tables are kept.
+
+    ``$SKLEARN_ISOTROPY_STATIC_CACHE``, else
+    ``$XDG_CACHE_HOME/sklearn_isotropy/static`` (``~/.cache/...`` by default).
+    """
     env = os.environ.get(CACHE_ENV)
     if env:
         return Path(env).expanduser()
@@ -96,8 +99,9 @@ def _write(folder, table, spec, overwrite):
 
 
 def cached_table(spec, shape, compute):
-    """The table of ``spec``: read and verified from the cache, or
-    ``compute()``d and stored.
+    """The table of ``spec``, from the cache or computed.
+
+    Read and verified from the cache, or ``compute()``d and stored.
 
     ``shape`` is the shape a valid table has.
     """

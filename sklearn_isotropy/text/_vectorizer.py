@@ -515,8 +515,10 @@ class BertPoolingVectorizer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEst
         return enc["input_ids"], types, n_truncated
 
     def _encode(self, texts, on_batch=None):
-        """Return the pooled embeddings of ``texts`` (no cache, no normalisation);
-        ``on_batch(rows, values)`` is called after each batch, if given."""
+        """Return the pooled embeddings of ``texts`` (no cache, no normalisation).
+
+        ``on_batch(rows, values)`` is called after each batch, if given.
+        """
         tokenizer = self._get_loaded().tokenizer
         backend = self._get_backend()
         ids, types, n_truncated = self._tokenize(tokenizer, texts)
