@@ -23,7 +23,7 @@ import numpy as np
 from ._quantization import QUANTIZATIONS
 
 if TYPE_CHECKING:
-    from ._task import Evaluation
+    from ._task import Evaluation, Task
 
 __all__ = [
     "REPORTS",
@@ -152,7 +152,7 @@ class Report:
         return []
 
     @classmethod
-    def for_task(cls, task) -> type[Report]:
+    def for_task(cls, task: Task | type[Task]) -> type[Report]:
         """Return the report class of a task: its entry of :data:`REPORTS`.
 
         Parameters
@@ -168,7 +168,7 @@ class Report:
         return REPORTS.get(task.name, Report)
 
     @classmethod
-    def of(cls, evaluation) -> Report:
+    def of(cls, evaluation: Evaluation) -> Report:
         """Return the report of a finished evaluation, by its task.
 
         Parameters
