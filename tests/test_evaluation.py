@@ -71,11 +71,9 @@ def test_json_names_the_default_model():
 
 
 def test_model_name_is_deprecated_for_model_description():
-    rng = np.random.default_rng(0)
-    emb, bunch = _splits(rng, 10, 4)
-    ev = evaluate(
-        STSTask({"test": bunch}), methods=[], embeddings={"mean": {"test": emb}}
-    )
+    emb, bunch = _splits(np.random.default_rng(0), 10, 4)
+    task, embeddings = STSTask({"test": bunch}), {"mean": {"test": emb}}
+    ev = evaluate(task, methods=[], embeddings=embeddings)
     payload = json.loads(to_json(ev))
     assert ev.model_description == payload["model_description"]
     assert ev.model_id == payload["model"]
