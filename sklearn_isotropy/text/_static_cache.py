@@ -28,12 +28,10 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
-from pathlib import Path
 
 import numpy as np
 
-from .._utils import publish_directory, warn
+from .._utils import cache_home, publish_directory, warn
 from ..exceptions import CacheWarning
 
 #: Environment variable naming the directory of the distilled tables.
@@ -48,11 +46,7 @@ def cache_dir():
     ``$SKLEARN_ISOTROPY_STATIC_CACHE``, else
     ``$XDG_CACHE_HOME/sklearn_isotropy/static`` (``~/.cache/...`` by default).
     """
-    env = os.environ.get(CACHE_ENV)
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path("~", ".cache").expanduser()
-    return Path(base) / "sklearn_isotropy" / "static"
+    return cache_home(CACHE_ENV, "static")
 
 
 def entry_path(spec):
