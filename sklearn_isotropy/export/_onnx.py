@@ -16,11 +16,12 @@ from sklearn.base import BaseEstimator
 from sklearn.pipeline import Pipeline
 
 from .._utils import import_optional
-from ..text import BertPoolingVectorizer
+
+# the exporters this entry point dispatches to (they register themselves)
+from . import _onnx_chain, _pipeline, _static  # noqa: F401
 from ._affine import _AFFINE_RULES, fold_affine
-from ._onnx_chain import chain_to_onnx, onnx_type
-from ._pipeline import text_pipeline_to_onnx
-from ._static import starts_with, static_to_onnx
+from ._common import exporter
+from ._onnx_chain import onnx_type
 
 if TYPE_CHECKING:
     import onnx
@@ -116,11 +117,7 @@ def to_onnx(
     >>> bool(np.allclose(Z, whiten.transform(X), atol=1e-5))
     True
     """
-    export = chain_to_onnx
-    if starts_with(estimator_or_pipeline, BertPoolingVectorizer):
-        export = text_pipeline_to_onnx  # the whole text pipeline
-    if starts_with(estimator_or_pipeline):
-        export = static_to_onnx  # one token table
+    export = exporter(estimator_or_pipeline, "to_onnx")
     kwargs = {"n_features": n_features, "dtype": dtype, "target_opset": target_opset}
     return export(estimator_or_pipeline, X_check=X_check, **kwargs)
 

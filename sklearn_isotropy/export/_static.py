@@ -30,6 +30,7 @@ import numpy as np
 from .._utils import check_target, import_optional, publish_directory
 from ..text import StaticEmbeddingVectorizer
 from ._affine import check_fitted, fold_affine, split_steps
+from ._common import check_parity, exports, starts_with, write_settings
 from ._onnx_chain import _check_opset, _finish
 
 __all__ = [
@@ -43,22 +44,10 @@ __all__ = [
 
 OUTPUT = "sentence_embedding"
 INPUTS = ("input_ids", "attention_mask")
-_SETTINGS_FILE = "sklearn_isotropy_onnx.json"
 # ReduceSum, Squeeze and Unsqueeze take their axes as an input from opset 13
 _MIN_OPSET = 13
 # the parity check's texts when none are given: an empty one, words, signs
 _CHECK_TEXTS = ["", "A man is playing a guitar.", "ok", "Two dogs, one ball!"]
-
-
-def starts_with(obj, kind=StaticEmbeddingVectorizer):
-    """True for a ``kind`` estimator, or a Pipeline or list starting with one."""
-    if isinstance(obj, kind):
-        return True
-    try:
-        steps = split_steps(obj, what="export")
-    except (TypeError, ValueError):  # not a chain of estimators: the caller says
-        return False
-    return isinstance(steps[0][1], kind)
 
 
 @dataclass(frozen=True)
@@ -133,6 +122,7 @@ def _model_card(folded):
     )
 
 
+@exports("to_sentence_transformers", StaticEmbeddingVectorizer)
 def static_to_sentence_transformers(pipeline, path, *, overwrite=False):
     """:func:`~sklearn_isotropy.export.to_sentence_transformers` of a static pipeline.
 
@@ -254,17 +244,17 @@ def _check_parity(model, pipeline, folded, texts):
         model.SerializeToString(), providers=["CPUExecutionProvider"]
     )
     got = session.run([OUTPUT], _feed(folded.vectorizer.tokenizer_, texts))[0]
-    expected = pipeline.transform(texts)
-    tolerance = 1e-4 * max(1.0, float(np.max(np.abs(expected))))
-    error = np.inf if got.shape != expected.shape else np.max(np.abs(got - expected))
-    if not error <= tolerance:
-        raise RuntimeError(
-            f"to_onnx: the static pipeline's graph differs from transform by up to "
-            f"{error:.3g} (tolerance {tolerance:.3g}) on {len(texts)} texts; the "
-            "export is wrong, please report it with the pipeline's parameters."
-        )
+    check_parity(
+        got,
+        pipeline.transform(texts),
+        what="to_onnx",
+        graph="the static pipeline's graph",
+        n_checked=f"{len(texts)} texts",
+        owner="pipeline",
+    )
 
 
+@exports("to_onnx", StaticEmbeddingVectorizer)
 def static_to_onnx(
     pipeline, *, n_features=None, dtype=np.float32, target_opset=None, X_check=None
 ):
@@ -328,6 +318,7 @@ embeddings = session.run(["{OUTPUT}"], feed)[0]
 """
 
 
+@exports("save_onnx_pipeline", StaticEmbeddingVectorizer)
 def save_static_onnx(pipeline, path, *, overwrite=False, X_check=None):
     """:func:`~sklearn_isotropy.export.save_onnx_pipeline` of a static pipeline.
 
@@ -348,10 +339,7 @@ def save_static_onnx(pipeline, path, *, overwrite=False, X_check=None):
         serving.post_processor = None  # never adds special tokens
         serving.enable_padding(pad_id=0, pad_token=str(serving.id_to_token(0)))
         serving.save(str(directory / "tokenizer.json"))
-        (directory / _SETTINGS_FILE).write_text(
-            json.dumps(settings, indent=2, sort_keys=True) + "\n", encoding="utf-8"
-        )
-        (directory / "README.md").write_text(_readme(settings), encoding="utf-8")
+        write_settings(directory, settings, _readme(settings))
 
     publish_directory(path, write, overwrite=overwrite, what=what)
     return model
