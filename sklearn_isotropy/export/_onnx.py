@@ -1,9 +1,11 @@
 """Post-processors and text pipelines as ONNX graphs: the public entry points.
 
-:func:`to_onnx` sends a chain of post-processors to :mod:`._onnx_chain` and a
-pipeline that starts from text to :mod:`._pipeline`, which joins that chain's
-graph to the encoder's; :func:`register_skl2onnx_converters` teaches skl2onnx
-the linear post-processors.
+:func:`to_onnx` sends a pipeline to the exporter that the one table of
+:mod:`._common` names for its first step: a chain of post-processors to
+:mod:`._onnx_chain`, a text pipeline to :mod:`._pipeline` (which joins that
+chain's graph to the encoder's), a static one to :mod:`._static`;
+:func:`register_skl2onnx_converters` teaches skl2onnx the linear
+post-processors.
 """
 
 from __future__ import annotations
