@@ -85,8 +85,10 @@ def _distinct_test_sentences(n):
 
 
 def _timed_rounds(encoders, rounds):
-    """``{name: [seconds per round]}`` of wall and of process CPU time, the
-    order rotating each round."""
+    """Time each function, the order rotating each round.
+
+    Returns ``{name: [seconds per round]}`` of wall and of process CPU time.
+    """
     names = list(encoders)
     times = {name: [] for name in names}
     cpu = {name: [] for name in names}
@@ -277,9 +279,11 @@ def bench_ablation(args):
             _onnx.EXPORT_ATTENTION = traced
 
     def bert_fusions(model, attention):
-        """``model`` through onnxruntime's transformer optimizer: its BERT
-        fusions (SkipLayerNorm, EmbedLayerNorm, BiasGelu), with or without
-        its Attention fusion, or that alone."""
+        """``model`` through onnxruntime's transformer optimizer.
+
+        Its BERT fusions (SkipLayerNorm, EmbedLayerNorm, BiasGelu), with or
+        without its Attention fusion, or that alone.
+        """
         from onnxruntime.transformers.fusion_options import FusionOptions
         from onnxruntime.transformers.optimizer import optimize_model
 

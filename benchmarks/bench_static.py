@@ -163,8 +163,11 @@ def main(argv=None):
 
 
 def _refined_alone(vec, fit_texts, targets, stages):
-    """``vec`` (fitted with ``refine=False``) with its table refined by the
-    stages of ``refine_table`` named in ``stages`` alone."""
+    """Refine ``vec``'s table by the named stages of ``refine_table`` alone.
+
+    ``vec`` is fitted with ``refine=False``; only the stages of
+    ``refine_table`` named in ``stages`` run.
+    """
     from sklearn_isotropy.text._static import mixing_matrix, token_ids
     from sklearn_isotropy.text._static_refine import refine_table
 

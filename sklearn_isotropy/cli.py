@@ -116,11 +116,11 @@ def _default_text(value):
 
 def _add_task_parser(sub, task):
     """Add the subcommand of ``task``: its data, methods, protocol and settings."""
-    from .evaluation import METHODS, REPORTS, EvaluationSettings, Report
+    from .evaluation import METHODS, EvaluationSettings, Report
     from .text import POOLING_PRESETS
 
     command, description = _COMMANDS.get(task.name, (task.name, task.name))
-    offered = {n: m for n, m in METHODS.items() if task.dev or not m.needs_dev}
+    offered = {n: m for n, m in METHODS.items() if task.has_dev or not m.needs_dev}
     epilog = "methods:\n" + "\n".join(
         f"  {m.name:<10} {m.help}" for m in offered.values()
     )
@@ -185,7 +185,7 @@ def _add_task_parser(sub, task):
         parser.add_argument(
             flag, dest=f.name, help=f"{help_text} (default: {shown})", **parser_kwargs
         )
-    stem = REPORTS.get(task.name, Report).stem
+    stem = Report.for_task(task).stem
     parser.add_argument(
         "--out",
         default="results",
@@ -271,7 +271,6 @@ def _run(args):
     """Load the task, run its methods, print the tables, write the reports."""
     from ._defaults import DEFAULT_MODEL_DESCRIPTION
     from .evaluation import (
-        REPORTS,
         EvaluationSettings,
         Report,
         evaluate,
@@ -289,7 +288,7 @@ def _run(args):
         values["poolings"] = tuple(dict.fromkeys(values["poolings"]))
     # bars only where someone watches (a terminal); step lines always
     settings = EvaluationSettings(**values, progress=False if args.quiet else None)
-    report = REPORTS.get(task_class.name, Report)
+    report = Report.for_task(task_class)
     names = [f"{report.stem}.md", f"{report.stem}.json"]
     figures = [n.format(p) for p in settings.poolings for n in report.figure_names]
     figures = [] if args.no_figures else figures
@@ -306,7 +305,7 @@ def _run(args):
     print(f"Model: {settings.model or DEFAULT_MODEL_DESCRIPTION}", flush=True)
     ev = evaluate(task, methods=args.methods, settings=settings, log=log)
     print(f"\n{report.title}\n\n{format_table(ev)}\n")
-    for line in report(ev).console_lines():
+    for line in Report.of(ev).console_lines():
         print(line)
     print(f"Fitting protocol: {ev.protocol}.")
     try:

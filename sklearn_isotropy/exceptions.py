@@ -19,6 +19,7 @@ __all__ = [
     "EvaluationError",
     "EvaluationWarning",
     "FlowTrainingWarning",
+    "IsotropyDeprecationWarning",
     "IsotropyWarning",
     "ModelNotFoundError",
     "NoRelevantDocumentWarning",
@@ -92,6 +93,14 @@ class DensityUnderflowWarning(IsotropyWarning):
     Their log-likelihood overflows its dtype. Raised by
     :meth:`~sklearn_isotropy.GlowFlowTransformer.score_samples`, which
     scores the other rows as it would alone.
+    """
+
+
+class IsotropyDeprecationWarning(IsotropyWarning, FutureWarning):
+    """A name that is going away: the message says what to use instead.
+
+    A :class:`FutureWarning` too, so it is shown by default and caught by the
+    filters scikit-learn's users already set for deprecations.
     """
 
 

@@ -380,3 +380,43 @@ def test_the_cycle_check_would_catch_a_lazy_import(tmp_path):
     cycles = _import_cycles(_import_graph(copy))
     modules = ["sklearn_isotropy.export._faiss", "sklearn_isotropy.export._probe"]
     assert [sorted(set(cycle)) for cycle in cycles] == [modules]
+
+
+def test_the_evaluation_loop_does_not_import_the_reports():
+    # the loop hands records to its caller; reports render them, never the
+    # other way round (not even for an annotation)
+    edges = {
+        (here, target)
+        for here, target, names in _imports()
+        for target in [target, *(f"{target}.{n}" for n in names)]
+    }
+    task = "sklearn_isotropy.evaluation._task"
+    assert (task, "sklearn_isotropy.evaluation._report") not in edges
+    assert ("sklearn_isotropy.evaluation._report", task) in edges  # annotations
+
+
+# ----------------------------------------------------------- export dispatch
+def test_the_export_entry_points_dispatch_through_one_table():
+    from sklearn.pipeline import make_pipeline
+
+    from sklearn_isotropy import (
+        BertPoolingVectorizer,
+        StaticEmbeddingVectorizer,
+        WhiteningTransformer,
+    )
+    from sklearn_isotropy.export import _common
+
+    entries = {"to_onnx", "save_onnx_pipeline", "to_sentence_transformers"}
+    table = _common.EXPORTERS
+    for first in (StaticEmbeddingVectorizer, BertPoolingVectorizer, None):
+        assert set(table[first]) == entries, first
+    pipelines = {
+        StaticEmbeddingVectorizer: make_pipeline(
+            StaticEmbeddingVectorizer(), WhiteningTransformer()
+        ),
+        BertPoolingVectorizer: [BertPoolingVectorizer(), WhiteningTransformer()],
+        None: make_pipeline(WhiteningTransformer()),
+    }
+    for first, pipeline in pipelines.items():
+        for entry in entries:
+            assert _common.exporter(pipeline, entry) is table[first][entry]

@@ -582,8 +582,10 @@ def test_ctrl_c_is_one_line_exit_130_and_the_report_is_unchanged(
 
 @pytest.mark.parametrize("entry", ["console script", "python -m"])
 def test_ctrl_c_while_the_package_is_imported_exits_130(tmp_path, entry):
-    """A real SIGINT while scikit-learn is imported (the first heavy import):
-    one line on stderr and status 130, as later, with no traceback."""
+    """A real SIGINT while scikit-learn is imported exits 130 in one line.
+
+    scikit-learn is the first heavy import; as later, there is no traceback.
+    """
     fake = tmp_path / "sklearn"
     fake.mkdir()
     (fake / "__init__.py").write_text(

@@ -70,6 +70,34 @@ def test_json_names_the_default_model():
     assert json.loads(to_json(ev))["model"] == "/models/mine"
 
 
+def test_model_name_is_deprecated_for_model_description():
+    emb, bunch = _splits(np.random.default_rng(0), 10, 4)
+    task, embeddings = STSTask({"test": bunch}), {"mean": {"test": emb}}
+    ev = evaluate(task, methods=[], embeddings=embeddings)
+    payload = json.loads(to_json(ev))
+    assert ev.model_description == payload["model_description"]
+    assert ev.model_id == payload["model"]
+    with pytest.warns(FutureWarning, match="use model_description"):
+        assert ev.model_name == ev.model_description
+
+
+def test_each_run_logs_the_score_the_task_names():
+    rng = np.random.default_rng(1)
+    emb, bunch = _splits(rng, 40, 6)
+    lines = []
+    ev = evaluate(
+        STSTask({"test": bunch}),
+        methods=["raw", "whitening"],
+        embeddings={"mean": {"test": emb}},
+        log=lines.append,
+    )
+    rho = [r["spearman_x100"] for r in ev.records]
+    assert lines == [
+        f"[mean] raw: {rho[0]:.2f}",
+        f"[mean] whitening-6: {rho[1]:.2f}",
+    ]
+
+
 def test_run_warnings_are_raised_once_with_their_origin():
     rng = np.random.default_rng(0)
     # 6 test pairs of 20 dimensions: 12 rows, whitening is rank deficient

@@ -644,8 +644,11 @@ def test_onnx_flow_parity_rank_deficient(make_cone):
 
 
 def test_onnx_linear_then_flow_without_initial_whitening(make_cone):
-    """A linear chain, then a flow of init="bert-flow" (no initial whitening),
-    in one graph: the linear steps fold into one affine map before the Glow."""
+    """A linear chain, then a flow of init="bert-flow", in one graph.
+
+    The flow has no initial whitening; the linear steps fold into one affine
+    map before the Glow.
+    """
     pytest.importorskip("onnx")
     X = make_cone(200, 8, seed=3)
     with warnings.catch_warnings():
@@ -696,9 +699,11 @@ def test_onnx_flow_parity_presets(make_cone):
 
 
 def test_onnx_flow_with_a_new_layer_needs_no_export_code(make_cone):
-    """A flow (the "density" preset) with a layer defined here, inside its
-    first level, exports and matches transform: the graph is traced from the
-    layers themselves."""
+    """A flow with a layer defined here exports and matches transform.
+
+    The layer (in the "density" preset) is inside the flow's first level: the
+    graph is traced from the layers themselves.
+    """
     pytest.importorskip("onnx")
     torch = pytest.importorskip("torch")
 
@@ -754,8 +759,10 @@ def test_onnx_flow_with_a_new_layer_needs_no_export_code(make_cone):
 
 
 def test_onnx_flow_layer_that_cannot_trace_is_named(make_cone):
-    """A layer with a Python branch on a tensor's value cannot be traced by
-    torch.export: the error says so and names the step."""
+    """A layer with a Python branch on a tensor's value cannot be traced.
+
+    torch.export refuses it: the error says so and names the step.
+    """
     pytest.importorskip("onnx")
     torch = pytest.importorskip("torch")
 
@@ -776,8 +783,10 @@ def test_onnx_flow_layer_that_cannot_trace_is_named(make_cone):
 
 
 def test_onnx_models_of_one_opset_compose(cone, flow, flow_onnx):
-    """A linear model and a flow model exported apart join into one graph
-    with onnx.compose (same opset, same IR version), "Z" feeding "X"."""
+    """A linear model and a flow model exported apart join into one graph.
+
+    With onnx.compose (same opset, same IR version), "Z" feeding "X".
+    """
     onnx = pytest.importorskip("onnx")
     pipe = make_pipeline(StandardNormalizer(), NATSVTransformer(1)).fit(cone)
     linear = onnx.compose.add_prefix(to_onnx(pipe), "linear/")

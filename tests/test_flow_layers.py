@@ -208,8 +208,10 @@ def test_factored_out_block_is_untouched_by_later_levels():
 
 
 def test_glow_log_prob_of_linear_flow_matches_scipy_gaussian():
-    """At initialisation every coupling is the identity, so the flow is affine,
-    x -> A x + b, and its density is N(-A^-1 b, (A^T A)^-1)."""
+    """At initialisation every coupling is the identity: the flow is affine.
+
+    The flow is x -> A x + b, and its density is N(-A^-1 b, (A^T A)^-1).
+    """
     torch.manual_seed(1)
     glow = Glow(4, n_levels=2, depth=2, hidden_size=8).double()
     glow(torch.randn(100, 4, dtype=torch.float64) * 2 + 1)  # ActNorm init
@@ -242,9 +244,11 @@ def test_sequential_flow_composes():
 
 @pytest.mark.parametrize("coupling", ["additive", "affine"])
 def test_identity_initialisation_gives_the_standard_normal(coupling):
-    """initialize_identity: ActNorm at the identity, mixing orthogonal,
-    couplings at zero, so the flow is an orthogonal map: log_prob is exactly
-    the N(0, I) log-density and no data initialisation happens later."""
+    """initialize_identity makes the flow an orthogonal map.
+
+    ActNorm at the identity, mixing orthogonal, couplings at zero: log_prob is
+    exactly the N(0, I) log-density and no data initialisation happens later.
+    """
     torch.manual_seed(0)
     glow = Glow(6, n_levels=2, depth=3, hidden_size=8, coupling=coupling).double()
     glow.initialize_identity()
@@ -265,9 +269,11 @@ def test_identity_initialisation_gives_the_standard_normal(coupling):
 
 
 def test_frozen_invertible_linear_uses_a_cached_weight():
-    """Without trainable parameters the layer is one product with a cached
-    W^T, equal to the factored computation, and the cache follows in-place
-    changes (load_state_dict) and dtype changes."""
+    """Without trainable parameters the layer is one product with a cached W^T.
+
+    It equals the factored computation, and the cache follows in-place changes
+    (load_state_dict) and dtype changes.
+    """
     torch.manual_seed(0)
     layer = InvertibleLinear(5)
     with torch.no_grad():

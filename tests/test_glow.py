@@ -89,9 +89,11 @@ def test_missing_torch_error_names_the_extra(monkeypatch, make_cone):
 
 # ------------------------------------------------------- the Gaussian start
 def test_untrained_flow_is_the_gaussian_mle(make_cone):
-    """max_iter=0: score_samples is the Gaussian log-density of the rows'
-    mean and covariance (numpy, ddof=1), log-determinant included, and
-    transform is the whitening up to a rotation."""
+    """max_iter=0: score_samples is the Gaussian log-density of the rows.
+
+    Of the rows' mean and covariance (numpy, ddof=1), log-determinant included,
+    and transform is the whitening up to a rotation.
+    """
     X = make_cone(400, 4, **CORRELATED)
     est = GlowFlowTransformer(max_iter=0, early_stopping=False, random_state=0)
     est.fit(X)
@@ -108,8 +110,11 @@ def test_untrained_flow_is_the_gaussian_mle(make_cone):
 
 
 def test_initial_flow_is_the_gaussian_with_early_stopping(make_cone):
-    """Before the first step (and when no epoch beats it, see below) the
-    density is the Gaussian fitted to the training part of the split."""
+    """Before the first step the density is the training part's Gaussian.
+
+    Also when no epoch beats it (see below): the Gaussian fitted to the
+    training part of the split.
+    """
     X = make_cone(300, 4, **CORRELATED)
     est = GlowFlowTransformer(max_iter=0, random_state=0).fit(X)
     assert est.best_epoch_ == 0 and len(est.validation_scores_) == 1
@@ -137,8 +142,10 @@ def _hyperplane(n=300, seed=0):
 
 
 def test_singular_covariance_is_shrunk_automatically():
-    """Rows on a hyperplane: the initial whitening uses OAS shrinkage, so the
-    map is invertible and the density finite."""
+    """Rows on a hyperplane get an invertible map and a finite density.
+
+    The initial whitening uses OAS shrinkage.
+    """
     X = _hyperplane()
     est = GlowFlowTransformer(max_iter=0, early_stopping=False).fit(X)
     w = est.whitener_
@@ -152,10 +159,12 @@ def test_singular_covariance_is_shrunk_automatically():
 
 
 def test_directions_without_variance_bypass_the_flow():
-    """The hyperplane's normal is not modelled: training cannot buy likelihood
-    by shrinking a direction that only holds round-off, the latent keeps it at
-    ~0 (as whitening does), and the change of variables still holds for
-    rows off the hyperplane."""
+    """The hyperplane's normal is not modelled.
+
+    Training cannot buy likelihood by shrinking a direction that only holds
+    round-off, the latent keeps it at ~0 (as whitening does), and the change of
+    variables still holds for rows off the hyperplane.
+    """
     X = _hyperplane(n=1000)
     est = _fitted(X, max_iter=5, learning_rate=1e-2)
     assert est.rank_ == 4 and est.flow_.n_features == 4
@@ -187,11 +196,13 @@ def test_explicit_shrinkage_is_used(make_cone):
 
 
 def test_bert_flow_init_is_a_gaussian_from_actnorm(make_cone):
-    """init='bert-flow': no whitening; every ActNorm is set from the data, the
-    couplings start at the identity, so the untrained flow is an affine map
-    x -> A x + b: the density is N(-A^-1 b, (A^T A)^-1), with A and b read
-    off the map by autograd, and it ignores most of the correlations that
-    the whitening init captures."""
+    """init='bert-flow': no whitening, and the untrained flow is affine.
+
+    Every ActNorm is set from the data and the couplings start at the identity,
+    so the untrained flow is x -> A x + b: the density is N(-A^-1 b, (A^T
+    A)^-1), with A and b read off the map by autograd, and it ignores most of
+    the correlations that the whitening init captures.
+    """
     X = make_cone(2000, 4, **CORRELATED)
     est = GlowFlowTransformer(init="bert-flow", max_iter=0, early_stopping=False)
     est.set_params(random_state=0).fit(X)
@@ -212,8 +223,10 @@ def test_bert_flow_init_is_a_gaussian_from_actnorm(make_cone):
 @pytest.mark.parametrize("init", ["whitening", "bert-flow"])
 @pytest.mark.parametrize("coupling", ["additive", "affine"])
 def test_score_samples_is_the_change_of_variables(init, coupling, make_cone):
-    """log p(x) = log N(f(x); 0, I) + log|det df/dx| on random rows, with the
-    Jacobian of the whole map taken by torch autograd and its slogdet."""
+    """log p(x) = log N(f(x); 0, I) + log|det df/dx| on random rows.
+
+    The Jacobian of the whole map is taken by torch autograd, with its slogdet.
+    """
     X = make_cone(300, 5, **CORRELATED)
     est = _fitted(X, init=init, coupling=coupling, max_iter=3, learning_rate=1e-2)
     f = _torch_map(est)
@@ -267,9 +280,11 @@ def test_float32_and_float64_paths_agree(make_cone):
 @pytest.mark.parametrize("init", ["whitening", "bert-flow", "rank-deficient"])
 @pytest.mark.parametrize("coupling", ["additive", "affine"])
 def test_transform_module_computes_transform(init, coupling, make_cone):
-    """The torch module of the fitted map (what to_onnx traces) computes
-    transform in either dtype, bypassed coordinates included, and is a copy:
-    changing it leaves the estimator as it was."""
+    """The torch module of the fitted map computes transform, and is a copy.
+
+    The module (what to_onnx traces) computes transform in either dtype,
+    bypassed coordinates included; changing it leaves the estimator as it was.
+    """
     X = make_cone(200, 5, **CORRELATED)
     if init == "rank-deficient":
         X, init = np.hstack([X, X[:, :1] - X[:, 1:2]]), "whitening"
@@ -314,10 +329,13 @@ def test_sample_is_inverse_of_gaussian_draws(make_cone):
     [(0, False, 0.03, 0.04), (20, True, 0.06, 0.1)],
 )
 def test_sample_moments_match_the_training_data(max_iter, banana, tol_mean, tol_cov):
-    """Rows drawn from the fitted flow have the training rows' mean and
-    covariance, correlations included (in units of each feature's standard
-    deviation): up to sampling noise for the initial Gaussian, up to the fit
-    of a small trained flow on a curved (banana) density."""
+    """Rows drawn from the fitted flow have the training rows' moments.
+
+    Their mean and covariance, correlations included (in units of each
+    feature's standard deviation): up to sampling noise for the initial
+    Gaussian, up to the fit of a small trained flow on a curved (banana)
+    density.
+    """
     rng = np.random.RandomState(0)
     X = rng.standard_normal((3000, 4)) @ rng.standard_normal((4, 4)) + [5, -2, 0, 9]
     if banana:
@@ -374,10 +392,13 @@ def test_fitted_attributes_and_loss_curve(init, make_cone):
 
 
 def test_mixing_layers_are_fixed_with_the_whitening_init(make_cone):
-    """The whitening already is the best linear map for a Gaussian: the mixing
-    layers (L and U factors and diagonal) stay at their random orthogonal
-    start and everything else learns. With init='bert-flow' everything
-    trains, as in BERT-flow."""
+    """With the whitening init, the mixing layers stay fixed.
+
+    The whitening already is the best linear map for a Gaussian: the mixing
+    layers (L and U factors and diagonal) stay at their random orthogonal start
+    and everything else learns. With init='bert-flow' everything trains, as in
+    BERT-flow.
+    """
     X = make_cone(200, 4, **AXES)
     for init, mixing_moves in [("whitening", False), ("bert-flow", True)]:
         before = _state(_fitted(X, init=init, max_iter=0))
@@ -417,8 +438,11 @@ def test_early_stopping_keeps_best_evaluation(make_cone):
 
 
 def test_early_stopping_never_ends_below_the_initial_gaussian(make_cone):
-    """A learning rate that wrecks the flow: every epoch is worse on the held-
-    out rows, so the initial Gaussian is what is kept."""
+    """A learning rate that wrecks the flow keeps the initial Gaussian.
+
+    Every epoch is worse on the held-out rows, so the initial Gaussian is what
+    is kept.
+    """
     X = make_cone(300, 4, **CORRELATED)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FlowTrainingWarning)
@@ -562,9 +586,12 @@ def test_unstable_training_with_finite_loss_warns(make_cone):
 # ------------------------------------------------------ huge magnitudes
 @pytest.mark.parametrize("factor", [1e160, 1e300, 1e-200])
 def test_any_finite_magnitude_is_standardised_safely(factor, make_cone):
-    """The standardisation is computed on a power-of-two rescaled copy, so
-    input of magnitude 1e154 and more (whose squares overflow float64) gets
-    the same flow as the unscaled input; densities shift by -d log(factor)."""
+    """Input of magnitude 1e154 and more gets the same flow as unscaled input.
+
+    The standardisation is computed on a power-of-two rescaled copy, so input
+    whose squares overflow float64 gets the same flow; densities shift by -d
+    log(factor).
+    """
     X = make_cone(200, 4, **CORRELATED)
     reference = _fitted(X, max_iter=2)
     est = _fitted(X * factor, max_iter=2)
@@ -664,8 +691,10 @@ def test_pickled_state_is_cpu_and_loaded_weights_only(monkeypatch, make_cone):
 
 
 def test_cuda_trained_model_loads_on_cpu_only_machine(monkeypatch, make_cone):
-    """Simulate a model fitted with device='cuda' being unpickled where CUDA is
-    unavailable: it must load on the CPU, warn, and give the same outputs."""
+    """A model fitted with device='cuda' unpickles where CUDA is unavailable.
+
+    It must load on the CPU, warn, and give the same outputs.
+    """
     X = make_cone(200, 4, **AXES)
     est = _fitted(X)
     est.set_params(device="cuda")
@@ -680,8 +709,10 @@ def test_cuda_trained_model_loads_on_cpu_only_machine(monkeypatch, make_cone):
 # --------------------------------------------------------------- density
 @pytest.mark.slow
 def test_learns_a_non_gaussian_density():
-    """On a banana-shaped density the flow beats the Gaussian it starts from
-    on held-out rows, and its latent is close to N(0, I)."""
+    """On a banana-shaped density the flow beats the Gaussian it starts from.
+
+    On held-out rows; and its latent is close to N(0, I).
+    """
     rng = np.random.RandomState(0)
     d = 6
     rotation = ortho_group.rvs(d, random_state=rng)
@@ -753,9 +784,11 @@ def test_cuda_requested_without_cuda(monkeypatch, make_cone):
 
 
 def test_far_row_scores_minus_inf_and_the_others_as_alone(make_cone):
-    """One float32 row at 1e19 made score_samples raise for the whole batch:
-    its log-likelihood overflows float32. It scores -inf, like a density that
-    underflows, with one warning; the other rows score as they do alone."""
+    """A float32 row at 1e19 scores -inf, with one warning; the others as alone.
+
+    It made score_samples raise for the whole batch: its log-likelihood
+    overflows float32. It scores -inf, like a density that underflows.
+    """
     X = make_cone(200, 4, **AXES)
     est = _fitted(X, max_iter=2)
     rows = X[:6].astype(np.float32)

@@ -178,9 +178,12 @@ def test_small_sample_weights_say_the_total_must_exceed_one(make_cone, name):
 
 
 def test_a_few_near_constant_features_are_reported_once_in_one_short_line(caplog):
-    """An encoder's near-constant dimensions (the distilled static table has
-    three) lose their directions harmlessly: one short INFO line, once, with
-    no number that changes from fit to fit."""
+    """An encoder's near-constant dimensions are reported once, in one line.
+
+    The distilled static table has three; they lose their directions
+    harmlessly: one short INFO line, with no number that changes from fit to
+    fit.
+    """
     import warnings
 
     from sklearn_isotropy import WhiteningTransformer

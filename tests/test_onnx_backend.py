@@ -173,8 +173,11 @@ def test_the_progress_bar_counts_every_text(tiny_bert, monkeypatch):
 
 
 def _matmul_blocks(model):
-    """Transformer blocks in a graph: each has 6 weight MatMuls (Q, K, V, out,
-    intermediate, output) besides the two of attention scores."""
+    """Transformer blocks in a graph.
+
+    Each has 6 weight MatMuls (Q, K, V, out, intermediate, output) besides the
+    two of attention scores.
+    """
     weights = {init.name for init in model.graph.initializer}
     products = [
         n for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in weights

@@ -1,5 +1,7 @@
-"""Retrieval: the metrics, the tasks (STS pairs, BEIR folders), exact search,
-the compression study, the command line and the GridSearchCV scorer.
+"""Retrieval: metrics, tasks, exact search, compression study, CLI, scorer.
+
+The metrics, the tasks (STS pairs, BEIR folders), exact search, the compression
+study, the command line and the GridSearchCV scorer.
 
 The metrics are checked against hand-computed values and against a brute
 force that averages over every order of tied documents; the search against

@@ -1,6 +1,8 @@
-"""scikit-learn conventions every public estimator follows: pandas output with
-named columns, HTML reprs that link to this package's API reference, and a
-version read from the installed metadata."""
+"""scikit-learn conventions every public estimator follows.
+
+Pandas output with named columns, HTML reprs that link to this package's API
+reference, and a version read from the installed metadata.
+"""
 
 from __future__ import annotations
 

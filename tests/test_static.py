@@ -74,8 +74,10 @@ def hf(tiny_bert):
 
 @pytest.fixture(scope="module")
 def fitted(tiny_bert, tmp_path_factory):
-    """One fitted vectorizer per weighting, refined (the default), and an
-    unrefined one (shared; do not modify)."""
+    """One fitted vectorizer per weighting, refined, and an unrefined one.
+
+    Refined is the default; the unrefined one is shared (do not modify).
+    """
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(
             "SKLEARN_ISOTROPY_STATIC_CACHE", str(tmp_path_factory.mktemp("cache"))
@@ -267,8 +269,10 @@ def encoder_means(hf, texts):
 
 
 def ridge(X, Y, penalty, prior):
-    """``argmin ||X B - Y||^2 + penalty ||B - prior||^2``, a dense least-squares
-    problem with the penalty as extra rows."""
+    """``argmin ||X B - Y||^2 + penalty ||B - prior||^2``, solved densely.
+
+    A dense least-squares problem with the penalty as extra rows.
+    """
     root = np.sqrt(penalty) * np.eye(X.shape[1])
     B, *_ = np.linalg.lstsq(np.vstack([X, root]), np.vstack([Y, root @ prior]))
     return B
@@ -448,8 +452,10 @@ def test_reads_a_model2vec_folder(hf, tmp_path):
 
 
 def _model2vec_folder(hf, folder, **tensors):
-    """A small model2vec folder: one random row per token id of the tiny
-    tokenizer (``tensors`` replace or add tensors)."""
+    """Write a small model2vec folder: a random row per tiny-tokenizer token id.
+
+    ``tensors`` replace or add tensors.
+    """
     from safetensors.numpy import save_file
 
     n_tokens = max(hf[1].get_vocab().values()) + 1
@@ -615,9 +621,12 @@ def test_sentence_transformers_export_keeps_the_pipelines_cosines(
 
 
 def test_texts_without_tokens_agree_on_every_path(fitted, tmp_path):
-    """ "", spaces and a control character have no token: the vectorizer
-    gives zeros, the pipeline the whitening's image of zeros, and both
-    exports exactly that."""
+    """Texts without a token give the same row on every path.
+
+    "", spaces and a control character have no token: the vectorizer gives
+    zeros, the pipeline the whitening's image of zeros, and both exports
+    exactly that.
+    """
     ort = pytest.importorskip("onnxruntime")
     from sentence_transformers import SentenceTransformer
 
@@ -728,8 +737,10 @@ def test_save_onnx_pipeline_of_a_static_pipeline(pipelines, tmp_path):
 
 
 def test_a_static_pipeline_with_a_flow_is_exported_in_two_parts(fitted, tmp_path):
-    """The refusal says what can be done, and what it says works: the static
-    part as one model, the flow on its embeddings."""
+    """The refusal says what can be done, and what it says works.
+
+    The static part is one model, the flow runs on its embeddings.
+    """
     ort = pytest.importorskip("onnxruntime")
     from sklearn_isotropy import GlowFlowTransformer
     from sklearn_isotropy.export import (
@@ -888,8 +899,10 @@ def test_a_cache_directory_that_is_a_file_warns(tiny_bert, tmp_path, monkeypatch
 def test_a_table_another_process_stored_is_not_a_failure(
     tiny_bert, static_cache, monkeypatch
 ):
-    """A FileExistsError while storing is silent only when a valid table is
-    there (another process stored it); otherwise it is reported."""
+    """A FileExistsError while storing is silent only over a valid table.
+
+    Another process stored it then; otherwise it is reported.
+    """
     import warnings
 
     from sklearn_isotropy.exceptions import CacheWarning

@@ -79,8 +79,11 @@ class CallCounter:
 
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
-    """Run the tiny model on one thread: fastest for it, and two threads
-    waiting on each other on a busy machine are slower many times over."""
+    """Run the tiny model on one thread: fastest for it.
+
+    Two threads waiting on each other on a busy machine are slower many times
+    over.
+    """
     n_threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

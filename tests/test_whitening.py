@@ -756,7 +756,7 @@ def test_wide_data_with_options_that_need_a_full_map(monkeypatch, make_cone):
         np.testing.assert_allclose(est.transform(X), ref.transform(X), atol=1e-8)
     # too little memory for the d x d map is a clear error, not an OOM
     monkeypatch.setattr(
-        sklearn_isotropy.linear._base, "_available_memory", lambda: 2**20
+        sklearn_isotropy.linear._whitening, "_available_memory", lambda: 2**20
     )
     with pytest.raises(ValueError, match=r"method='zca' needs 300 x 300 matrices"):
         WhiteningTransformer(method="zca", shrinkage=0.1).fit(X)

@@ -7,17 +7,18 @@ without overflow (:func:`normalize_rows`), telling dask collections apart
 without importing dask (:func:`is_dask_collection`), progress bars that
 cost nothing when off (:func:`progress_bar`), warning at the user's line
 (:func:`warn`), keeping a step's warnings with its result
-(:func:`record_warnings`, :func:`reraise_once`), and writing a directory
-all at once with the user's permissions (:func:`publish_directory`,
-:func:`new_directory`); the doc links and output names of the estimators
-(:class:`DocLinkMixin`, :class:`PrefixedFeatureNamesMixin`).
+(:func:`record_warnings`, :func:`reraise_once`), the caches' homes
+(:func:`cache_home`) and writing a directory all at once with the user's
+permissions (:func:`publish_directory`, :func:`new_directory`); the doc
+links and output names of the estimators (:class:`DocLinkMixin`,
+:class:`PrefixedFeatureNamesMixin`).
 """
 
 from __future__ import annotations
 
 from ._conventions import DocLinkMixin, PrefixedFeatureNamesMixin
 from ._device import resolve_device
-from ._files import check_target, new_directory, publish_directory
+from ._files import cache_home, check_target, new_directory, publish_directory
 from ._optional import import_optional, is_dask_collection
 from ._progress import interactive_stderr, progress_bar
 from ._rows import normalize_rows
@@ -26,6 +27,7 @@ from ._warnings import record_warnings, reraise_once, warn
 __all__ = [
     "DocLinkMixin",
     "PrefixedFeatureNamesMixin",
+    "cache_home",
     "check_target",
     "import_optional",
     "interactive_stderr",

@@ -15,8 +15,10 @@ except metadata.PackageNotFoundError:  # a source tree that was never installed
 
 
 class DocLinkMixin:
-    """HTML reprs link to the estimator's page of the API reference (a release
-    to its own documentation, other versions to the latest)."""
+    """HTML reprs link to the estimator's page of the API reference.
+
+    A release links to its own documentation, other versions to the latest.
+    """
 
     _doc_link_module = "sklearn_isotropy"
 
@@ -30,8 +32,11 @@ class DocLinkMixin:
 
 
 class PrefixedFeatureNamesMixin(DocLinkMixin):
-    """``_n_features_out`` output names ``<_feature_name_prefix><i>``; the prefix
-    defaults to the class name, lowercased, less "transformer" (``whitening0``)."""
+    """Output names ``<_feature_name_prefix><i>``, ``_n_features_out`` of them.
+
+    The prefix defaults to the class name, lowercased, less "transformer"
+    (``whitening0``).
+    """
 
     _feature_name_prefix: str | None = None
 

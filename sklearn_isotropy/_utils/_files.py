@@ -1,4 +1,7 @@
-"""Writing a directory all at once, with the permissions the user expects."""
+"""The package's cache homes, and writing a directory all at once.
+
+A directory is written with the permissions the user expects.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +11,23 @@ import shutil
 import stat
 import uuid
 from pathlib import Path
+
+
+def cache_home(env: str, name: str) -> Path:
+    """Return the directory of one of the package's caches, named ``name``.
+
+    ``$<env>`` when it is set (``~`` expanded), else ``<name>`` under
+    ``$XDG_CACHE_HOME/sklearn_isotropy`` (``~/.cache/sklearn_isotropy`` when
+    that is unset). The exported ONNX encoders (``onnx``,
+    ``SKLEARN_ISOTROPY_ONNX_CACHE``) and the distilled static tables
+    (``static``, ``SKLEARN_ISOTROPY_STATIC_CACHE``) live there; the
+    embedding cache lives where ``memory=`` says.
+    """
+    value = os.environ.get(env)
+    if value:
+        return Path(value).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path("~", ".cache").expanduser()
+    return Path(base) / "sklearn_isotropy" / name
 
 
 def new_directory(parent, prefix):

@@ -6,8 +6,10 @@ import numpy as np
 
 
 def normalize_rows(X, *, dtype=np.float64):
-    """Return ``(U, zero)``: the rows of ``X`` at unit L2 norm in ``dtype`` (a new
-    array; rows of zeros stay zero) and which rows were all zeros.
+    """Return ``(U, zero)``: the rows of ``X`` at unit L2 norm, and the zero rows.
+
+    ``U`` is a new array in ``dtype`` (rows of zeros stay zero); ``zero`` says
+    which rows were all zeros.
 
     Each row is first divided by its largest absolute entry, so the squares
     in the norm cannot overflow (the norm of ``[1e200, 1e200]`` is finite

@@ -24,8 +24,11 @@ def _is_internal(frame) -> bool:
 
 
 def _caller_stacklevel() -> int:
-    """``stacklevel`` of the first frame outside the internal packages (the
-    user's code) for :func:`warnings.warn` in :func:`warn`; else the outermost."""
+    """Return the ``stacklevel`` of the user's line, for :func:`warn`.
+
+    The first frame outside the internal packages (the user's code), for
+    :func:`warnings.warn` in :func:`warn`; else the outermost.
+    """
     frame = sys._getframe(2)  # the frame that called warn()
     level = 1
     while frame is not None and _is_internal(frame):

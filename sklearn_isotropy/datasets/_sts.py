@@ -36,12 +36,18 @@ SPLITS = ("train", "dev", "test")
 # project's tests and benchmarks use (``shared/data/stsb``).
 _STSB_BASE_URL = "https://raw.githubusercontent.com/PhilipMay/stsb-multi-mt/main/data"
 _STSB_REMOTE = {
-    split: (f"{_STSB_BASE_URL}/stsb-en-{split}.csv", sha256)
-    for split, sha256 in {
-        "train": "e1e84fec60bbb598735552f54a35f4949904a484750fd2cb11e2720e49f63da6",
-        "dev": "d29586e96558c4eb52cf5ea5d14e9c24d3bf0e44f111b017caba43a5adc33226",
-        "test": "11523b625219e94e9ca05d2816b5f02cac1614c5894fe657376fa0806378d053",
-    }.items()
+    "train": (
+        f"{_STSB_BASE_URL}/stsb-en-train.csv",
+        "e1e84fec60bbb598735552f54a35f4949904a484750fd2cb11e2720e49f63da6",
+    ),
+    "dev": (
+        f"{_STSB_BASE_URL}/stsb-en-dev.csv",
+        "d29586e96558c4eb52cf5ea5d14e9c24d3bf0e44f111b017caba43a5adc33226",
+    ),
+    "test": (
+        f"{_STSB_BASE_URL}/stsb-en-test.csv",
+        "11523b625219e94e9ca05d2816b5f02cac1614c5894fe657376fa0806378d053",
+    ),
 }
 
 # File names a directory is searched for, per split, in this order.
@@ -156,8 +162,18 @@ _CSV_HEADER_NAMES = {
     "s1": frozenset({"sentence1", "sentencea", "sent1", "s1", "text1", "texta"}),
     "s2": frozenset({"sentence2", "sentenceb", "sent2", "s2", "text2", "textb"}),
     "score": frozenset(
-        "score similarity similarityscore sim label gold goldscore relatedness "
-        "relatednessscore rating".split()
+        {
+            "score",
+            "similarity",
+            "similarityscore",
+            "sim",
+            "label",
+            "gold",
+            "goldscore",
+            "relatedness",
+            "relatednessscore",
+            "rating",
+        }
     ),
 }
 

@@ -1,5 +1,7 @@
-"""Plots of anisotropy (covariance spectrum, pair-cosine histogram) and of a
-retrieval study (quality against bytes per vector).
+"""Plots of anisotropy and of a retrieval study.
+
+Anisotropy: the covariance spectrum and pair-cosine histograms; retrieval:
+quality against bytes per vector.
 
 matplotlib is an optional dependency (``pip install "sklearn-isotropy[plot]"``)
 imported only when a plot is drawn.
@@ -295,13 +297,15 @@ def plot_cosine_panels(
     return figure
 
 
-# (marker, line style) of each precision; others get ("D", "-")
+# the marker and line style of each precision
 _PRECISION_STYLES = {
-    "float32": ("o", "-"),
-    "int8": ("s", "--"),
-    "binary": ("^", ":"),
-    "binary-uncentred": ("v", "-."),
+    "float32": {"marker": "o", "linestyle": "-"},
+    "int8": {"marker": "s", "linestyle": "--"},
+    "binary": {"marker": "^", "linestyle": ":"},
+    "binary-uncentred": {"marker": "v", "linestyle": "-."},
 }
+# the style of a precision not in the table
+_OTHER_PRECISION = {"marker": "D", "linestyle": "-"}
 
 
 def plot_quality_vs_bytes(
@@ -353,12 +357,12 @@ def plot_quality_vs_bytes(
     for (method, quant), rs in groups.items():
         rs = sorted(rs, key=lambda r: r["bytes_per_vector"])
         single = len(rs) == 1  # raw, NATSV: hollow and larger, so overlaps show
-        marker, line = _PRECISION_STYLES.get(quant, ("D", "-"))
+        style = _PRECISION_STYLES.get(quant, _OTHER_PRECISION)
         ax.plot(
             [r["bytes_per_vector"] for r in rs],
             [100 * r[metric] for r in rs],
-            linestyle="none" if single else line,
-            marker=marker,
+            linestyle="none" if single else style["linestyle"],
+            marker=style["marker"],
             color=colours[method],
             markerfacecolor="none" if single else colours[method],
             markeredgewidth=1.8 if single else 1.0,
@@ -398,9 +402,14 @@ def plot_quality_vs_bytes(
             Line2D([], [], label=" ", **heading),
             Line2D([], [], label="precision", **heading),
             *[
-                Line2D([], [], color="0.3", marker=m, linestyle=ls, label=q)
+                Line2D(
+                    [],
+                    [],
+                    color="0.3",
+                    label=q,
+                    **_PRECISION_STYLES.get(q, _OTHER_PRECISION),
+                )
                 for q in quants
-                for m, ls in [_PRECISION_STYLES.get(q, ("D", "-"))]
             ],
         ],
         loc="upper left",

@@ -132,7 +132,13 @@ def register_method(
 
     def decorator(build):
         METHODS[name] = Method(
-            name, label or name, help, build, uses_k, full_width, needs_dev
+            name=name,
+            label=label or name,
+            help=help,
+            build=build,
+            uses_k=uses_k,
+            full_width=full_width,
+            needs_dev=needs_dev,
         )
         return build
 
@@ -161,7 +167,10 @@ def _whitening(power=None, noise_variance=None):
 
         p = settings.power if power is None else power
         params = {"n_components": k or n_features, "power": p}
-        return WhiteningTransformer(k, power=p, noise_variance=noise_variance), params
+        whitening = WhiteningTransformer(
+            n_components=k, power=p, noise_variance=noise_variance
+        )
+        return whitening, params
 
     return build
 

@@ -23,7 +23,7 @@ import numpy as np
 from ._quantization import QUANTIZATIONS
 
 if TYPE_CHECKING:
-    from ._task import Evaluation
+    from ._task import Evaluation, Task
 
 __all__ = [
     "REPORTS",
@@ -151,21 +151,37 @@ class Report:
         """
         return []
 
-    @staticmethod
-    def progress(records: list[dict]) -> str:
-        """Describe a method's records in one line of progress text.
+    @classmethod
+    def for_task(cls, task: Task | type[Task]) -> type[Report]:
+        """Return the report class of a task: its entry of :data:`REPORTS`.
 
         Parameters
         ----------
-        records : list of dict
-            The records of one run.
+        task : Task or Task subclass
+            The task (its ``name`` is looked up).
 
         Returns
         -------
-        str
-            The line.
+        type
+            The task's report class; :class:`Report` if it has none.
         """
-        return ""
+        return REPORTS.get(task.name, Report)
+
+    @classmethod
+    def of(cls, evaluation: Evaluation) -> Report:
+        """Return the report of a finished evaluation, by its task.
+
+        Parameters
+        ----------
+        evaluation : Evaluation
+            A finished run.
+
+        Returns
+        -------
+        Report
+            An instance of the task's report class.
+        """
+        return cls.for_task(evaluation.task)(evaluation)
 
 
 class STSReport(Report):
@@ -184,10 +200,6 @@ class STSReport(Report):
     def describe(self):
         splits = self.evaluation.task.splits.items()
         return ", ".join(f"{s} {len(b.scores)} pairs" for s, b in splits)
-
-    @staticmethod
-    def progress(records):
-        return f"{records[0]['spearman_x100']:.2f}"
 
     def json_fields(self):
         diagnostics = {}
@@ -301,11 +313,6 @@ class RetrievalReport(Report):
             )
         return ", ".join(parts) + f"; fitted on {len(task.fit_texts)} sentences"
 
-    @staticmethod
-    def progress(records):
-        head = next(m for m in records[0] if "@" in m)
-        return ", ".join(f"{r['quantization']} {head} {r[head]:.4f}" for r in records)
-
     def header_lines(self):
         ev, s = self.evaluation, self.evaluation.settings
         backends = sorted({r["backend"] for r in ev.records if "backend" in r})
@@ -353,7 +360,7 @@ class RetrievalReport(Report):
             fig = Figure(figsize=(13, 5.2), layout="constrained")
             whole, top = fig.subplots(1, 2)
             fig.suptitle(
-                f"{ev.model_name}, {pooling} pooling: {task.n_queries} "
+                f"{ev.model_description}, {pooling} pooling: {task.n_queries} "
                 f"queries, {task.n_documents} documents"
             )
             plot_quality_vs_bytes(
@@ -368,11 +375,6 @@ class RetrievalReport(Report):
 
 #: The report of each task, by the task's name.
 REPORTS = {"sts": STSReport, "retrieval": RetrievalReport}
-
-
-def report_class(task):
-    """Return the report class of ``task`` (:class:`Report` if it has none)."""
-    return REPORTS.get(task.name, Report)
 
 
 def _name(record):  # a run's name in the reports (a custom run's is its label)
@@ -396,7 +398,7 @@ def _size(n_bytes):
 
 def _rows(evaluation, pooling):
     """Return the header and the cells of one pooling's table."""
-    columns = report_class(evaluation.task)(evaluation).columns()
+    columns = Report.of(evaluation).columns()
     header = ["method", *[c.header for c in columns]]
     rows = []
     for r in evaluation.results(pooling):
@@ -474,12 +476,12 @@ def to_markdown(
     text : str
         The report.
     """
-    ev, report = evaluation, report_class(evaluation.task)(evaluation)
+    ev, report = evaluation, Report.of(evaluation)
     md = [
         f"# sklearn-isotropy {report.command}",
         "",
         f"- Data: `{ev.data}` ({report.describe()})",
-        f"- Model: {ev.model_name}",
+        f"- Model: {ev.model_description}",
         f"- Fitting protocol: {ev.protocol}.",
         *(
             [
@@ -539,7 +541,7 @@ def to_json(evaluation: Evaluation, figures: Sequence[str | os.PathLike] = ()) -
         "task": ev.task.name,
         "data": ev.data,
         "model": ev.model_id,
-        "model_description": ev.model_name,
+        "model_description": ev.model_description,
         "poolings": ev.poolings,
         "methods": ev.methods,
         "fit_on": ev.fit_on,
@@ -547,7 +549,7 @@ def to_json(evaluation: Evaluation, figures: Sequence[str | os.PathLike] = ()) -
         "seed": ev.settings.seed,
         "device": ev.settings.device,
         "settings": asdict(ev.settings),
-        **report_class(ev.task)(ev).json_fields(),
+        **Report.of(ev).json_fields(),
         "encoding": ev.encodings,
         "results": ev.records,
         "figures": [str(f) for f in figures],
@@ -560,8 +562,11 @@ def to_json(evaluation: Evaluation, figures: Sequence[str | os.PathLike] = ()) -
 
 
 def _commit(out_dir, files):
-    """Write ``{name: text or write(path)}`` under temporary names, then rename
-    all, so a failure while writing leaves the previous files as they were."""
+    """Write every file or none: under temporary names, then rename all.
+
+    ``files`` is ``{name: text or write(path)}``; a failure while writing
+    leaves the previous files as they were.
+    """
     staged = {}
     try:
         for name, content in files.items():
@@ -588,7 +593,7 @@ def _figure_files(evaluation):
         import matplotlib.figure  # noqa: F401
     except ImportError:
         return {}, "figures skipped: matplotlib is not installed (extra [plot])"
-    report = report_class(evaluation.task)(evaluation)
+    report = Report.of(evaluation)
     return {
         name: lambda path, fig=fig: fig.savefig(path, format="png", **report.savefig)
         for name, fig in report.figures()
@@ -625,7 +630,7 @@ def write_reports(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     files, note = _figure_files(evaluation) if figures else ({}, None)
-    stem = report_class(evaluation.task).stem
+    stem = Report.for_task(evaluation.task).stem
     pngs = [str(out_dir / name) for name in files]
     try:  # what the previous report wrote (nothing if it cannot be read)
         earlier = json.loads((out_dir / f"{stem}.json").read_text())["figures"]

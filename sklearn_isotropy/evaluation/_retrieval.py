@@ -422,6 +422,11 @@ class RetrievalTask(Task):
         ks = sorted({int(k) for k in settings.dimensions if 0 < k < n_features})
         return ks + ([None] if method.full_width else [])
 
+    @staticmethod
+    def progress(records):
+        head = next(m for m in records[0] if "@" in m)
+        return ", ".join(f"{r['quantization']} {head} {r[head]:.4f}" for r in records)
+
     def score(
         self,
         transformer: object,

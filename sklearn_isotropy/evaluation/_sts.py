@@ -177,6 +177,7 @@ class STSTask(Task):
         "train": "transforms fitted on the sentences of the train split ('train')",
     }
     default_methods = ("raw", "sn", "natsv", "whitening", "ppca", "flow", "grid")
+    has_dev = True
 
     def __init__(self, splits, *, fit_on="target", data_name="splits passed in"):
         check_fit_on(self, fit_on)
@@ -241,24 +242,14 @@ class STSTask(Task):
         k = settings.n_components
         return [k if method.uses_k and k < n_features else None]
 
-    def dev(self, embeddings: dict) -> tuple[np.ndarray, np.ndarray]:
-        """Return the dev pairs, for the methods that select on them.
-
-        Parameters
-        ----------
-        embeddings : dict
-            What :meth:`embed` returned.
-
-        Returns
-        -------
-        pairs : ndarray of shape (n_pairs, 2, n_features)
-            The embeddings of the dev pairs.
-        scores : ndarray of shape (n_pairs,)
-            Their gold scores.
-        """
+    def dev_pairs(self, embeddings: dict) -> tuple[np.ndarray, np.ndarray]:
         if "dev" not in embeddings:
             raise EvaluationError("the method selects on a dev split; none was loaded")
         return embeddings["dev"], self.splits["dev"].scores
+
+    @staticmethod
+    def progress(records):
+        return f"{records[0]['spearman_x100']:.2f}"
 
     def score(self, transformer, embeddings, settings):
         from ..diagnostics import anisotropy_report

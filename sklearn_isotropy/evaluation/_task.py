@@ -23,8 +23,12 @@ from typing import ClassVar
 import numpy as np
 
 from .._defaults import DEFAULT_MODEL, DEFAULT_MODEL_DESCRIPTION, DEFAULT_MODEL_NAME
-from .._utils import record_warnings, reraise_once
-from ..exceptions import EvaluationError, EvaluationWarning
+from .._utils import record_warnings, reraise_once, warn
+from ..exceptions import (
+    EvaluationError,
+    EvaluationWarning,
+    IsotropyDeprecationWarning,
+)
 from ._methods import METHODS, Method
 from ._settings import EvaluationSettings
 
@@ -44,9 +48,9 @@ class Task(ABC):
     protocols: ClassVar[dict]
     #: The methods run when none are named.
     default_methods: ClassVar[tuple]
-    #: ``dev(embeddings) -> (dev_pairs, dev_scores)`` for the methods that
-    #: select on labelled dev pairs (``needs_dev``); None: the task has none.
-    dev: ClassVar = None
+    #: Whether the task holds labelled dev pairs (:meth:`dev_pairs`), which
+    #: the methods that select on them (``needs_dev``) read.
+    has_dev: ClassVar[bool] = False
 
     #: The fitting protocol of this instance (a key of :attr:`protocols`).
     fit_on: str
@@ -165,6 +169,48 @@ class Task(ABC):
             What the task's figures need, or None.
         """
 
+    def dev_pairs(self, embeddings: dict) -> tuple[np.ndarray, np.ndarray]:
+        """Return the labelled dev pairs, for the methods that select on them.
+
+        Parameters
+        ----------
+        embeddings : dict
+            What :meth:`embed` returned.
+
+        Returns
+        -------
+        pairs : ndarray of shape (n_pairs, 2, n_features)
+            The embeddings of the dev pairs.
+        scores : ndarray of shape (n_pairs,)
+            Their gold scores.
+
+        Raises
+        ------
+        EvaluationError
+            If the task has no dev pairs (:attr:`has_dev` is False).
+        """
+        raise EvaluationError(f"the {self.name} task has no labelled dev pairs")
+
+    @staticmethod
+    def progress(records: list[dict]) -> str:
+        """Describe one run's records in a line of progress text.
+
+        :func:`evaluate` logs it after each run, behind the run's label; the
+        task says which of its scores matter at a glance, the reports
+        render the rest.
+
+        Parameters
+        ----------
+        records : list of dict
+            The records of one run.
+
+        Returns
+        -------
+        str
+            The line; empty by default.
+        """
+        return ""
+
 
 def check_fit_on(task, fit_on):
     """Raise an ``EvaluationError`` unless ``fit_on`` is a protocol of ``task``."""
@@ -226,9 +272,26 @@ class Evaluation:
         return self.task.protocols[self.task.fit_on]
 
     @property
-    def model_name(self) -> str:
-        """The encoder, for reports."""
+    def model_description(self) -> str:
+        """The encoder in words, for reports: the name, or the default's description."""
         return self.settings.model or DEFAULT_MODEL_DESCRIPTION
+
+    @property
+    def model_name(self) -> str:
+        """The encoder in words (deprecated: use :attr:`model_description`).
+
+        .. deprecated:: 0.2.0
+            The name said a name and returned a description; it is removed in
+            0.3.0. ``model_description`` is the description, ``model_id``
+            the name.
+        """
+        warn(
+            "Evaluation.model_name is deprecated since 0.2.0 and will be removed "
+            "in 0.3.0; use model_description for the encoder in words, or "
+            "model_id for its name",
+            IsotropyDeprecationWarning,
+        )
+        return self.model_description
 
     @property
     def model_id(self) -> str:
@@ -352,7 +415,7 @@ def _check_methods(task, methods):
         raise ValueError(
             f"unknown method(s) {unknown}; choose from {', '.join(METHODS)}"
         )
-    refused = [m for m in methods if METHODS[m].needs_dev and task.dev is None]
+    refused = [m for m in methods if METHODS[m].needs_dev and not task.has_dev]
     if refused:
         raise EvaluationError(
             f"the {task.name} task cannot run {', '.join(refused)}: it has no "
@@ -375,13 +438,18 @@ def _runs(task, methods, transformers, n_features, settings):
 
 def _custom(label, estimator):
     """Return a transformer passed in by label as a method of its own."""
-    return Method("custom", lambda params: label, "", lambda *args: (estimator, {}))
+    return Method(
+        name="custom",
+        label=lambda params: label,
+        help="",
+        build=lambda *args: (estimator, {}),
+    )
 
 
 def _run(task, method, k, bundle, n_features, settings):
     """Build, fit and score one method at one ``k``: ``(records, artifact)``."""
     start = time.perf_counter()
-    dev = task.dev(bundle) if method.needs_dev else None
+    dev = task.dev_pairs(bundle) if method.needs_dev else None
     transformer, params = method.build(k, n_features, settings, dev)
     build_seconds = time.perf_counter() - start
     found, artifact = task.score(transformer, bundle, settings)
@@ -434,8 +502,6 @@ def evaluate(
     evaluation : Evaluation
         The records of every run.
     """
-    from ._report import report_class
-
     settings = settings or EvaluationSettings()
     log = log or (lambda line: None)
     methods = _check_methods(task, task.default_methods if methods is None else methods)
@@ -446,7 +512,6 @@ def evaluate(
     if embeddings is None and settings.encoder == "static":
         poolings = ["static"]  # one table, whatever the poolings
     ev = Evaluation(task, settings, methods, poolings)
-    progress = report_class(task).progress
     for pooling in poolings:
         if embeddings is None:
             encoded = ev.encodings[pooling] = {}
@@ -500,5 +565,5 @@ def evaluate(
             if artifact is not None:
                 ev.artifacts[(pooling, records[0]["label"])] = artifact
             if "error" not in records[0]:
-                log(f"[{pooling}] {records[0]['label']}: {progress(records)}")
+                log(f"[{pooling}] {records[0]['label']}: {task.progress(records)}")
     return ev

@@ -1,9 +1,11 @@
 """Post-processors and text pipelines as ONNX graphs: the public entry points.
 
-:func:`to_onnx` sends a chain of post-processors to :mod:`._onnx_chain` and a
-pipeline that starts from text to :mod:`._pipeline`, which joins that chain's
-graph to the encoder's; :func:`register_skl2onnx_converters` teaches skl2onnx
-the linear post-processors.
+:func:`to_onnx` sends a pipeline to the exporter that the one table of
+:mod:`._common` names for its first step: a chain of post-processors to
+:mod:`._onnx_chain`, a text pipeline to :mod:`._pipeline` (which joins that
+chain's graph to the encoder's), a static one to :mod:`._static`;
+:func:`register_skl2onnx_converters` teaches skl2onnx the linear
+post-processors.
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ from sklearn.base import BaseEstimator
 from sklearn.pipeline import Pipeline
 
 from .._utils import import_optional
-from ..text import BertPoolingVectorizer
+
+# the exporters this entry point dispatches to (they register themselves)
+from . import _onnx_chain, _pipeline, _static  # noqa: F401
 from ._affine import _AFFINE_RULES, fold_affine
-from ._onnx_chain import chain_to_onnx, onnx_type
-from ._pipeline import text_pipeline_to_onnx
-from ._static import starts_with, static_to_onnx
+from ._common import exporter
+from ._onnx_chain import onnx_type
 
 if TYPE_CHECKING:
     import onnx
@@ -116,11 +119,7 @@ def to_onnx(
     >>> bool(np.allclose(Z, whiten.transform(X), atol=1e-5))
     True
     """
-    export = chain_to_onnx
-    if starts_with(estimator_or_pipeline, BertPoolingVectorizer):
-        export = text_pipeline_to_onnx  # the whole text pipeline
-    if starts_with(estimator_or_pipeline):
-        export = static_to_onnx  # one token table
+    export = exporter(estimator_or_pipeline, "to_onnx")
     kwargs = {"n_features": n_features, "dtype": dtype, "target_opset": target_opset}
     return export(estimator_or_pipeline, X_check=X_check, **kwargs)
 

@@ -19,6 +19,7 @@ import numpy as np
 from .._utils import import_optional
 from ..text import BertPoolingVectorizer
 from ._affine import AffineMap, check_fitted, fold_affine, is_affine, split_steps
+from ._common import check_parity, exports
 
 _WHAT = "to_onnx"
 _DEFAULT_OPSET = 18
@@ -164,8 +165,10 @@ def _torch_modules(steps, dtype):
 
 @contextlib.contextmanager
 def _quiet_exporter():
-    """Silence what torch's exporter says about itself (progress, optional
-    packages, deprecations of its internals), not about the model."""
+    """Silence what torch's exporter says about itself, not about the model.
+
+    Its progress, its optional packages and the deprecations of its internals.
+    """
     import torch
 
     logger = logging.getLogger("torch.onnx")
@@ -249,19 +252,18 @@ def _check_parity(model, steps, X_check, dtype):
     session = ort.InferenceSession(
         model.SerializeToString(), providers=["CPUExecutionProvider"]
     )
-    got = session.run(None, {"X": X})[0]
-    expected = _reference(steps, X)
-    scale = max(1.0, float(np.max(np.abs(expected))))
-    tol = (1e-4 if dtype == np.float32 else 1e-9) * scale
-    error = float(np.max(np.abs(got - expected)))
-    if not error <= tol:
-        raise RuntimeError(
-            f"{_WHAT}: the exported graph differs from transform by up to {error:.3g} "
-            f"(tolerance {tol:.3g}) on {len(X)} check rows; the export is wrong, "
-            "please report it with the estimator's parameters."
-        )
+    check_parity(
+        session.run(None, {"X": X})[0],
+        _reference(steps, X),
+        what=_WHAT,
+        graph="the exported graph",
+        n_checked=f"{len(X)} check rows",
+        owner="estimator",
+        rtol=1e-4 if dtype == np.float32 else 1e-9,
+    )
 
 
+@exports("to_onnx", None)
 def chain_to_onnx(
     estimator_or_pipeline,
     n_features=None,
@@ -270,8 +272,10 @@ def chain_to_onnx(
     target_opset=None,
     X_check=None,
 ):
-    """The graph of :func:`~sklearn_isotropy.export.to_onnx` for a chain of
-    post-processors (no text vectorizer), from the same arguments."""
+    """The graph of :func:`~sklearn_isotropy.export.to_onnx` for a chain.
+
+    A chain of post-processors (no text vectorizer), from the same arguments.
+    """
     onnx = import_optional("onnx", purpose=_WHAT, extra="export")
     dtype = _check_dtype(dtype)
     steps = split_steps(estimator_or_pipeline, what=_WHAT)

@@ -24,9 +24,12 @@ from sklearn.pipeline import Pipeline
 from .._utils import check_target, import_optional, publish_directory
 from ..exceptions import TruncationWarning
 from ..text import ONNX_OUTPUT_NAME, ONNX_SESSION_OPTIONS, BertPoolingVectorizer
+
+# the exporters this entry point dispatches to (they register themselves)
+from . import _static  # noqa: F401
 from ._affine import split_text_pipeline
+from ._common import SETTINGS_FILE, check_parity, exporter, exports, write_settings
 from ._onnx_chain import chain_to_onnx as to_onnx  # the post-processors' graph
-from ._static import save_static_onnx, starts_with
 
 if TYPE_CHECKING:
     import onnx
@@ -37,7 +40,6 @@ _WHAT = "save_onnx_pipeline"
 OUTPUT = ONNX_OUTPUT_NAME
 _POOLED = "pooled_embedding"
 _PREFIX = "post_"
-_SETTINGS_FILE = "sklearn_isotropy_onnx.json"
 
 # Texts of the parity check when none are given: several lengths, an empty
 # one, words and punctuation any vocabulary splits somehow.
@@ -148,6 +150,7 @@ def _text_graph(vec, post):
     return merged
 
 
+@exports("to_onnx", BertPoolingVectorizer)
 def text_pipeline_to_onnx(
     pipeline, *, n_features=None, dtype=np.float32, target_opset=None, X_check=None
 ):
@@ -236,17 +239,14 @@ def _check_parity(model, vec, post, texts):
         for text in texts:
             got.append(session.run([OUTPUT], _feed(vec, names, [text]))[0])
             expected.append(reference.transform([text]))
-    got, expected = np.concatenate(got), np.concatenate(expected)
-    scale = max(1.0, float(np.max(np.abs(expected))))
-    error = np.inf
-    if got.shape == expected.shape:
-        error = float(np.max(np.abs(got - expected)))
-    if not error <= 1e-4 * scale:
-        raise RuntimeError(
-            f"to_onnx: the exported text pipeline differs from transform by up to "
-            f"{error:.3g} (tolerance {1e-4 * scale:.3g}) on {len(texts)} texts; the "
-            "export is wrong, please report it with the pipeline's parameters."
-        )
+    check_parity(
+        np.concatenate(got),
+        np.concatenate(expected),
+        what="to_onnx",
+        graph="the exported text pipeline",
+        n_checked=f"{len(texts)} texts",
+        owner="pipeline",
+    )
 
 
 # the attribute of a ``tokenizers.Encoding`` that holds each graph input
@@ -270,7 +270,7 @@ def _readme(settings, has_tokenizer_json):
         f"output `{OUTPUT}` (float32, shape `(batch, width)`). Texts longer than "
         f"{settings['max_length']} tokens are truncated, as in the pipeline. The "
         "tokenizer files beside it are the encoder's, and "
-        f"`{_SETTINGS_FILE}` repeats these settings for programs."
+        f"`{SETTINGS_FILE}` repeats these settings for programs."
     )
     transformers = (
         "With transformers installed, the tokenizer can also be "
@@ -413,8 +413,13 @@ def save_onnx_pipeline(
     >>> pipe.fit(sentences)  # doctest: +SKIP
     >>> save_onnx_pipeline(pipe, "whitened-minilm-onnx")  # doctest: +SKIP
     """
-    if starts_with(pipeline):
-        return save_static_onnx(pipeline, path, overwrite=overwrite, X_check=X_check)
+    export = exporter(pipeline, "save_onnx_pipeline")
+    return export(pipeline, path, overwrite=overwrite, X_check=X_check)
+
+
+@exports("save_onnx_pipeline", BertPoolingVectorizer, None)
+def save_text_onnx(pipeline, path, *, overwrite=False, X_check=None):
+    """:func:`save_onnx_pipeline` of a text pipeline (a vectorizer first)."""
     onnx = import_optional("onnx", purpose=_WHAT, extra="onnx")
     vec, post = split_text_pipeline(pipeline, what=_WHAT)
     check_target(path, overwrite=overwrite, what=_WHAT)  # before the work
@@ -425,11 +430,8 @@ def save_onnx_pipeline(
         _save_tokenizer(vec, directory)
         settings = _settings(vec, post)
         settings["input_names"] = [i.name for i in model.graph.input]
-        (directory / _SETTINGS_FILE).write_text(
-            json.dumps(settings, indent=2, sort_keys=True) + "\n", encoding="utf-8"
-        )
         readme = _readme(settings, (directory / "tokenizer.json").is_file())
-        (directory / "README.md").write_text(readme, encoding="utf-8")
+        write_settings(directory, settings, readme)
 
     publish_directory(path, write, overwrite=overwrite, what=_WHAT)
     return model

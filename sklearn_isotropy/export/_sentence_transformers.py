@@ -11,8 +11,11 @@ from sklearn.pipeline import Pipeline
 
 from .._utils import check_target, import_optional, publish_directory
 from ..text import POOLING_PRESETS, BertPoolingVectorizer
+
+# the exporters this entry point dispatches to (they register themselves)
+from . import _static  # noqa: F401
 from ._affine import fold_affine, split_text_pipeline
-from ._static import starts_with, static_to_sentence_transformers
+from ._common import exporter, exports
 
 if TYPE_CHECKING:
     import sentence_transformers
@@ -256,8 +259,13 @@ def to_sentence_transformers(
     >>> model.encode(["A man is playing a guitar."]).shape  # doctest: +SKIP
     (1, 128)
     """
-    if starts_with(pipeline):
-        return static_to_sentence_transformers(pipeline, path, overwrite=overwrite)
+    export = exporter(pipeline, "to_sentence_transformers")
+    return export(pipeline, path, overwrite=overwrite)
+
+
+@exports("to_sentence_transformers", BertPoolingVectorizer, None)
+def text_to_sentence_transformers(pipeline, path, *, overwrite=False):
+    """:func:`to_sentence_transformers` of a text pipeline (a vectorizer first)."""
     st, modules = _import_st()
     vec, post = split_text_pipeline(pipeline, what=_WHAT)
     affine = fold_affine(post, what=_WHAT) if post else None

@@ -43,6 +43,7 @@ from ._affine import (
     is_affine,
     split_steps,
 )
+from ._common import check_parity, exports, starts_with, write_settings
 from ._onnx_chain import _check_opset, _finish
 
 __all__ = [
@@ -56,28 +57,18 @@ __all__ = [
 
 OUTPUT = "sentence_embedding"
 INPUTS = ("input_ids", "attention_mask")
-_SETTINGS_FILE = "sklearn_isotropy_onnx.json"
 # ReduceSum, Squeeze and Unsqueeze take their axes as an input from opset 13
 _MIN_OPSET = 13
 # the parity check's texts when none are given: an empty one, words, signs
 _CHECK_TEXTS = ["", "A man is playing a guitar.", "ok", "Two dogs, one ball!"]
 
 
-def starts_with(obj, kind=StaticEmbeddingVectorizer):
-    """True for a ``kind`` estimator, or a Pipeline or list starting with one."""
-    if isinstance(obj, kind):
-        return True
-    try:
-        steps = split_steps(obj, what="export")
-    except (TypeError, ValueError):  # not a chain of estimators: the caller says
-        return False
-    return isinstance(steps[0][1], kind)
-
-
 @dataclass(frozen=True)
 class FoldedTable:
-    """A fitted static pipeline as one table: ``out = sum_t w_t table[t] / sum_t
-    w_t`` over a text's tokens ``t``, and ``empty`` for a text without any.
+    """A fitted static pipeline as one table.
+
+    ``out = sum_t w_t table[t] / sum_t w_t`` over a text's tokens ``t``, and
+    ``empty`` for a text without any.
 
     Attributes
     ----------
@@ -123,8 +114,11 @@ def _check_linear(steps, *, what):
 
 
 def fold_static(pipeline, *, what):
-    """The :class:`FoldedTable` of a fitted static vectorizer and the linear
-    post-processors after it."""
+    """Fold a fitted static vectorizer and its linear steps into one table.
+
+    Returns the :class:`FoldedTable` of the vectorizer and the linear
+    post-processors after it.
+    """
     if isinstance(pipeline, StaticEmbeddingVectorizer):
         steps = [("vectorizer", pipeline)]
     else:
@@ -189,9 +183,12 @@ def _bias_module(bias):
     )
 
 
+@exports("to_sentence_transformers", StaticEmbeddingVectorizer)
 def static_to_sentence_transformers(pipeline, path, *, overwrite=False):
-    """:func:`~sklearn_isotropy.export.to_sentence_transformers` of a static
-    pipeline: one ``StaticEmbedding`` module (see the module's notes)."""
+    """:func:`~sklearn_isotropy.export.to_sentence_transformers` of a static pipeline.
+
+    One ``StaticEmbedding`` module (see the module's notes).
+    """
     what = "to_sentence_transformers"
     st = import_optional("sentence_transformers", purpose=what, extra="export")
     modules = import_optional(
@@ -230,8 +227,10 @@ def static_to_sentence_transformers(pipeline, path, *, overwrite=False):
 
 # -------------------------------------------------------------------- ONNX
 def _graph(onnx, folded, opset):
-    """Gather rows and weights, their masked weighted mean, ``empty`` where a
-    text has no token."""
+    """Gather rows and weights; return their masked weighted mean.
+
+    A text without any token gets ``empty``.
+    """
     helper, numpy_helper = onnx.helper, onnx.numpy_helper
     f32 = onnx.TensorProto.FLOAT
 
@@ -315,17 +314,17 @@ def _check_parity(model, pipeline, folded, texts):
         model.SerializeToString(), providers=["CPUExecutionProvider"]
     )
     got = session.run([OUTPUT], _feed(folded.vectorizer.tokenizer_, texts))[0]
-    expected = pipeline.transform(texts)
-    tolerance = 1e-4 * max(1.0, float(np.max(np.abs(expected))))
-    error = np.inf if got.shape != expected.shape else np.max(np.abs(got - expected))
-    if not error <= tolerance:
-        raise RuntimeError(
-            f"to_onnx: the static pipeline's graph differs from transform by up to "
-            f"{error:.3g} (tolerance {tolerance:.3g}) on {len(texts)} texts; the "
-            "export is wrong, please report it with the pipeline's parameters."
-        )
+    check_parity(
+        got,
+        pipeline.transform(texts),
+        what="to_onnx",
+        graph="the static pipeline's graph",
+        n_checked=f"{len(texts)} texts",
+        owner="pipeline",
+    )
 
 
+@exports("to_onnx", StaticEmbeddingVectorizer)
 def static_to_onnx(
     pipeline, *, n_features=None, dtype=np.float32, target_opset=None, X_check=None
 ):
@@ -389,10 +388,13 @@ embeddings = session.run(["{OUTPUT}"], feed)[0]
 """
 
 
+@exports("save_onnx_pipeline", StaticEmbeddingVectorizer)
 def save_static_onnx(pipeline, path, *, overwrite=False, X_check=None):
-    """:func:`~sklearn_isotropy.export.save_onnx_pipeline` of a static
-    pipeline: ``model.onnx``, a ``tokenizer.json`` that adds no special
-    tokens and pads, the settings and a README."""
+    """:func:`~sklearn_isotropy.export.save_onnx_pipeline` of a static pipeline.
+
+    It writes ``model.onnx``, a ``tokenizer.json`` that adds no special tokens
+    and pads, the settings and a README.
+    """
     what = "save_onnx_pipeline"
     onnx = import_optional("onnx", purpose=what, extra="onnx")
     tokenizers = import_optional("tokenizers", purpose=what, extra="onnx")
@@ -407,10 +409,7 @@ def save_static_onnx(pipeline, path, *, overwrite=False, X_check=None):
         serving.post_processor = None  # never adds special tokens
         serving.enable_padding(pad_id=0, pad_token=str(serving.id_to_token(0)))
         serving.save(str(directory / "tokenizer.json"))
-        (directory / _SETTINGS_FILE).write_text(
-            json.dumps(settings, indent=2, sort_keys=True) + "\n", encoding="utf-8"
-        )
-        (directory / "README.md").write_text(_readme(settings), encoding="utf-8")
+        write_settings(directory, settings, _readme(settings))
 
     publish_directory(path, write, overwrite=overwrite, what=what)
     return model

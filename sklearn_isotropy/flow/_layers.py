@@ -187,11 +187,16 @@ class InvertibleLinear(nn.Module):
         return (lower @ upper)[self.perm]
 
     def _frozen_weight_t(self) -> torch.Tensor | None:
-        """``W^T`` when no parameter of the layer is trained (one product a pass).
+        """``W^T`` when no parameter of the layer is trained, else None.
 
-        Cached under the parameters' identities and versions, so a replaced or
-        changed parameter rebuilds it; computed without the cache while traced
-        (an exporter folds it into one constant; no traced tensor is kept).
+        A fixed mixing layer (as behind a whitening) then costs one matrix
+        product per pass instead of two products, a permutation and the
+        rebuilding of its factors. The cached matrix is recomputed whenever a
+        parameter is replaced or changed in place (``load_state_dict``,
+        ``.double()``), which the key of tensor identities and versions sees.
+        While the layer is traced (``torch.export``), ``W^T`` is computed
+        from the parameters without the cache: an exporter folds that
+        computation into one constant, and the module keeps no traced tensor.
         """
         params = (self.lower, self.upper, self.log_s)
         if any(p.requires_grad for p in params):

@@ -353,13 +353,17 @@ def fit_glow(config, U_train, U_val, *, seed, device, log_det, params):
     reporter = EpochReporter(
         params["verbose"], X_train.shape[0] * params["max_iter"], "GlowFlowTransformer"
     )
-    settings = "max_iter batch_size learning_rate shuffle n_iter_no_change tol"
     try:
         result = train_flow(
             flow,
             X_train,
             X_val,
-            **{name: params[name] for name in settings.split()},
+            max_iter=params["max_iter"],
+            batch_size=params["batch_size"],
+            learning_rate=params["learning_rate"],
+            shuffle=params["shuffle"],
+            n_iter_no_change=params["n_iter_no_change"],
+            tol=params["tol"],
             generator=generator,
             train_offset=train_offset,
             val_offset=val_offset,
@@ -390,8 +394,10 @@ def fit_glow(config, U_train, U_val, *, seed, device, log_det, params):
 
 
 def _check_diverged(flow, X_check, result, params):
-    """Warn that training stopped at a non-finite step, or raise if the
-    parameters kept give non-finite outputs too."""
+    """Handle a training stopped at a non-finite step.
+
+    Warn, or raise if the parameters kept give non-finite outputs too.
+    """
     import torch
 
     epoch, batch, what = result.diverged

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import copy
 import math
-import os
 from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy import linalg
 from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
-from sklearn.utils import check_array
+from sklearn.utils import check_array, gen_batches
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import (
     _assert_all_finite,
@@ -32,7 +30,7 @@ from ._array_api import (
     to_host,
 )
 from ._moments import MomentAccumulator
-from ._scatter_kernels import one_blas_thread, unscale
+from ._scatter_kernels import one_blas_thread
 
 FLOAT_DTYPES = (np.float64, np.float32)
 
@@ -489,8 +487,7 @@ class LinearMap(NamedTuple):
         step = max(1, size // (d * xp.finfo(X.dtype).bits // 8))
         total = None
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            for lo in range(0, n, step):
-                rows = slice(lo, min(lo + step, n))
+            for rows in gen_batches(n, step):
                 Y = X[rows, :]
                 if center is not None and not inverse:
                     Y = Y - center
@@ -585,191 +582,3 @@ def _check_finite_moments(moments: MomentAccumulator) -> None:
             "(values of magnitude around 1e154 or more). Rescale the input, e.g. "
             "divide it by its largest absolute value, before fitting."
         )
-
-
-def _sorted_eigh(cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Eigenpairs of a symmetric matrix, largest first, with deterministic signs."""
-    # LAPACK syevd (divide and conquer); scipy's wrapper is about 10% faster
-    # than numpy's on a 768 x 768 covariance
-    evals, evecs = linalg.eigh(cov, driver="evd", check_finite=False)
-    return evals[::-1], _fix_signs(evecs[:, ::-1])
-
-
-def _fix_signs(vectors: np.ndarray) -> np.ndarray:
-    """Make the largest entry of each column positive (primal = dual components)."""
-    if not vectors.size:
-        return vectors
-    cols = np.arange(vectors.shape[1])
-    signs = np.sign(vectors[np.argmax(np.abs(vectors), axis=0), cols])
-    signs[signs == 0] = 1.0
-    return vectors * signs
-
-
-def _numerical_rank(
-    evals: np.ndarray, n_nonzero: int, shrunk: bool, n_features: int | None = None
-) -> int:
-    """Directions the data actually span: eigenvalues above round-off level.
-
-    The tolerance is the one of the ``n_features x n_features`` eigenproblem
-    (``n_features * eps`` relative to the largest eigenvalue), also for the
-    dual form, so both forms keep the same directions.
-    """
-    top = evals[0] if evals.size else 0.0
-    if top <= 0:
-        return 0
-    size = evals.size if n_features is None else max(n_features, evals.size)
-    tol = top * size * np.finfo(np.float64).eps
-    rank = int(np.count_nonzero(evals > tol))
-    if not shrunk:
-        # n centred rows span at most n - 1 directions
-        rank = min(rank, n_nonzero - 1)
-    return rank
-
-
-# ------------------------------------------------------------------ spectrum
-def _dual_spectrum(
-    moments: MomentAccumulator, *, center: bool = True, ddof: int = 1
-) -> tuple[np.ndarray, np.ndarray, int]:
-    """Spectrum of the covariance from the kept rows (the dual form).
-
-    With ``Y`` the ``m x d`` centred, weighted rows (``m < d``), the
-    covariance is ``Y.T @ Y / (sw - ddof)``; its nonzero eigenpairs come from
-    the thin SVD ``Y = U S V^T``: eigenvalues ``S**2 / (sw - ddof)`` and
-    eigenvectors the columns of ``V``, in ``O(m**2 d)`` time and ``O(m d)``
-    memory, never a ``d x d`` matrix. The SVD of ``Y`` is also more accurate
-    than an eigendecomposition of ``Y.T @ Y``. Returns ``(evals, V, e)``
-    with the eigenvalues in units of ``4**e``, largest first.
-    """
-    Y, e = moments.scaled_rows(center=center)
-    denom = moments.sum_weights - ddof if center else moments.sum_weights
-    if not Y.size:
-        return np.zeros(0), np.zeros((moments.n_features, 0)), 0
-    _, sv, Vt = np.linalg.svd(Y, full_matrices=False)
-    return sv**2 / denom, _fix_signs(Vt.T), e
-
-
-def _rank_deficiency_reason(moments: MomentAccumulator, rank: int) -> tuple[str, str]:
-    """(cause, what to do) for a covariance of rank below ``n_features``.
-
-    Two limits cap the rank. The rows: ``n`` centred rows of positive weight
-    span at most ``n - 1`` directions. And float64: a direction whose
-    variance falls below round-off next to the largest is lost (feature
-    variances spread far apart, constant or collinear features). A rank at
-    the rows' limit is the rows' doing, however spread the variances are;
-    only a rank below it is float64's.
-    """
-    d = moments.n_features
-    n = moments.n_nonzero
-    if n - 1 < d and rank >= n - 1:
-        return (
-            f"too few samples: {n} rows of positive weight span at most "
-            f"{n - 1} directions",
-            f"Fit on more rows (at least {d + 1}, one more than n_features), or "
-            "pass shrinkage > 0 (e.g. 'ledoit-wolf') to keep every dimension",
-        )
-    rows_allow = (
-        f"; the {n} rows alone would span {n - 1} directions" if n - 1 < d else ""
-    )
-    eps = np.finfo(np.float64).eps
-    sw = moments.sum_weights
-    var, e = moments.scaled_variances()
-    # StandardScaler's rule, per feature: a variance at the round-off level
-    # of the feature's own mean is constant (a tiny variance is not)
-    with np.errstate(over="ignore"):
-        mean = unscale(moments.mean, -e)
-        is_constant = var <= sw * eps * var + (sw * mean * eps) ** 2
-    constant = int(np.count_nonzero(is_constant))
-    varying = var[~is_constant]
-    spread = float(varying.max() / varying.min()) if varying.size else 1.0
-    # the features that fall below round-off next to the largest: when they
-    # are a few and the rank lost is theirs (an encoder's near-constant
-    # dimensions, as the distilled static tables have), the message names
-    # them without the spread, whose value changes from fit to fit
-    tiny = int(np.count_nonzero(varying < varying.max() * d * eps * 1e3))
-    few = constant + tiny
-    if tiny and few <= max(1, d // 4) and rank >= d - few:
-        return (
-            f"{few} feature(s) are constant up to float64 round-off next to "
-            f"the others{rows_allow}",
-            "Harmless if they carry no signal (some encoders have a few such "
-            "dimensions); to keep them, standardise first: "
-            "make_pipeline(StandardNormalizer(), WhiteningTransformer())",
-        )
-    if varying.size > 1 and spread * d * eps > 1e-3:
-        return (
-            f"the feature variances span a factor of {spread:.1e}, so the "
-            "directions of the small-scale features fall below float64 "
-            f"round-off next to the large ones{rows_allow}",
-            "If the small-scale features carry signal, standardise the "
-            "features first, e.g. make_pipeline(StandardNormalizer(), "
-            "WhiteningTransformer()), which keeps them; if they are numerical "
-            "noise (as the near-zero dimensions of some encoders are), losing "
-            "their directions is harmless. Shrinkage does not help here",
-        )
-    if constant:
-        return (
-            f"{constant} feature(s) are constant and the others may be "
-            f"linearly dependent{rows_allow}",
-            "Drop the constant features, or pass shrinkage > 0 to keep every dimension",
-        )
-    return (
-        f"the features are linearly dependent (collinear){rows_allow}",
-        "Pass shrinkage > 0 (e.g. 'ledoit-wolf') to keep every dimension",
-    )
-
-
-def _available_memory() -> int | None:
-    """Bytes of memory available to a new allocation, if the system says."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, OSError, ValueError):
-        return None
-
-
-# d x d float64 matrices alive at once while a full map is computed (the
-# covariance, the eigenvectors and LAPACK's workspace, the map, its inverse)
-_DENSE_MATRICES = 6
-
-
-def _check_dense_feasible(moments: MomentAccumulator, name: str, why: str) -> None:
-    """Raise before a ``d x d`` computation (``why``) on dual-form data that
-    cannot fit in memory."""
-    d = moments.n_features
-    need = _DENSE_MATRICES * 8 * d * d
-    avail = _available_memory()
-    if avail is not None and need > avail:
-        raise ValueError(
-            f"{name} with {why} needs {d:,} x {d:,} matrices (about "
-            f"{need / 2**30:.1f} GiB of working memory) although the data are "
-            f"{moments.n_nonzero} x {d:,}, and only {avail / 2**30:.1f} GiB is "
-            "available. With n_samples < n_features only method='pca' with "
-            "shrinkage=0 (the n x n dual form) avoids them; reduce the "
-            "dimension first or use that."
-        )
-
-
-def _power_scale(evals: np.ndarray, e: int, power: float) -> np.ndarray:
-    """``lambda ** (-power / 2)`` for eigenvalues ``evals * 4**e``, finite and > 0."""
-    with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
-        if e == 0:
-            scale = evals ** (-power / 2.0)
-        else:
-            scale = np.exp2(-(power / 2.0) * (np.log2(evals) + 2.0 * e))
-        inverse = 1.0 / scale
-    if np.all(np.isfinite(scale) & (scale > 0) & np.isfinite(inverse)):
-        return scale
-    lo, hi = (float(np.ldexp(v, 2 * e)) for v in (evals.min(), evals.max()))
-    raise ValueError(
-        f"power={power!r} cannot be applied to this covariance: its kept "
-        f"eigenvalues range from {lo:.3g} to {hi:.3g}, and raising them to "
-        f"-power/2 = {-power / 2.0:.3g} leaves float64's range (the whitening "
-        "matrix would hold infinite or zero entries). Use a power between 0 "
-        "(rotation only) and 1 (full whitening), or rescale the input."
-    )

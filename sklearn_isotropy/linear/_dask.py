@@ -142,8 +142,11 @@ def _weight_blocks(sample_weight, X, name):
 
 # ---------------------------------------------------------- per-block worker
 class _BlockProblems:
-    """Invalid input of some blocks, returned by workers so that the client
-    raises one ValueError naming every bad block, not a remote traceback."""
+    """Invalid input of some blocks, returned by the workers.
+
+    The client then raises one ValueError naming every bad block, not a remote
+    traceback.
+    """
 
     def __init__(self, messages, count=None) -> None:
         self.messages = list(messages)[:_MAX_QUOTED_PROBLEMS]

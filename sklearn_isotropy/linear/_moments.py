@@ -396,8 +396,12 @@ class MomentAccumulator:
     def _to_scatter(self) -> None:
         """Switch in place from the kept rows to the scatter form."""
         stats = self._as_scatter()
-        for name in ("mean", "sum_weights", "_scatter", "_norm3", "_norm4", "_exp"):
-            setattr(self, name, getattr(stats, name))
+        self.mean = stats.mean
+        self.sum_weights = stats.sum_weights
+        self._scatter = stats._scatter
+        self._norm3 = stats._norm3
+        self._norm4 = stats._norm4
+        self._exp = stats._exp
         if self._scatter is None or stats.sum_weights == 0:
             self._scatter = np.zeros((self.n_features, self.n_features))
             if self._fourth:

@@ -12,14 +12,12 @@ from ..exceptions import RankDeficiencyWarning
 from ._base import (
     LinearMap,
     _check_enough_samples,
-    _dual_spectrum,
     _MapAttribute,
-    _numerical_rank,
-    _sorted_eigh,
     _StreamingMomentsMixin,
 )
 from ._moments import MomentAccumulator
 from ._scatter_kernels import unscale
+from ._spectrum import _dual_spectrum, _numerical_rank, _sorted_eigh
 
 __all__ = ["NATSVTransformer"]
 
@@ -158,8 +156,10 @@ class NATSVTransformer(_StreamingMomentsMixin):
 
 
 def _complete_basis(vectors: np.ndarray, k: int) -> np.ndarray:
-    """``vectors`` (orthonormal columns) followed by orthonormal directions
-    orthogonal to them, ``k`` columns in all.
+    """Complete ``vectors`` to ``k`` orthonormal columns.
+
+    ``vectors`` (orthonormal columns), followed by orthonormal directions
+    orthogonal to them.
 
     Only directions beyond the rank of the data need it (the dual form
     yields one direction per kept row); they carry no variance, so any

@@ -321,10 +321,18 @@ def _run_shares(shares, threads, args):
 def _accumulate_rows(X, w, buf, kind, fourth, shift, e):
     """One thread's pass over the rows ``X``, in blocks of ``len(buf)`` rows.
 
-    A device without float64 (Apple's MPS) works in float32: the blocks are
+    Each block of rows is converted into ``buf`` (of the widest float dtype
+    the device of ``X`` supports), centred, scaled, multiplied and added there;
+    only the sums come to host memory, as float64 numpy arrays, and ``w``
+    (host float64) goes to the device block by block.
+
+    A device with float64 (CPUs, CUDA) computes what the numpy rows do, to
+    round-off. A device without it (Apple's MPS) works in float32: each
+    block's product is as accurate as float32 allows, and the blocks are
     added with Kahan's compensated summation, so that the error does not
-    grow with the number of rows, and the sums are moved from its float32
-    centre to ``shift`` exactly on the host (:func:`_recentred`).
+    grow with the number of rows. The float32 centre it subtracts differs
+    from ``shift`` by round-off; the sums are moved to ``shift`` exactly on
+    the host (:func:`_recentred`).
     """
     xp, device = namespace_of(X)
     dtype = buf.dtype
@@ -441,7 +449,15 @@ def merged_exponent(ea: int, eb: int, t: np.ndarray) -> int:
 
 
 def shift_norm4(part, d: np.ndarray) -> float:
-    """``sum w ||y + d||^4`` from a part's moments about its own mean (a merge)."""
+    """``sum w ||y + d||^4`` from a part's moments about its own mean.
+
+    ``part`` holds ``sum_weights``, ``scatter``, ``norm3`` and ``norm4`` of
+    rows ``y`` about their own mean (``sum w y = 0``), all in the units of
+    ``d``: the fourth moment of the rows moved by ``d``, for a merge. The
+    expansion leaves out the term ``4 (d @ d) (sum w y) @ d``, which is zero
+    only about the part's own mean: moments about any other centre give a
+    wrong result.
+    """
     dd = float(d @ d)
     return (
         part.norm4

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from numbers import Integral, Real
 from typing import NamedTuple
 
@@ -24,26 +25,162 @@ from ._array_api import (
 )
 from ._base import (
     LinearMap,
-    _check_dense_feasible,
     _check_enough_samples,
-    _dual_spectrum,
     _float_dtypes,
     _MapAttribute,
-    _numerical_rank,
     _on_device_of,
-    _power_scale,
-    _rank_deficiency_reason,
-    _sorted_eigh,
     _StreamingMomentsMixin,
 )
 from ._moments import MomentAccumulator
 from ._scatter_kernels import unscale
+from ._spectrum import _dual_spectrum, _numerical_rank, _sorted_eigh
 
 __all__ = ["WhiteningTransformer"]
 
 logger = logging.getLogger(__name__)
 # INFO messages already logged in this process (each is logged once)
 _REPORTED: set[str] = set()
+
+
+# ------------------------------------------------- the whitening's spectrum
+# checks and scales of the fit, used by WhiteningTransformer alone (the
+# helpers NATSV shares are in _spectrum.py)
+
+
+def _rank_deficiency_reason(moments: MomentAccumulator, rank: int) -> tuple[str, str]:
+    """(cause, what to do) for a covariance of rank below ``n_features``.
+
+    Two limits cap the rank. The rows: ``n`` centred rows of positive weight
+    span at most ``n - 1`` directions. And float64: a direction whose
+    variance falls below round-off next to the largest is lost (feature
+    variances spread far apart, constant or collinear features). A rank at
+    the rows' limit is the rows' doing, however spread the variances are;
+    only a rank below it is float64's.
+    """
+    d = moments.n_features
+    n = moments.n_nonzero
+    if n - 1 < d and rank >= n - 1:
+        return (
+            f"too few samples: {n} rows of positive weight span at most "
+            f"{n - 1} directions",
+            f"Fit on more rows (at least {d + 1}, one more than n_features), or "
+            "pass shrinkage > 0 (e.g. 'ledoit-wolf') to keep every dimension",
+        )
+    rows_allow = (
+        f"; the {n} rows alone would span {n - 1} directions" if n - 1 < d else ""
+    )
+    eps = np.finfo(np.float64).eps
+    sw = moments.sum_weights
+    var, e = moments.scaled_variances()
+    # StandardScaler's rule, per feature: a variance at the round-off level
+    # of the feature's own mean is constant (a tiny variance is not)
+    with np.errstate(over="ignore"):
+        mean = unscale(moments.mean, -e)
+        is_constant = var <= sw * eps * var + (sw * mean * eps) ** 2
+    constant = int(np.count_nonzero(is_constant))
+    varying = var[~is_constant]
+    spread = float(varying.max() / varying.min()) if varying.size else 1.0
+    # the features that fall below round-off next to the largest: when they
+    # are a few and the rank lost is theirs (an encoder's near-constant
+    # dimensions, as the distilled static tables have), the message names
+    # them without the spread, whose value changes from fit to fit
+    tiny = int(np.count_nonzero(varying < varying.max() * d * eps * 1e3))
+    few = constant + tiny
+    if tiny and few <= max(1, d // 4) and rank >= d - few:
+        return (
+            f"{few} feature(s) are constant up to float64 round-off next to "
+            f"the others{rows_allow}",
+            "Harmless if they carry no signal (some encoders have a few such "
+            "dimensions); to keep them, standardise first: "
+            "make_pipeline(StandardNormalizer(), WhiteningTransformer())",
+        )
+    if varying.size > 1 and spread * d * eps > 1e-3:
+        return (
+            f"the feature variances span a factor of {spread:.1e}, so the "
+            "directions of the small-scale features fall below float64 "
+            f"round-off next to the large ones{rows_allow}",
+            "If the small-scale features carry signal, standardise the "
+            "features first, e.g. make_pipeline(StandardNormalizer(), "
+            "WhiteningTransformer()), which keeps them; if they are numerical "
+            "noise (as the near-zero dimensions of some encoders are), losing "
+            "their directions is harmless. Shrinkage does not help here",
+        )
+    if constant:
+        return (
+            f"{constant} feature(s) are constant and the others may be "
+            f"linearly dependent{rows_allow}",
+            "Drop the constant features, or pass shrinkage > 0 to keep every dimension",
+        )
+    return (
+        f"the features are linearly dependent (collinear){rows_allow}",
+        "Pass shrinkage > 0 (e.g. 'ledoit-wolf') to keep every dimension",
+    )
+
+
+def _available_memory() -> int | None:
+    """Bytes of memory available to a new allocation, if the system says."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+# d x d float64 matrices alive at once while a full map is computed (the
+# covariance, the eigenvectors and LAPACK's workspace, the map, its inverse)
+_DENSE_MATRICES = 6
+
+
+def _check_dense_feasible(moments: MomentAccumulator, name: str, why: str) -> None:
+    """Raise a clear error before a ``d x d`` computation that cannot fit.
+
+    Only the dual form (rows kept, ``n_samples < n_features``) gets here: the
+    option ``why`` needs the full ``d x d`` map although the data are ``n x
+    d``, which for very wide data is more memory than the machine has.
+    """
+    d = moments.n_features
+    need = _DENSE_MATRICES * 8 * d * d
+    avail = _available_memory()
+    if avail is not None and need > avail:
+        raise ValueError(
+            f"{name} with {why} needs {d:,} x {d:,} matrices (about "
+            f"{need / 2**30:.1f} GiB of working memory) although the data are "
+            f"{moments.n_nonzero} x {d:,}, and only {avail / 2**30:.1f} GiB is "
+            "available. With n_samples < n_features only method='pca' with "
+            "shrinkage=0 (the n x n dual form) avoids them; reduce the "
+            "dimension first or use that."
+        )
+
+
+def _power_scale(evals: np.ndarray, e: int, power: float) -> np.ndarray:
+    """``lambda ** (-power / 2)`` for eigenvalues ``evals * 4**e``, checked.
+
+    Raises a ValueError, instead of returning an infinite or zero scale,
+    when the result leaves float64's range (an extreme ``power``, or
+    eigenvalues of extreme magnitude raised to a power above 1).
+    """
+    with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
+        if e == 0:
+            scale = evals ** (-power / 2.0)
+        else:
+            scale = np.exp2(-(power / 2.0) * (np.log2(evals) + 2.0 * e))
+        inverse = 1.0 / scale
+    if np.all(np.isfinite(scale) & (scale > 0) & np.isfinite(inverse)):
+        return scale
+    lo, hi = (float(np.ldexp(v, 2 * e)) for v in (evals.min(), evals.max()))
+    raise ValueError(
+        f"power={power!r} cannot be applied to this covariance: its kept "
+        f"eigenvalues range from {lo:.3g} to {hi:.3g}, and raising them to "
+        f"-power/2 = {-power / 2.0:.3g} leaves float64's range (the whitening "
+        "matrix would hold infinite or zero entries). Use a power between 0 "
+        "(rotation only) and 1 (full whitening), or rescale the input."
+    )
 
 
 class WhiteningTransformer(_StreamingMomentsMixin):

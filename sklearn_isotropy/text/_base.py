@@ -89,8 +89,11 @@ def is_model_name(model):
 
 
 def clone_sharing_model(estimator):
-    """``clone(estimator)`` sharing a model object: ``clone`` would deep-copy
-    its weights into every clone, though inference never modifies them."""
+    """``clone(estimator)`` sharing a model object.
+
+    ``clone`` would deep-copy its weights into every clone, though inference
+    never modifies them.
+    """
     if is_model_name(estimator.model):
         return BaseEstimator.__sklearn_clone__(estimator)
     params = {

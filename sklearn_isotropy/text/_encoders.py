@@ -49,26 +49,30 @@ class Encoder(Protocol):
     tokens_per_run: int | None
 
     def open(self) -> contextlib.AbstractContextManager[Callable]:
-        """A context giving the function that encodes one padded batch: from
-        int64 ``(batch, tokens)`` arrays ``input_ids``, ``attention_mask`` and
-        ``token_type_ids`` (None for models without), the pooled float32
-        rows of the model's current weights. Threads may call it at once."""
+        """A context giving the function that encodes one padded batch.
+
+        The function maps int64 ``(batch, tokens)`` arrays ``input_ids``,
+        ``attention_mask`` and ``token_type_ids`` (None for models without) to
+        the pooled float32 rows of the model's current weights. Threads may
+        call it at once.
+        """
 
 
-def make_encoder(backend, loaded, reader, layers, n_layers):
-    """The :class:`Encoder` of ``backend`` for a pooling of ``loaded`` (a
-    preset's ``reader``, non-negative ``layers``); ONNX exports now."""
-    precision = BACKENDS[backend]
-    if precision is None:
-        return TorchEncoder(loaded, reader, layers, n_layers)
-    return OnnxEncoder(loaded, reader, layers, n_layers, precision)
+def make_encoder(backend, loaded, spec):
+    """Return the :class:`Encoder` of ``backend`` for ``loaded``.
+
+    ``spec`` (an :class:`~._onnx.EncoderSpec`) says what the encoder computes:
+    the pooling and, for an ONNX backend, the precision of its graph, which
+    is exported now (once per model), so that a failure shows at ``fit``.
+    """
+    if BACKENDS[backend] is None:
+        return TorchEncoder(loaded, spec)
+    return OnnxEncoder(loaded, spec)
 
 
-def onnx_graph(backend, loaded, reader, layers, n_layers):
-    """The ``onnx.ModelProto`` an ONNX backend runs (for ``"torch"``, fp32)."""
+def onnx_graph(loaded, spec):
+    """Return the ``onnx.ModelProto`` that computes ``spec`` for ``loaded``."""
     onnx, _ = _onnx.import_onnx_deps()
-    precision = BACKENDS[backend] or "fp32"
-    spec = _onnx.EncoderSpec.of(loaded, reader, layers, n_layers, precision)
     return onnx.load_from_string(_onnx_cache.load(loaded, spec)[1])
 
 
@@ -79,9 +83,9 @@ class TorchEncoder:
     threads = 1  # torch splits each batch over its own threads
     tokens_per_run = None
 
-    def __init__(self, loaded, reader, layers, n_layers):
+    def __init__(self, loaded, spec):
         self.loaded = loaded
-        self.pooling = (reader, tuple(layers), n_layers)
+        self.pooling = (spec.reader, spec.layers, spec.n_layers)
 
     @contextlib.contextmanager
     def open(self):
@@ -129,16 +133,24 @@ class OnnxEncoder:
     weights.
     """
 
-    threads = property(lambda self: worker_threads())
-    tokens_per_run = property(lambda self: TOKENS_PER_RUN)
-
-    def __init__(self, loaded, reader, layers, n_layers, precision):
+    def __init__(self, loaded, spec):
         self.loaded = loaded
-        self.spec = _onnx.EncoderSpec.of(loaded, reader, layers, n_layers, precision)
+        self.spec = spec
         # the fp32 graph computes the torch forward to float32 round-off
         # (checked at every export); int8 changes it by far more
-        self.cache_entries = {} if precision == "fp32" else {"encoder": "onnx-int8"}
+        fp32 = spec.precision == "fp32"
+        self.cache_entries = {} if fp32 else {"encoder": "onnx-int8"}
         self.session()  # export now (once per model): fail early
+
+    @property
+    def threads(self):
+        """Batches run at once: as many as the threads torch runs on."""
+        return worker_threads()
+
+    @property
+    def tokens_per_run(self):
+        """Most padded tokens of one run: :data:`TOKENS_PER_RUN`, read now."""
+        return TOKENS_PER_RUN
 
     def session(self):
         """The session of the graph of the model's current weights."""

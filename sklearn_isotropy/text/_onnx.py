@@ -195,8 +195,10 @@ def _export(loaded, spec, path):
 
 @contextlib.contextmanager
 def _traced_attention(model, implementation):
-    """Switch a Hugging Face model to another attention meanwhile (see
-    :data:`EXPORT_ATTENTION`); a model without it is traced as it is."""
+    """Switch a Hugging Face model to another attention meanwhile.
+
+    See :data:`EXPORT_ATTENTION`; a model without it is traced as it is.
+    """
     before = getattr(getattr(model, "config", None), "_attn_implementation", None)
     switched = False
     if (
@@ -217,8 +219,10 @@ def _traced_attention(model, implementation):
 
 
 def export(loaded, spec, path):
-    """Export the pooled encoder of ``spec`` to ``path`` (fp32); the bytes,
-    once they computed the torch forward on probe batches."""
+    """Export the pooled encoder of ``spec`` to ``path`` (fp32).
+
+    Returns the bytes, once they computed the torch forward on probe batches.
+    """
     import_optional("torch", purpose=_PURPOSE, extra="text")
     import_onnx_deps()
     logger.info("Exporting %s to ONNX", loaded.source)

@@ -25,7 +25,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from .._utils import warn
+from .._utils import cache_home, warn
 from ..exceptions import CacheWarning
 from . import _onnx
 
@@ -41,12 +41,12 @@ _LOCK = threading.Lock()
 
 
 def cache_dir():
-    """Where exported encoders are kept: ``$SKLEARN_ISOTROPY_ONNX_CACHE``, else
-    ``$XDG_CACHE_HOME/sklearn_isotropy/onnx`` (``~/.cache/...`` by default)."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path("~", ".cache").expanduser()
-    return Path(base) / "sklearn_isotropy" / "onnx"
+    """Where exported encoders are kept.
+
+    ``$SKLEARN_ISOTROPY_ONNX_CACHE``, else
+    ``$XDG_CACHE_HOME/sklearn_isotropy/onnx`` (``~/.cache/...`` by default).
+    """
+    return cache_home(CACHE_ENV, "onnx")
 
 
 def load(loaded, spec):

@@ -7,8 +7,7 @@ import logging
 import os
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from numbers import Integral, Real
 
 import numpy as np
@@ -134,12 +133,12 @@ def _real_counts(values):
     return array.astype(np.float64)
 
 
-def _ones(n_tokens, probabilities, vec):
+def _ones(n_tokens, probabilities, sif_coefficient):
     return np.ones(n_tokens, dtype=np.float32)
 
 
-def _sif(n_tokens, probabilities, vec):
-    a = vec.sif_coefficient
+def _sif(n_tokens, probabilities, sif_coefficient):
+    a = sif_coefficient
     return (a / (a + probabilities)).astype(np.float32)
 
 
@@ -155,22 +154,12 @@ def _zipf_table(embeddings, probabilities):
     return (table @ whitening).astype(np.float32)
 
 
-@dataclass(frozen=True)
-class Weighting:
-    """A weighting: the token weights of the mean and, for some, a map of the
-    table applied after any refinement."""
-
-    weights: Callable  # (n_tokens, probabilities or None, vectorizer) -> (n_tokens,)
-    table: Callable | None = None  # (embeddings, probabilities) -> table
-
-
-#: ``weighting -> Weighting``: the rows :meth:`transform` averages and their
-#: weights.
-WEIGHTINGS = {
-    "uniform": Weighting(_ones),
-    "sif": Weighting(_sif),
-    "zipf": Weighting(_ones, _zipf_table),
-}
+#: ``weighting -> weights(n_tokens, probabilities, sif_coefficient)``: the
+#: weights of the token rows :meth:`transform` averages.
+TOKEN_WEIGHTS = {"uniform": _ones, "sif": _sif, "zipf": _ones}
+#: ``weighting -> map(embeddings, probabilities)``: the map of the table,
+#: applied after any refinement, of the weightings that have one.
+TABLE_MAPS = {"zipf": _zipf_table}
 
 
 class StaticEmbeddingVectorizer(
@@ -426,7 +415,7 @@ class StaticEmbeddingVectorizer(
 
     _parameter_constraints: dict = {
         "model": "no_validation",  # resolved in fit, with a clear TypeError
-        "weighting": [StrOptions(set(WEIGHTINGS))],
+        "weighting": [StrOptions(set(TOKEN_WEIGHTS))],
         "sif_coefficient": [Interval(Real, 0, None, closed="neither")],
         "frequencies": [None, Mapping, "array-like"],
         "distill_pooling": [StrOptions(set(DISTILL_POOLINGS))],
@@ -516,13 +505,13 @@ class StaticEmbeddingVectorizer(
             probabilities = token_probabilities(
                 self._token_counts(table.tokenizer, ids, n_tokens)
             )
-        rule = WEIGHTINGS[self.weighting]
-        weights = rule.weights(n_tokens, probabilities, self)
+        weigh = TOKEN_WEIGHTS[self.weighting]
+        weights = weigh(n_tokens, probabilities, self.sif_coefficient)
         embeddings = table.embeddings
         if refine:
             embeddings = self._refine(embeddings, weights, ids, lengths, texts)
-        if rule.table is not None:
-            embeddings = rule.table(embeddings, probabilities)
+        if self.weighting in TABLE_MAPS:
+            embeddings = TABLE_MAPS[self.weighting](embeddings, probabilities)
         self.embeddings_ = np.ascontiguousarray(embeddings, dtype=np.float32)
         self.token_weights_ = weights
         self.token_probabilities_ = probabilities
@@ -572,8 +561,10 @@ class StaticEmbeddingVectorizer(
         return refined
 
     def _token_counts(self, tokenizer, ids, n_tokens):
-        """Counts per token id: from ``frequencies``, or the ``ids`` of the
-        texts given to fit."""
+        """Counts per token id.
+
+        From ``frequencies``, or the ``ids`` of the texts given to fit.
+        """
         if self.frequencies is None:
             return np.bincount(ids, minlength=n_tokens)
         if isinstance(self.frequencies, Mapping):

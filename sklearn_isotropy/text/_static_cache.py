@@ -32,12 +32,10 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
-from pathlib import Path
 
 import numpy as np
 
-from .._utils import publish_directory, warn
+from .._utils import cache_home, publish_directory, warn
 from ..exceptions import CacheWarning
 
 #: Environment variable naming the directory of the distilled tables.
@@ -47,13 +45,12 @@ _TABLE, _DIGEST, _SPEC = "table.npy", "table.npy.sha256", "spec.json"
 
 
 def cache_dir():
-    """``$SKLEARN_ISOTROPY_STATIC_CACHE``, else
-    ``$XDG_CACHE_HOME/sklearn_isotropy/static`` (``~/.cache/...`` by default)."""
-    env = os.environ.get(CACHE_ENV)
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path("~", ".cache").expanduser()
-    return Path(base) / "sklearn_isotropy" / "static"
+    """Where distilled tables are kept.
+
+    ``$SKLEARN_ISOTROPY_STATIC_CACHE``, else
+    ``$XDG_CACHE_HOME/sklearn_isotropy/static`` (``~/.cache/...`` by default).
+    """
+    return cache_home(CACHE_ENV, "static")
 
 
 def entry_path(spec):
@@ -112,8 +109,9 @@ def _write(folder, table, spec, overwrite):
 
 
 def cached_table(spec, shape, compute):
-    """The table of ``spec``: read and verified from the cache, or
-    ``compute()``d and stored.
+    """The table of ``spec``, from the cache or computed.
+
+    Read and verified from the cache, or ``compute()``d and stored.
 
     ``shape`` is the shape a valid table has.
     """

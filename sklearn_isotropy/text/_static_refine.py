@@ -44,7 +44,9 @@ CG_TOL, CG_MAX_ITER = 1e-3, 500
 
 
 def affine_refinement(table, mixing, targets, alpha):
-    """``(M, b)`` of ``min ||mixing @ (table @ M + b) - targets||^2 + mu ||M -
+    """The ridge map ``(M, b)`` of the table, shrunk towards the identity.
+
+    ``(M, b)`` minimises ``||mixing @ (table @ M + b) - targets||^2 + mu ||M -
     I||^2``, ``mu = alpha * trace(G) / d`` with ``G`` the centred Gram matrix
     of ``mixing @ table``: the penalty is relative to the mean eigenvalue of
     ``G``, and directions the texts do not span keep ``M = I``.

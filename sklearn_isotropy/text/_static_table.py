@@ -54,8 +54,11 @@ class TokenTable:
 
 
 def plain_tokenizer(tokenizer):
-    """A copy of a fast tokenizer as a ``tokenizers.Tokenizer``, without the
-    padding or truncation it may carry (a static table has no length limit)."""
+    """A copy of a fast tokenizer as a ``tokenizers.Tokenizer``.
+
+    Without the padding or truncation it may carry (a static table has no
+    length limit).
+    """
     tokenizers = import_optional("tokenizers", purpose=_PURPOSE, extra="text")
     backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
     if not isinstance(backend, tokenizers.Tokenizer):
@@ -78,8 +81,11 @@ def vocabulary_size(tokenizer):
 
 # ------------------------------------------------------------ static folders
 def _modules_folder(path):
-    """The folder of the first module of a sentence-transformers model folder
-    if that module is a ``StaticEmbedding``, else None."""
+    """The folder of a model folder's first module, if it is a StaticEmbedding.
+
+    For a sentence-transformers model folder whose first module is a
+    ``StaticEmbedding``; else None.
+    """
     try:
         modules = json.loads((path / "modules.json").read_text(encoding="utf-8"))
         first = modules[0]
@@ -184,9 +190,12 @@ def static_folder(model):
 
 
 def _model2vec_rows(tensors, file):
-    """model2vec's rows per token id: ``embeddings[mapping] * weights``, as
-    sentence-transformers folds them (``mapping`` and ``weights`` are optional;
-    vocabulary-quantised models have them)."""
+    """model2vec's rows per token id.
+
+    ``embeddings[mapping] * weights``, as sentence-transformers folds them
+    (``mapping`` and ``weights`` are optional; vocabulary-quantised models have
+    them).
+    """
     rows = np.asarray(tensors[_M2V_KEY], dtype=np.float32)
     if rows.ndim != 2:
         raise ValueError(
@@ -288,8 +297,10 @@ def _sentence_transformer_table(model):
 
 # -------------------------------------------------------------- distilling
 def _template(tokenizer):
-    """``(prefix, suffix)``: the special-token ids the tokenizer puts around a
-    one-token text (``[CLS]`` and ``[SEP]`` for BERT)."""
+    """``(prefix, suffix)``: the special-token ids around a one-token text.
+
+    Those the tokenizer adds: ``[CLS]`` and ``[SEP]`` for BERT.
+    """
     encoding = tokenizer.encode("a", add_special_tokens=True)
     inner = [i for i, special in enumerate(encoding.special_tokens_mask) if not special]
     if not inner:
@@ -302,8 +313,10 @@ def _template(tokenizer):
 
 
 def distil(loaded, pooling, batch_size, *, verbose=0):
-    """Run each vocabulary token alone through the encoder: the ``(n_tokens,
-    hidden_size)`` float32 table of :data:`DISTILL_POOLINGS` ``pooling``.
+    """Run each vocabulary token alone through the encoder.
+
+    Returns the ``(n_tokens, hidden_size)`` float32 table of
+    :data:`DISTILL_POOLINGS` ``pooling``.
 
     Each token id ``t`` becomes the input ``prefix + [t] + suffix`` (``[CLS] t
     [SEP]`` for BERT, token type 0): inputs of one length, so batches have no
@@ -362,8 +375,11 @@ def distil(loaded, pooling, batch_size, *, verbose=0):
 
 
 def load_table(model, pooling, batch_size, device, *, verbose=0):
-    """The :class:`TokenTable` of ``model``: read from a static model, or
-    distilled from an encoder (read from the cache when distilled before)."""
+    """The :class:`TokenTable` of ``model``.
+
+    Read from a static model, or distilled from an encoder (read from the cache
+    when distilled before).
+    """
     folder = static_folder(model)
     if folder is not None:
         return read_static_folder(folder)

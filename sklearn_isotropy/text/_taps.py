@@ -19,9 +19,12 @@ class _StopForward(Exception):
 
 
 class _LayerTap:
-    """Forward pre-hook on transformer block ``index``: its input is
-    ``hidden_states[index]``. Inert unless the calling thread asked for it, so
-    it is safe on models shared between estimators and threads; picklable."""
+    """Forward pre-hook on transformer block ``index``.
+
+    Its input is ``hidden_states[index]``. Inert unless the calling thread
+    asked for it, so it is safe on models shared between estimators and
+    threads; picklable.
+    """
 
     def __init__(self, index):
         self.index = index
@@ -64,9 +67,11 @@ def install_taps(layer_list):
 
 
 def forward_taps(loaded, inputs, indices, n_layers):
-    """``{index: hidden_state}`` for non-negative ``indices``, running only the
-    blocks up to the deepest index (the whole model if it includes the last);
-    None if a block's input does not look like hidden states."""
+    """Return ``{index: hidden_state}`` for non-negative ``indices``.
+
+    Only the blocks up to the deepest index run (the whole model if it includes
+    the last); None if a block's input does not look like hidden states.
+    """
     layers = loaded.layer_list
     wanted = {i for i in indices if i < n_layers}
     need_last = n_layers in indices

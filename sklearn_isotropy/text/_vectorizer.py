@@ -25,7 +25,7 @@ from .._utils import (
     warn,
 )
 from ..exceptions import DeviceWarning, TruncationWarning
-from . import _cache, _encoders, _loading
+from . import _cache, _encoders, _loading, _onnx
 from ._base import clone_sharing_model, validate_texts
 from ._pooling import POOLING_PRESETS
 
@@ -307,10 +307,7 @@ class BertPoolingVectorizer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEst
             float32 ``(batch, hidden_size_)`` embedding before ``normalize``.
         """
         check_is_fitted(self)
-        reader = POOLING_PRESETS[self.pooling].reader
-        return _encoders.onnx_graph(
-            self.backend, self._get_loaded(), reader, self.layers_, self.n_layers_
-        )
+        return _encoders.onnx_graph(self._get_loaded(), self._encoder_spec())
 
     def _resolve_layers(self, n_layers):
         if self.layers is None:
@@ -395,10 +392,24 @@ class BertPoolingVectorizer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEst
     def _get_backend(self):
         """Return the :class:`~._encoders.Encoder` running the model."""
         if getattr(self, "_backend", None) is None:
-            reader = POOLING_PRESETS[self.pooling].reader
-            args = (self._get_loaded(), reader, self.layers_, self.n_layers_)
-            self._backend = _encoders.make_encoder(self.backend, *args)
+            spec = self._encoder_spec()
+            loaded = self._get_loaded()
+            self._backend = _encoders.make_encoder(self.backend, loaded, spec)
         return self._backend
+
+    def _encoder_spec(self):
+        """Return what the encoder computes, as an :class:`~._onnx.EncoderSpec`.
+
+        The fitted pooling, and the precision of the backend's graph (the
+        float32 one for torch, whose graph ``onnx_graph`` exports).
+        """
+        return _onnx.EncoderSpec.of(
+            self._get_loaded(),
+            POOLING_PRESETS[self.pooling].reader,
+            self.layers_,
+            self.n_layers_,
+            _encoders.BACKENDS[self.backend] or "fp32",
+        )
 
     @property
     def model_(self) -> torch.nn.Module:
@@ -527,8 +538,10 @@ class BertPoolingVectorizer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEst
         return enc["input_ids"], types, n_truncated
 
     def _encode(self, texts, on_batch=None):
-        """Return the pooled embeddings of ``texts`` (no cache, no normalisation);
-        ``on_batch(rows, values)`` is called after each batch, if given."""
+        """Return the pooled embeddings of ``texts`` (no cache, no normalisation).
+
+        ``on_batch(rows, values)`` is called after each batch, if given.
+        """
         tokenizer = self._get_loaded().tokenizer
         backend = self._get_backend()
         ids, types, n_truncated = self._tokenize(tokenizer, texts)
