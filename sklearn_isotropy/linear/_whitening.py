@@ -247,7 +247,8 @@ class WhiteningTransformer(_StreamingMomentsMixin):
     noise_variance_ : float
         The ``s2`` the transform used; with ``noise_variance=None``, the
         maximum-likelihood one of probabilistic PCA (the mean eigenvalue
-        beyond the kept components, as ``PCA.noise_variance_``), which only
+        beyond the kept components on the fitted support, as
+        ``PCA.noise_variance_`` for full-rank data), which only
         :meth:`score_samples` uses.
     rank_ : int
         Numerical rank of ``covariance_``.
