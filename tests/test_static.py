@@ -326,9 +326,13 @@ def test_refined_table_solves_the_two_ridge_problems(
     tiny_bert, hf, fitted, weighting, monkeypatch
 ):
     monkeypatch.setattr(_static_refine, "CG_TOL", 1e-12)  # solve to round-off
-    alpha = 0.05
+    alpha, k = 0.05, 3.0
     vec = StaticEmbeddingVectorizer(
-        tiny_bert, weighting=weighting, refine_alpha=alpha, refine_backend="torch"
+        tiny_bert,
+        weighting=weighting,
+        refine_alpha=alpha,
+        refine_pseudo_tokens=k,
+        refine_backend="torch",
     ).fit(FIT_TEXTS)
     n_tokens, d = vec.embeddings_.shape
     # the distilled table (test_distilled_rows_... checks it against transformers)
@@ -339,7 +343,11 @@ def test_refined_table_solves_the_two_ridge_problems(
         for i in hf[1](text, add_special_tokens=False)["input_ids"]:
             A[row, i] += w[i]
         A[row] /= A[row].sum()
-    Y = encoder_means(hf, FIT_TEXTS)
+    # 0: each embedding scaled by (n + k) / n, n the text's number of tokens
+    n = np.array(
+        [len(hf[1](t, add_special_tokens=False)["input_ids"]) for t in FIT_TEXTS]
+    )
+    Y = encoder_means(hf, FIT_TEXTS) * ((n + k) / n)[:, None]
     # 1: the affine map, shrunk toward the identity
     X = A @ T0
     Xc, Yc = X - X.mean(0), Y - Y.mean(0)
@@ -354,13 +362,17 @@ def test_refined_table_solves_the_two_ridge_problems(
     assert np.linalg.norm(A @ vec.embeddings_ - Y) < 0.5 * np.linalg.norm(X - Y)
 
 
-def test_one_fit_text_is_encoded_as_the_encoder_does(tiny_bert, hf):
-    # one text: the affine map is the identity plus the offset to its embedding
+@pytest.mark.parametrize("k", [0.0, 16.0])
+def test_one_fit_text_is_encoded_as_the_encoder_does(tiny_bert, hf, k):
+    # one text: the affine map is the identity plus the offset to its
+    # embedding, scaled by (n + k) / n
     text = "the big red dog was playing"
+    n = len(hf[1](text, add_special_tokens=False)["input_ids"])  # 7: play ##ing
     vec = StaticEmbeddingVectorizer(
-        tiny_bert, weighting="uniform", refine_backend="torch"
+        tiny_bert, weighting="uniform", refine_pseudo_tokens=k, refine_backend="torch"
     ).fit([text])
-    assert_allclose(vec.transform([text])[0], encoder_means(hf, [text])[0], atol=1e-5)
+    expected = encoder_means(hf, [text])[0] * (n + k) / n
+    assert_allclose(vec.transform([text])[0], expected, atol=1e-5)
 
 
 def test_a_refinement_that_does_not_converge_warns(tiny_bert, fitted, monkeypatch):
@@ -427,13 +439,20 @@ def test_refine_encodes_with_the_onnx_backends(tiny_bert, hf, fitted, backend):
         encoder = BertPoolingVectorizer(tiny_bert, pooling="mean", backend=backend)
         targets = encoder.fit(FIT_TEXTS).transform(FIT_TEXTS)
         A = np.zeros((len(FIT_TEXTS), len(torch_table)))
-        w = vec.token_weights_
+        w, n = vec.token_weights_, np.zeros(len(FIT_TEXTS))
         for row, text in enumerate(FIT_TEXTS):
             for i in hf[1](text, add_special_tokens=False)["input_ids"]:
                 A[row, i] += w[i]
+                n[row] += 1
             A[row] /= A[row].sum()
-        T0 = fitted["unrefined"].embeddings_
-        expected = refine_table(T0, sparse.csr_matrix(A), targets, vec.refine_alpha)
+        expected = refine_table(
+            fitted["unrefined"].embeddings_,
+            sparse.csr_matrix(A),
+            targets,
+            vec.refine_alpha,
+            lengths=n,
+            pseudo_tokens=vec.refine_pseudo_tokens,
+        )
         assert_allclose(vec.embeddings_, expected, rtol=1e-4, atol=1e-5)
         assert not np.allclose(vec.embeddings_, torch_table, rtol=1e-4, atol=1e-5)
     if backend == AUTO_ONNX_BACKEND:  # the default

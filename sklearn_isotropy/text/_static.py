@@ -353,6 +353,18 @@ class StaticEmbeddingVectorizer(
         squared weights (each text's weights sum to one). Larger keeps the
         table closer to the distilled one.
 
+    refine_pseudo_tokens : float, default=16.0
+        ``k`` of the refinement's model of mean pooling: the encoder's
+        embedding of a text of ``n`` tokens is taken as the mean over its
+        tokens and ``k`` more positions of zeros, so the static mean is
+        fitted to the embedding times ``(n + k) / n`` (see Notes). Mean
+        pooling averages a text's tokens with ``[CLS]`` and ``[SEP]`` (for
+        BERT), whose share shrinks the embeddings of short texts; a mean of
+        the text's own rows cannot. Chosen on STS-B dev (fitted on the
+        train sentences, with ``WhiteningTransformer(noise_variance="auto")``:
+        85.36 with 16, against 85.08 with 0, 85.25 with 4 and 85.35 with
+        32); 0 fits the embeddings as they are.
+
     refine_backend : {"auto", "torch", "onnx", "onnx-int8"}, default="auto"
         What encodes the fit texts for ``refine``: the ``backend`` of
         :class:`BertPoolingVectorizer` (see :ref:`onnx_runtime`).
@@ -443,6 +455,8 @@ class StaticEmbeddingVectorizer(
     length, as it encodes them). The refinement solves, with ``alpha =
     refine_alpha``:
 
+    0. ``Y`` is scaled row by row by ``(n + k) / n``, ``n`` the text's
+       number of tokens and ``k = refine_pseudo_tokens``;
     1. ``min ||A (T0 M + b) - Y||^2 + mu ||M - I||^2`` over the affine map
        ``(M, b)``, with ``mu`` alpha times the mean eigenvalue of the Gram
        matrix of the centred ``A T0`` (so directions the texts do not span
@@ -502,6 +516,7 @@ class StaticEmbeddingVectorizer(
         "distill_pooling": [StrOptions(set(DISTILL_POOLINGS))],
         "refine": ["boolean"],
         "refine_alpha": [Interval(Real, 0, None, closed="neither")],
+        "refine_pseudo_tokens": [Interval(Real, 0, None, closed="left")],
         "refine_backend": [StrOptions(set(REFINE_BACKENDS))],
         "memory": [None, str, os.PathLike, HasMethods(["cache"])],
         "batch_size": [Interval(Integral, 1, None, closed="left")],
@@ -519,6 +534,7 @@ class StaticEmbeddingVectorizer(
         distill_pooling="mean",
         refine=True,
         refine_alpha=0.1,
+        refine_pseudo_tokens=16.0,
         refine_backend="auto",
         memory=None,
         batch_size=512,
@@ -532,6 +548,7 @@ class StaticEmbeddingVectorizer(
         self.distill_pooling = distill_pooling
         self.refine = refine
         self.refine_alpha = refine_alpha
+        self.refine_pseudo_tokens = refine_pseudo_tokens
         self.refine_backend = refine_backend
         self.memory = memory
         self.batch_size = batch_size
@@ -620,7 +637,14 @@ class StaticEmbeddingVectorizer(
         texts = [texts[i] for i in kept]
         targets, backend = self._encode_fit_texts(texts, device)
         encoded = time.perf_counter()
-        refined = refine_table(embeddings, mixing, targets, self.refine_alpha)
+        refined = refine_table(
+            embeddings,
+            mixing,
+            targets,
+            self.refine_alpha,
+            lengths=lengths[kept],
+            pseudo_tokens=self.refine_pseudo_tokens,
+        )
         if self.verbose:
             logger.info(
                 "Encoded %d texts (backend=%r) in %.2f s and refined the table "
