@@ -16,8 +16,11 @@ outputs the same way, by gradient descent over a large corpus):
    tokens with others (BERT's ``[CLS]`` and ``[SEP]``), whose share
    ``2 / (n + 2)`` shrinks the embeddings of short texts toward the
    outputs of those positions, which a mean of the text's own rows cannot
-   do; on STS-B dev ``k = 16`` was better than ``k = 2`` and than no
-   scaling (``benchmarks/bench_static_quality.py``);
+   do. On STS-B dev ``k = 16`` was better than ``k = 2`` and than no
+   scaling, though by kind of pair it gains on long texts, not short ones:
+   it acts as a weighting of the least squares (each text's squared error
+   times ``((n + k) / n)^2``) as much as a model of the special tokens
+   (``benchmarks/bench_static_quality.py``);
 
 1. an affine map of the whole table, ``T1 = T0 M + b``, from the ``d + 1``
    columns of ``A T0`` to ``Y``, with the penalty ``mu ||M - I||^2``: it
