@@ -17,6 +17,7 @@ import sys
 import numpy as np
 import pytest
 from numpy.testing import assert_allclose
+from scipy import sparse
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 from sklearn.pipeline import make_pipeline
@@ -76,14 +77,17 @@ def hf(tiny_bert):
 def fitted(tiny_bert, tmp_path_factory):
     """One fitted vectorizer per weighting, refined, and an unrefined one.
 
-    Refined is the default; the unrefined one is shared (do not modify).
+    Refined (the default) on the encoder's embeddings in torch; the unrefined
+    one is shared (do not modify).
     """
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(
             "SKLEARN_ISOTROPY_STATIC_CACHE", str(tmp_path_factory.mktemp("cache"))
         )
         out = {
-            w: StaticEmbeddingVectorizer(tiny_bert, weighting=w).fit(FIT_TEXTS)
+            w: StaticEmbeddingVectorizer(
+                tiny_bert, weighting=w, refine_backend="torch"
+            ).fit(FIT_TEXTS)
             for w in ("uniform", "sif", "zipf")
         }
         out["unrefined"] = StaticEmbeddingVectorizer(tiny_bert, refine=False).fit(
@@ -222,6 +226,62 @@ def test_user_frequencies_as_a_dict_or_an_array(fitted, tiny_bert, hf):
         assert_allclose(vec.token_weights_, fitted["sif"].token_weights_, rtol=1e-6)
 
 
+def model2vec_probabilities(n):
+    """Compute model2vec 0.10's ``compute_weights`` probabilities.
+
+    The i-th row of its vocabulary (0-based) has the probability
+    ``1 / (i + 2)``, normalised.
+    """
+    inv_rank = 1 / np.arange(2, n + 2)
+    return inv_rank / inv_rank.sum()
+
+
+def test_zipf_frequencies_are_model2vecs_rank_estimate(tiny_bert, hf):
+    # the tiny vocabulary has no [unusedN]: its tokens are ranked in id order;
+    # the ids that name no token (a repeated word) share the rarest's mass
+    unweighted = StaticEmbeddingVectorizer(tiny_bert, weighting="uniform", refine=False)
+    n_tokens = len(unweighted.fit([""]).embeddings_)
+    ranked = sorted(hf[1].get_vocab().values())
+    holes = sorted(set(range(n_tokens)) - set(ranked))
+    assert holes  # the case of the smoothing
+    p = model2vec_probabilities(len(ranked))
+    expected = np.zeros(n_tokens)
+    expected[ranked] = p * (1 - p[-1])
+    expected[holes] = p[-1] / len(holes)
+    for weighting in ("sif", "zipf"):
+        vec = StaticEmbeddingVectorizer(
+            tiny_bert, weighting=weighting, frequencies="zipf", refine=False
+        ).fit([""])  # no texts needed
+        assert_allclose(vec.token_probabilities_, expected, rtol=1e-12)
+    sif = StaticEmbeddingVectorizer(
+        tiny_bert, frequencies="zipf", sif_coefficient=1e-4, refine=False
+    ).fit(["the cat"])
+    assert_allclose(sif.token_weights_, 1e-4 / (1e-4 + expected), rtol=1e-6)
+
+
+def test_zipf_frequencies_leave_out_unused_placeholders():
+    tokenizers = pytest.importorskip("tokenizers")
+    from sklearn_isotropy.text._static import token_probabilities, zipf_counts
+
+    words = ["[PAD]", "[unused0]", "[UNK]", "the", "[unused1]", "cat", "sat"]
+    model = tokenizers.models.WordPiece(
+        {w: i for i, w in enumerate(words)}, unk_token="[UNK]"
+    )
+    tokenizer = tokenizers.Tokenizer(model)
+    counts = zipf_counts(tokenizer, len(words))
+    # model2vec drops the placeholders; the others keep their order
+    kept = [i for i, w in enumerate(words) if not w.startswith("[unused")]
+    p = model2vec_probabilities(len(kept))
+    expected = np.zeros(len(words))
+    expected[kept] = p
+    assert_allclose(counts / counts.sum(), expected, rtol=1e-12)
+    # as fit uses them: the placeholders share the mass of the rarest token
+    smoothed = token_probabilities(counts)
+    rarest = p[-1]
+    assert_allclose(smoothed[kept], p * (1 - rarest), rtol=1e-12)
+    assert_allclose(smoothed[[1, 4]], rarest / 2, rtol=1e-12)
+
+
 def test_empty_and_unknown_texts(fitted, hf):
     vec = fitted["sif"]
     got = vec.transform(["", "   ", "ω"])
@@ -283,9 +343,13 @@ def test_refined_table_solves_the_two_ridge_problems(
     tiny_bert, hf, fitted, weighting, monkeypatch
 ):
     monkeypatch.setattr(_static_refine, "CG_TOL", 1e-12)  # solve to round-off
-    alpha = 0.05
+    alpha, k = 0.05, 3.0
     vec = StaticEmbeddingVectorizer(
-        tiny_bert, weighting=weighting, refine_alpha=alpha
+        tiny_bert,
+        weighting=weighting,
+        refine_alpha=alpha,
+        refine_pseudo_tokens=k,
+        refine_backend="torch",
     ).fit(FIT_TEXTS)
     n_tokens, d = vec.embeddings_.shape
     # the distilled table (test_distilled_rows_... checks it against transformers)
@@ -296,7 +360,11 @@ def test_refined_table_solves_the_two_ridge_problems(
         for i in hf[1](text, add_special_tokens=False)["input_ids"]:
             A[row, i] += w[i]
         A[row] /= A[row].sum()
-    Y = encoder_means(hf, FIT_TEXTS)
+    # 0: each embedding scaled by (n + k) / n, n the text's number of tokens
+    n = np.array(
+        [len(hf[1](t, add_special_tokens=False)["input_ids"]) for t in FIT_TEXTS]
+    )
+    Y = encoder_means(hf, FIT_TEXTS) * ((n + k) / n)[:, None]
     # 1: the affine map, shrunk toward the identity
     X = A @ T0
     Xc, Yc = X - X.mean(0), Y - Y.mean(0)
@@ -311,17 +379,25 @@ def test_refined_table_solves_the_two_ridge_problems(
     assert np.linalg.norm(A @ vec.embeddings_ - Y) < 0.5 * np.linalg.norm(X - Y)
 
 
-def test_one_fit_text_is_encoded_as_the_encoder_does(tiny_bert, hf):
-    # one text: the affine map is the identity plus the offset to its embedding
+@pytest.mark.parametrize("k", [0.0, 16.0])
+def test_one_fit_text_is_encoded_as_the_encoder_does(tiny_bert, hf, k):
+    # one text: the affine map is the identity plus the offset to its
+    # embedding, scaled by (n + k) / n
     text = "the big red dog was playing"
-    vec = StaticEmbeddingVectorizer(tiny_bert, weighting="uniform").fit([text])
-    assert_allclose(vec.transform([text])[0], encoder_means(hf, [text])[0], atol=1e-5)
+    n = len(hf[1](text, add_special_tokens=False)["input_ids"])  # 7: play ##ing
+    vec = StaticEmbeddingVectorizer(
+        tiny_bert, weighting="uniform", refine_pseudo_tokens=k, refine_backend="torch"
+    ).fit([text])
+    expected = encoder_means(hf, [text])[0] * (n + k) / n
+    assert_allclose(vec.transform([text])[0], expected, atol=1e-5)
 
 
 def test_a_refinement_that_does_not_converge_warns(tiny_bert, fitted, monkeypatch):
     monkeypatch.setattr(_static_refine, "CG_MAX_ITER", 1)
     with pytest.warns(_static_refine.RefinementWarning, match="did not reach"):
-        vec = StaticEmbeddingVectorizer(tiny_bert).fit(FIT_TEXTS)
+        vec = StaticEmbeddingVectorizer(tiny_bert, refine_backend="torch").fit(
+            FIT_TEXTS
+        )
     # one step of conjugate gradients: between the affine stage and the solution
     assert np.all(np.isfinite(vec.embeddings_))
     assert not np.allclose(vec.embeddings_, fitted["sif"].embeddings_, atol=1e-4)
@@ -330,15 +406,92 @@ def test_a_refinement_that_does_not_converge_warns(tiny_bert, fitted, monkeypatc
 def test_memory_keeps_the_encoders_embeddings(tiny_bert, fitted, tmp_path, monkeypatch):
     from sklearn_isotropy import BertPoolingVectorizer
 
-    first = StaticEmbeddingVectorizer(tiny_bert, memory=tmp_path).fit(FIT_TEXTS)
+    first = StaticEmbeddingVectorizer(
+        tiny_bert, memory=tmp_path, refine_backend="torch"
+    ).fit(FIT_TEXTS)
     assert_allclose(first.embeddings_, fitted["sif"].embeddings_, rtol=1e-5, atol=1e-6)
 
     def fail(self, texts, on_batch=None):
         raise AssertionError(f"encoded {len(texts)} texts found in memory")
 
     monkeypatch.setattr(BertPoolingVectorizer, "_encode", fail)
-    second = StaticEmbeddingVectorizer(tiny_bert, memory=tmp_path).fit(FIT_TEXTS)
+    second = StaticEmbeddingVectorizer(
+        tiny_bert, memory=tmp_path, refine_backend="torch"
+    ).fit(FIT_TEXTS)
     np.testing.assert_array_equal(second.embeddings_, first.embeddings_)
+
+
+def test_auto_refine_backend(monkeypatch):
+    import importlib.util
+
+    from sklearn_isotropy.text._static import AUTO_ONNX_BACKEND, refine_backend
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    installed = all(importlib.util.find_spec(n) for n in ("onnx", "onnxruntime"))
+    assert refine_backend("auto", cpu) == (AUTO_ONNX_BACKEND if installed else "torch")
+    assert refine_backend("auto", cuda) == "torch"  # onnxruntime runs on the CPU
+    assert refine_backend("onnx", cpu) == "onnx"
+    find_spec = importlib.util.find_spec
+
+    def without_onnxruntime(name, *args):
+        return None if name == "onnxruntime" else find_spec(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", without_onnxruntime)
+    assert refine_backend("auto", cpu) == "torch"
+
+
+@pytest.mark.parametrize("backend", ["onnx", "onnx-int8"])
+def test_refine_encodes_with_the_onnx_backends(tiny_bert, hf, fitted, backend):
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    from sklearn_isotropy import BertPoolingVectorizer
+    from sklearn_isotropy.text._static import AUTO_ONNX_BACKEND
+    from sklearn_isotropy.text._static_refine import refine_table
+
+    vec = StaticEmbeddingVectorizer(tiny_bert, refine_backend=backend).fit(FIT_TEXTS)
+    torch_table = fitted["sif"].embeddings_
+    if backend == "onnx":  # the same embeddings as torch, to round-off
+        assert_allclose(vec.embeddings_, torch_table, rtol=1e-4, atol=1e-5)
+    else:  # int8 embeddings: a table refined on them, not on torch's
+        encoder = BertPoolingVectorizer(tiny_bert, pooling="mean", backend=backend)
+        targets = encoder.fit(FIT_TEXTS).transform(FIT_TEXTS)
+        A = np.zeros((len(FIT_TEXTS), len(torch_table)))
+        w, n = vec.token_weights_, np.zeros(len(FIT_TEXTS))
+        for row, text in enumerate(FIT_TEXTS):
+            for i in hf[1](text, add_special_tokens=False)["input_ids"]:
+                A[row, i] += w[i]
+                n[row] += 1
+            A[row] /= A[row].sum()
+        expected = refine_table(
+            fitted["unrefined"].embeddings_,
+            sparse.csr_matrix(A),
+            targets,
+            vec.refine_alpha,
+            lengths=n,
+            pseudo_tokens=vec.refine_pseudo_tokens,
+        )
+        assert_allclose(vec.embeddings_, expected, rtol=1e-4, atol=1e-5)
+        assert not np.allclose(vec.embeddings_, torch_table, rtol=1e-4, atol=1e-5)
+    if backend == AUTO_ONNX_BACKEND:  # the default
+        default = StaticEmbeddingVectorizer(tiny_bert).fit(FIT_TEXTS)
+        np.testing.assert_array_equal(default.embeddings_, vec.embeddings_)
+
+
+def test_auto_refine_backend_falls_back_to_torch(tiny_bert, fitted, monkeypatch):
+    from sklearn_isotropy.text import _encoders
+
+    make_encoder = _encoders.make_encoder
+
+    def torch_only(backend, *args):
+        if backend != "torch":
+            raise ValueError("the model does not export to ONNX")
+        return make_encoder(backend, *args)
+
+    monkeypatch.setattr(_encoders, "make_encoder", torch_only)
+    vec = StaticEmbeddingVectorizer(tiny_bert).fit(FIT_TEXTS)
+    assert_allclose(vec.embeddings_, fitted["sif"].embeddings_, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="does not export"):  # asked for: raised
+        StaticEmbeddingVectorizer(tiny_bert, refine_backend="onnx").fit(FIT_TEXTS)
 
 
 # ------------------------------------------------------------- bad input
@@ -371,6 +524,10 @@ def test_bad_input(fitted, tiny_bert):
         StaticEmbeddingVectorizer(tiny_bert, frequencies=-np.ones(n_tokens)).fit(["a"])
     with pytest.raises(ValueError, match="all zero"):
         StaticEmbeddingVectorizer(tiny_bert, frequencies=np.zeros(n_tokens)).fit(["a"])
+    with pytest.raises(ValueError, match="frequencies"):
+        StaticEmbeddingVectorizer(tiny_bert, frequencies="zipfian").fit(["a"])
+    with pytest.raises(ValueError, match="refine_backend"):
+        StaticEmbeddingVectorizer(tiny_bert, refine_backend="tensorrt").fit(["a"])
 
 
 def test_hostile_frequencies(fitted, tiny_bert):
