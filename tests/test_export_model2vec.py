@@ -258,3 +258,22 @@ def test_a_wrong_table_fails_the_parity_check(pipelines, tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="differs from the pipeline's transform"):
         to_model2vec(pipelines["sif"], tmp_path / "m2v")
     assert not (tmp_path / "m2v").exists()
+
+
+def test_quantizing_extreme_tables_stays_finite():
+    from sklearn_isotropy.export._model2vec import _quantize
+
+    rng = np.random.default_rng(0)
+    rows = rng.normal(size=(20, 6)) * 1e6  # beyond float16's 65504
+    half = _quantize(rows, "float16")
+    assert half.dtype == np.float16 and np.all(np.isfinite(half))
+    # scaled by one power of two: every cosine kept
+    ratio = half.astype(np.float64) / rows
+    assert_allclose(ratio, np.median(ratio), rtol=2e-3)
+    power = int(np.round(np.log2(np.median(ratio))))
+    assert power < 0
+    assert_array_equal(half, np.ldexp(rows, power).astype(np.float16))
+    zeros = _quantize(np.zeros((3, 4)), "int8")
+    assert zeros.dtype == np.int8 and not zeros.any()
+    small = _quantize(rows * 1e-300, "int8")
+    assert_array_equal(small, np.rint(rows / (np.abs(rows).max() / 127)))
