@@ -30,8 +30,11 @@ on the distinct sentences of STS-B train (no labels), in five parts:
    x100 on STS-B test and STS12, STS13, STS14 (each year's pairs pooled,
    "all"), their mean (the "4-set"), sentences per second on 2,000 STS-B
    test sentences (best of 3 rotating rounds, same run) and the folder's
-   size. ``distill`` needs ``pip install "model2vec[distill]"``; without it
-   those rows say so. The distilled model is cached in ``--cache``.
+   size. ``distill`` needs model2vec's ``distill`` extra (skeletoken;
+   ``pip install "model2vec[distill]"`` pins transformers below 5.4, and
+   ``pip install --no-deps "skeletoken>=0.6,<0.7"`` was enough beside
+   transformers 5.24); without it those rows say so. The distilled model
+   is cached in ``--cache``.
 
 The tables go to ``docs/user_guide/static.rst`` between the
 ``bench_static`` and ``bench_static_model2vec`` markers (``--no-docs``
@@ -432,8 +435,10 @@ def _four_sets():
 
 
 def _spearmans(encode, sets):
-    """``[Spearman x100 per set]`` with ``encode(texts) -> embeddings``, every
-    distinct sentence encoded once."""
+    """``[Spearman x100 per set]`` with ``encode(texts) -> embeddings``.
+
+    Every distinct sentence of the sets is encoded once.
+    """
     from sklearn_isotropy.metrics import cosine_spearman_score
 
     sentences = list(
@@ -454,9 +459,11 @@ def _folder_mb(path):
 
 
 def _distilled(model_path, cache):
-    """model2vec's ``distill`` of the encoder with its defaults, cached in a
-    folder: ``(StaticModel, folder, seconds or None when cached)``, or
-    ``(None, None, why)`` when model2vec's distill extra is missing."""
+    """model2vec's ``distill`` of the encoder with its defaults, cached.
+
+    Returns ``(StaticModel, folder, seconds or None when cached)``, or
+    ``(None, None, why)`` when model2vec's distill extra is missing.
+    """
     import hashlib
 
     import model2vec

@@ -92,8 +92,10 @@ def exported(pipelines, tmp_path_factory):
 
 
 def folded_rows(pipe):
-    """Each token's weight times its row's image under the post-processor,
-    from the estimators' own ``transform``."""
+    """Each token's weight times its row's image under the post-processor.
+
+    From the estimators' own ``transform``, not the exporter's folding.
+    """
     vec, post = pipe[0], pipe[1]
     return (
         post.transform(vec.embeddings_).astype(np.float64)

@@ -56,11 +56,14 @@ _FLOAT16_BOUND = 2.0**15
 
 
 def _quantize(rows, dtype):
-    """``rows`` (float64) stored as ``dtype``: float32 and float16 as they
-    are (float16 scaled by a power of two if its range needs it), int8 with
-    one scale for the whole table, ``max |rows| / 127``, as model2vec's own
-    ``quantize_to="int8"`` does (a per-row scale would need model2vec's
-    ``weights`` tensor, which sends ``encode`` down its slower path)."""
+    """``rows`` (float64) stored as ``dtype``.
+
+    float32 and float16 as they are (float16 scaled by a power of two if its
+    range needs it), int8 with one scale for the whole table, ``max |rows| /
+    127``, as model2vec's own ``quantize_to="int8"`` does (a per-row scale
+    would need model2vec's ``weights`` tensor, which sends ``encode`` down
+    its slower path, and scored the same on the default pipeline).
+    """
     if dtype == "float32":
         return np.ascontiguousarray(rows, dtype=np.float32)
     peak = float(np.max(np.abs(rows))) if rows.size else 0.0
@@ -73,8 +76,11 @@ def _quantize(rows, dtype):
 
 
 def _vocabulary_rows(tokenizer, n_rows):
-    """The ``mapping`` model2vec needs when its tokenizer's vocabulary does
-    not have exactly one id per row (gaps in the ids), else None."""
+    """The identity ``mapping`` from ids to rows, or None when not needed.
+
+    model2vec needs one when its tokenizer's vocabulary does not have exactly
+    one id per row (gaps in the ids).
+    """
     if len(tokenizer.get_vocab()) == n_rows:
         return None
     return np.arange(n_rows, dtype=np.int64)
@@ -107,8 +113,11 @@ def _base_name(source):
 
 
 def _check_texts(tokenizer, unk_id, texts):
-    """The texts model2vec tokenizes as the pipeline does: at least one
-    token, and no unknown token (which model2vec removes)."""
+    """The texts model2vec tokenizes as the pipeline does.
+
+    Those with at least one token and no unknown token (which model2vec
+    removes).
+    """
     kept = []
     for text in texts:
         ids = tokenizer.encode(text, add_special_tokens=False).ids
@@ -118,8 +127,10 @@ def _check_texts(tokenizer, unk_id, texts):
 
 
 def _check_parity(model, pipeline, texts):
-    """Raise unless model2vec's ``encode`` is the pipeline's output at unit
-    length on ``texts`` (the float32 rows, before any quantisation)."""
+    """Raise unless model2vec's ``encode`` is the pipeline's output at unit length.
+
+    On ``texts``, with the float32 rows (before any quantisation).
+    """
     texts = _check_texts(model.tokenizer, model.unk_token_id, texts)
     if not texts:
         return
