@@ -153,7 +153,12 @@ def _fit_times(args, cache):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=None)
-    parser.add_argument("--cache", default=None, help="contextual embeddings")
+    parser.add_argument(
+        "--cache",
+        default=None,
+        help="contextual embeddings, model2vec's distilled model, fit-text "
+        "embeddings of --peers-only (default: the data home's bench_cache)",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--n-speed", type=int, default=2000)
     parser.add_argument("--no-docs", action="store_true")
@@ -430,7 +435,14 @@ def _four_sets():
     """``{name: Bunch}``: STS-B test and STS12-14 (each year's pairs pooled)."""
     sets = {"STS-B test": load_sts(stsb_dir(), split="test")}
     for name in STS1X:
-        sets[name] = load_sts(_sts1x_dir() / f"{name.lower()}.csv")
+        path = _sts1x_dir() / f"{name.lower()}.csv"
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"{path} not found; set SKLEARN_ISOTROPY_STS1X to the directory "
+                "holding sts12.csv, sts13.csv and sts14.csv (sentence1,sentence2,"
+                "score)"
+            )
+        sets[name] = load_sts(path)
     return sets
 
 
