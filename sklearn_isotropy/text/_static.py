@@ -451,6 +451,8 @@ class StaticEmbeddingVectorizer(
     BertPoolingVectorizer : The contextual encoder itself, slower and better.
     sklearn_isotropy.export.to_sentence_transformers : Export a fitted
         static pipeline as a sentence-transformers ``StaticEmbedding``.
+    sklearn_isotropy.export.to_model2vec : Export a fitted static pipeline
+        as a model2vec folder, which this vectorizer also reads.
 
     Notes
     -----

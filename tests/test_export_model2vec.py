@@ -1,0 +1,281 @@
+"""Tests of export.to_model2vec, against model2vec's own StaticModel.
+
+The pipelines are a tiny distilled BERT (``conftest.tiny_bert``, refined on a
+few texts) followed by ``WhiteningTransformer(noise_variance="auto")``.
+References are independent of the exporter's folding: the pipeline's own
+``transform``, the whitening's ``transform`` of the vectorizer's table rows,
+and model2vec's ``StaticModel.from_pretrained(...).encode``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose, assert_array_equal
+from sklearn.exceptions import NotFittedError
+from sklearn.pipeline import make_pipeline
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+model2vec = pytest.importorskip("model2vec")
+
+from sklearn_isotropy import (  # noqa: E402
+    BertPoolingVectorizer,
+    GlowFlowTransformer,
+    StaticEmbeddingVectorizer,
+    WhiteningTransformer,
+)
+from sklearn_isotropy.export import to_model2vec  # noqa: E402
+
+FIT_TEXTS = [
+    f"{a} {b} {c} {d}"
+    for a, b, c, d in zip(
+        "the a the a the the a the".split() * 6,
+        "cat dog man woman mat cat dog man".split() * 6,
+        "sat ran is was sat walked read played".split() * 6,
+        "fast slow big small red blue on the".split() * 6,
+        strict=True,
+    )
+] + ["x y z", "the woman is reading , the man is walking ."]
+
+TEXTS = [
+    "the cat sat on the mat",
+    "a dog ran fast",
+    "the big red dog was playing !",
+    "xyzzy",
+    "the woman is reading , the man is walking .",
+    "a small blue cat sat",
+    "the dog and the cat",
+    "walking reads played",
+]
+
+
+def cosines(X):
+    """All pairwise cosines of the rows of ``X``, in float64."""
+    X = np.asarray(X, dtype=np.float64)
+    X = X / np.linalg.norm(X, axis=1, keepdims=True)
+    return X @ X.T
+
+
+def unit(X):
+    X = np.asarray(X, dtype=np.float64)
+    return X / np.linalg.norm(X, axis=1, keepdims=True)
+
+
+@pytest.fixture(scope="module")
+def pipelines(tiny_bert, tmp_path_factory):
+    """``{weighting: fitted static pipeline with an "auto" whitening}``."""
+    out = {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(
+            "SKLEARN_ISOTROPY_STATIC_CACHE", str(tmp_path_factory.mktemp("cache"))
+        )
+        for weighting in ("sif", "zipf"):
+            vec = StaticEmbeddingVectorizer(tiny_bert, weighting=weighting)
+            X = vec.fit(FIT_TEXTS).transform(FIT_TEXTS + TEXTS)
+            post = WhiteningTransformer(noise_variance="auto").fit(X)
+            out[weighting] = make_pipeline(vec, post)
+    return out
+
+
+@pytest.fixture(scope="module")
+def exported(pipelines, tmp_path_factory):
+    """``{dtype: folder}`` of the SIF pipeline exported at each dtype."""
+    root = tmp_path_factory.mktemp("m2v")
+    folders = {}
+    for dtype in ("float32", "float16", "int8"):
+        folders[dtype] = root / dtype
+        to_model2vec(pipelines["sif"], folders[dtype], dtype=dtype)
+    return folders
+
+
+def folded_rows(pipe):
+    """Each token's weight times its row's image under the post-processor.
+
+    From the estimators' own ``transform``, not the exporter's folding.
+    """
+    vec, post = pipe[0], pipe[1]
+    return (
+        post.transform(vec.embeddings_).astype(np.float64)
+        * (vec.token_weights_[:, None])
+    )
+
+
+@pytest.mark.parametrize("weighting", ["sif", "zipf"])
+def test_model2vec_gives_the_pipelines_cosines(pipelines, weighting, tmp_path):
+    pipe = pipelines[weighting]
+    returned = to_model2vec(pipe, tmp_path / "m2v")
+    model = model2vec.StaticModel.from_pretrained(tmp_path / "m2v")
+    got, expected = model.encode(TEXTS), pipe.transform(TEXTS)
+    width = pipe[1].n_components_
+    assert got.shape == expected.shape == (len(TEXTS), width)
+    assert width < pipe[0].hidden_size_  # folded at the kept width
+    assert_allclose(cosines(got), cosines(expected), atol=1e-5)
+    # normalize is on: encode is the pipeline's output at unit length
+    assert_allclose(got, unit(expected), atol=1e-5)
+    assert_allclose(returned.encode(TEXTS), got, atol=1e-7)
+    # the folder holds model2vec's own keys, with the weights in the rows
+    from safetensors.numpy import load_file
+
+    tensors = load_file(str(tmp_path / "m2v" / "model.safetensors"))
+    # the tiny vocabulary has gaps in its ids (a token listed twice), so
+    # model2vec needs the identity "mapping" from ids to rows
+    n_rows = len(pipe[0].embeddings_)
+    assert len(pipe[0].tokenizer_.get_vocab()) < n_rows
+    assert set(tensors) == {"embeddings", "mapping"}
+    assert_array_equal(tensors["mapping"], np.arange(n_rows))
+    assert tensors["embeddings"].dtype == np.float32
+    assert_allclose(tensors["embeddings"], folded_rows(pipe), rtol=1e-5, atol=1e-6)
+    config = json.loads((tmp_path / "m2v" / "config.json").read_text())
+    assert config["normalize"] is True and config["max_length"] is None
+    assert config["sklearn_isotropy"]["weighting"] == weighting
+    assert "pipeline's" in (tmp_path / "m2v" / "README.md").read_text()
+
+
+def test_long_texts_are_not_truncated(pipelines, tmp_path):
+    # model2vec truncates at 512 tokens unless config.json says otherwise;
+    # the pipeline never truncates
+    pipe = pipelines["sif"]
+    to_model2vec(pipe, tmp_path / "m2v")
+    model = model2vec.StaticModel.from_pretrained(tmp_path / "m2v")
+    long = " ".join(["the cat sat"] * 300 + ["a dog ran fast"] * 300)
+    assert len(pipe[0].tokenizer_.encode(long, add_special_tokens=False).ids) > 512
+    assert_allclose(model.encode([long]), unit(pipe.transform([long])), atol=1e-5)
+
+
+def test_the_vectorizer_alone(pipelines, tmp_path):
+    vec = pipelines["sif"][0]
+    to_model2vec(vec, tmp_path / "m2v")
+    got = model2vec.StaticModel.from_pretrained(tmp_path / "m2v").encode(TEXTS)
+    assert got.shape == (len(TEXTS), vec.hidden_size_)
+    assert_allclose(got, unit(vec.transform(TEXTS)), atol=1e-5)
+
+
+def test_float16_and_int8_tables(pipelines, exported):
+    from safetensors.numpy import load_file
+
+    pipe = pipelines["sif"]
+    rows = folded_rows(pipe)
+    expected = cosines(pipe.transform(TEXTS))
+    tensors = {d: load_file(str(f / "model.safetensors")) for d, f in exported.items()}
+    # float16: the rows rounded to float16; cosines within 1e-3
+    assert tensors["float16"]["embeddings"].dtype == np.float16
+    assert_allclose(
+        tensors["float16"]["embeddings"].astype(np.float64),
+        rows.astype(np.float16).astype(np.float64),
+        rtol=1e-3,
+        atol=1e-7,
+    )
+    # int8: one scale for the table, max |row entry| / 127, as model2vec's own
+    table = tensors["int8"]["embeddings"]
+    assert table.dtype == np.int8
+    scale = np.abs(rows).max() / 127
+    assert_array_equal(table, np.rint(rows / scale).astype(np.int8))
+    tolerances = {"float32": 1e-5, "float16": 1e-3, "int8": 3e-2}
+    for dtype, folder in exported.items():
+        model = model2vec.StaticModel.from_pretrained(folder)
+        assert model.embedding.dtype == np.dtype(dtype)
+        got = model.encode(TEXTS)
+        assert np.all(np.isfinite(got))
+        assert_allclose(cosines(got), expected, atol=tolerances[dtype])
+    # the sizes the dtypes promise (the tokenizer and config are alike)
+    sizes = {d: (f / "model.safetensors").stat().st_size for d, f in exported.items()}
+    n_values = rows.size
+    assert sizes["float32"] - 4 * n_values == sizes["int8"] - n_values
+    assert sizes["float16"] - 2 * n_values == sizes["int8"] - n_values
+
+
+def test_the_static_vectorizer_reads_the_folder_back(pipelines, exported):
+    pipe = pipelines["sif"]
+    expected = pipe.transform(TEXTS)
+    tolerances = {"float32": 1e-5, "float16": 1e-3, "int8": 3e-2}
+    for dtype, folder in exported.items():
+        # the weights are in the rows: the plain mean gives the cosines
+        vec = StaticEmbeddingVectorizer(folder, weighting="uniform").fit(["a"])
+        assert vec.table_kind_ == "model2vec" and not vec.refined_
+        stored = model2vec.StaticModel.from_pretrained(folder).embedding
+        assert_allclose(vec.embeddings_, stored.astype(np.float32))
+        got = vec.transform(TEXTS)
+        assert got.dtype == np.float32
+        assert_allclose(cosines(got), cosines(expected), atol=tolerances[dtype])
+        # model2vec and the vectorizer read the same rows the same way
+        encoded = model2vec.StaticModel.from_pretrained(folder).encode(TEXTS)
+        assert_allclose(cosines(encoded), cosines(got), atol=1e-3)
+
+
+def test_texts_without_tokens_and_unknown_tokens(pipelines, exported):
+    pipe = pipelines["sif"]
+    model = model2vec.StaticModel.from_pretrained(exported["float32"])
+    # no token: a row of zeros for model2vec, the whitening's image of the
+    # zero row for the pipeline (what the docstring says)
+    empty = model.encode(["", "   "])
+    assert not empty.any()
+    assert_allclose(pipe.transform([""])[0], pipe[1].transform(np.zeros((1, 32)))[0])
+    assert np.linalg.norm(pipe.transform([""])) > 0
+    # model2vec drops the unknown token; the pipeline (and the vectorizer
+    # reading the folder back) average its row
+    unk = pipe[0].tokenizer_.token_to_id("[UNK]")
+    assert unk in pipe[0].tokenizer_.encode("ω the cat").ids
+    assert_allclose(model.encode(["ω the cat"]), model.encode(["the cat"]))
+    back = StaticEmbeddingVectorizer(exported["float32"], weighting="uniform")
+    back.fit(["a"])
+    texts = ["ω the cat", "the cat"]
+    assert_allclose(cosines(back.transform(texts)), cosines(pipe.transform(texts)))
+    assert cosines(pipe.transform(texts))[0, 1] < 1 - 1e-6
+
+
+def test_bad_dtype_and_pipelines_are_refused(pipelines, tiny_bert, tmp_path):
+    pipe = pipelines["sif"]
+    for dtype in ("float64", "bfloat16", np.float16, None):
+        with pytest.raises(ValueError, match="dtype must be one of 'float32'"):
+            to_model2vec(pipe, tmp_path / "x", dtype=dtype)
+    contextual = make_pipeline(BertPoolingVectorizer(tiny_bert), WhiteningTransformer())
+    with pytest.raises(TypeError, match="starts with BertPoolingVectorizer"):
+        to_model2vec(contextual, tmp_path / "x")
+    with pytest.raises(TypeError, match="starts with WhiteningTransformer"):
+        to_model2vec(pipe[1], tmp_path / "x")
+    with pytest.raises(NotFittedError, match="not fitted"):
+        to_model2vec(StaticEmbeddingVectorizer(tiny_bert), tmp_path / "x")
+    with pytest.raises(TypeError, match="GlowFlowTransformer"):
+        to_model2vec(make_pipeline(pipe[0], GlowFlowTransformer()), tmp_path / "x")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "f").write_text("x")
+    with pytest.raises(FileExistsError):
+        to_model2vec(pipe, tmp_path / "full")
+    assert not (tmp_path / "x").exists()
+    assert [p.name for p in (tmp_path / "full").iterdir()] == ["f"]
+
+
+def test_a_wrong_table_fails_the_parity_check(pipelines, tmp_path, monkeypatch):
+    from sklearn_isotropy.export import _model2vec
+
+    real = _model2vec._quantize
+
+    def reversed_rows(rows, dtype):
+        return real(rows[::-1], dtype)
+
+    monkeypatch.setattr(_model2vec, "_quantize", reversed_rows)
+    with pytest.raises(RuntimeError, match="differs from the pipeline's transform"):
+        to_model2vec(pipelines["sif"], tmp_path / "m2v")
+    assert not (tmp_path / "m2v").exists()
+
+
+def test_quantizing_extreme_tables_stays_finite():
+    from sklearn_isotropy.export._model2vec import _quantize
+
+    rng = np.random.default_rng(0)
+    rows = rng.normal(size=(20, 6)) * 1e6  # beyond float16's 65504
+    half = _quantize(rows, "float16")
+    assert half.dtype == np.float16 and np.all(np.isfinite(half))
+    # scaled by one power of two: every cosine kept
+    ratio = half.astype(np.float64) / rows
+    assert_allclose(ratio, np.median(ratio), rtol=2e-3)
+    power = int(np.round(np.log2(np.median(ratio))))
+    assert power < 0
+    assert_array_equal(half, np.ldexp(rows, power).astype(np.float16))
+    zeros = _quantize(np.zeros((3, 4)), "int8")
+    assert zeros.dtype == np.int8 and not zeros.any()
+    small = _quantize(rows * 1e-300, "int8")
+    assert_array_equal(small, np.rint(rows / (np.abs(rows).max() / 127)))
