@@ -219,9 +219,9 @@ def to_model2vec(
         Spearman score by more than 0.05 (see :ref:`static_model2vec` for
         the measured sizes and scores).
     overwrite : bool, default=False
-        Replace an existing ``path`` and everything in it. A link, the
-        working directory (or one of its parents) and a mount point cannot
-        be replaced that way and are refused before any work.
+        Whether an existing ``path`` may be replaced, with all it holds (as
+        for :func:`to_sentence_transformers`: links, the working directory
+        and its parents, and mount points are refused before any work).
 
     Returns
     -------
@@ -279,12 +279,12 @@ def to_model2vec(
 
     Examples
     --------
-    >>> from sklearn.pipeline import make_pipeline
     >>> from model2vec import StaticModel
+    >>> from sklearn.pipeline import make_pipeline
     >>> from sklearn_isotropy import StaticEmbeddingVectorizer, WhiteningTransformer
     >>> from sklearn_isotropy.export import to_model2vec
-    >>> pipe = make_pipeline(StaticEmbeddingVectorizer(),
-    ...                      WhiteningTransformer(noise_variance="auto"))
+    >>> whitening = WhiteningTransformer(noise_variance="auto")
+    >>> pipe = make_pipeline(StaticEmbeddingVectorizer(), whitening)
     >>> pipe.fit(sentences)  # doctest: +SKIP
     >>> to_model2vec(pipe, "whitened-static", dtype="float16")  # doctest: +SKIP
     >>> model = StaticModel.from_pretrained("whitened-static")  # doctest: +SKIP
