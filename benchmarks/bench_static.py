@@ -58,7 +58,7 @@ from pathlib import Path
 import numpy as np
 from _stsb import REPO, stsb_dir  # noqa: E402  (sibling module)
 from bench_encoder import _timed_rounds  # noqa: E402  (sibling module)
-from bench_noise import Split, _table  # noqa: E402  (sibling module)
+from bench_noise import _table  # noqa: E402  (sibling module)
 from bench_quality import _encode_cached  # noqa: E402  (sibling module)
 
 sys.path.insert(0, str(REPO))
@@ -71,6 +71,11 @@ from sklearn_isotropy import (  # noqa: E402
 )
 from sklearn_isotropy._defaults import DEFAULT_MODEL_DESCRIPTION  # noqa: E402
 from sklearn_isotropy.datasets import get_data_home, load_sts  # noqa: E402
+from sklearn_isotropy.metrics import (  # noqa: E402
+    cosine_spearman_score,
+    pairs_to_qrels,
+    retrieval_scores,
+)
 
 DOCS = REPO / "docs" / "user_guide" / "static.rst"
 START, END = ".. bench_static:start", ".. bench_static:end"
@@ -104,6 +109,39 @@ POSTS = {
     "whitening": lambda: WhiteningTransformer(),
     'noise_variance="auto"': lambda: WhiteningTransformer(noise_variance="auto"),
 }
+
+
+class Split:
+    """One STS-B split: its pairs as rows of the embedding matrix."""
+
+    def __init__(self, data, index, all_sentences):
+        self.a = np.array([index[s] for s in data.pairs[:, 0]])
+        self.b = np.array([index[s] for s in data.pairs[:, 1]])
+        self.scores = np.asarray(data.scores, dtype=np.float64)
+        qrels = pairs_to_qrels(data.pairs, data.scores)
+        self.queries = np.array([index[qrels.corpus[q]] for q in qrels.queries])
+        # the judgements over every STS-B sentence (the others are distractors)
+        rows, cols = qrels.relevance.nonzero()
+        self.relevant = [[] for _ in self.queries]
+        for r, c in zip(rows, cols):
+            self.relevant[r].append(index[qrels.corpus[c]])
+        self.n_corpus = len(all_sentences)
+
+    def sts(self, Z):
+        return 100 * cosine_spearman_score(Z[self.a], Z[self.b], self.scores)
+
+    def mrr(self, Z):
+        from scipy import sparse
+
+        Zn = Z / np.linalg.norm(Z, axis=1, keepdims=True)
+        scores = Zn[self.queries] @ Zn.T
+        scores[np.arange(len(self.queries)), self.queries] = -np.inf
+        rows = np.repeat(np.arange(len(self.queries)), [len(r) for r in self.relevant])
+        cols = np.concatenate(self.relevant)
+        truth = sparse.csr_matrix(
+            (np.ones(len(cols)), (rows, cols)), shape=scores.shape
+        )
+        return 100 * retrieval_scores(truth, scores, metrics=("mrr@10",))["mrr@10"]
 
 
 def _quiet(call, *args):

@@ -142,7 +142,8 @@ def test_long_texts_are_not_truncated(pipelines, tmp_path):
     model = model2vec.StaticModel.from_pretrained(tmp_path / "m2v")
     long = " ".join(["the cat sat"] * 300 + ["a dog ran fast"] * 300)
     assert len(pipe[0].tokenizer_.encode(long, add_special_tokens=False).ids) > 512
-    assert_allclose(model.encode([long]), unit(pipe.transform([long])), atol=1e-5)
+    # float32 sums over 2,100 rows; a truncation would differ by far more
+    assert_allclose(model.encode([long]), unit(pipe.transform([long])), atol=1e-4)
 
 
 def test_the_vectorizer_alone(pipelines, tmp_path):
@@ -212,7 +213,8 @@ def test_texts_without_tokens_and_unknown_tokens(pipelines, exported):
     # zero row for the pipeline (what the docstring says)
     empty = model.encode(["", "   "])
     assert not empty.any()
-    assert_allclose(pipe.transform([""])[0], pipe[1].transform(np.zeros((1, 32)))[0])
+    zero_row = pipe[1].transform(np.zeros((1, 32)))[0]
+    assert_allclose(pipe.transform([""])[0], zero_row, rtol=1e-6)
     assert np.linalg.norm(pipe.transform([""])) > 0
     # model2vec drops the unknown token; the pipeline (and the vectorizer
     # reading the folder back) average its row
@@ -257,7 +259,8 @@ def test_a_wrong_table_fails_the_parity_check(pipelines, tmp_path, monkeypatch):
         return real(rows[::-1], dtype)
 
     monkeypatch.setattr(_model2vec, "_quantize", reversed_rows)
-    with pytest.raises(RuntimeError, match="differs from the pipeline's transform"):
+    message = "model2vec's encode of the exported table .* differs from transform"
+    with pytest.raises(RuntimeError, match=message):
         to_model2vec(pipelines["sif"], tmp_path / "m2v")
     assert not (tmp_path / "m2v").exists()
 
