@@ -563,6 +563,7 @@ def _int8_per_row(model):
 
 
 def _peers(args, tmp, memory):
+    parallelism = os.environ.get("TOKENIZERS_PARALLELISM")
     import model2vec
     from model2vec import StaticModel
 
@@ -654,7 +655,14 @@ def _peers(args, tmp, memory):
     )
     sizes = {label: size for label, _, size in systems}
 
-    # speed: the same 2,000 texts, best of rotating rounds
+    # speed: the same 2,000 texts, best of rotating rounds. model2vec's encode
+    # of more than 10,000 texts (the quality part above) sets
+    # TOKENIZERS_PARALLELISM=false for the whole process, which would time
+    # both sides on one tokenizer thread instead of the library's default
+    if parallelism is None:
+        os.environ.pop("TOKENIZERS_PARALLELISM", None)
+    else:
+        os.environ["TOKENIZERS_PARALLELISM"] = parallelism
     encoders = {"ours: the pipeline's transform": lambda: pipe.transform(texts)}
     for dtype, model in loaded.items():
         encoders[f"to_model2vec {dtype}, StaticModel.encode"] = lambda model=model: (
