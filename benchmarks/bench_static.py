@@ -47,6 +47,7 @@ only prints them). Run from the repository root::
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import platform
 import sys
@@ -563,7 +564,6 @@ def _int8_per_row(model):
 
 
 def _peers(args, tmp, memory):
-    parallelism = os.environ.get("TOKENIZERS_PARALLELISM")
     import model2vec
     from model2vec import StaticModel
 
@@ -597,7 +597,13 @@ def _peers(args, tmp, memory):
     distilled, distilled_folder, distill_seconds = _distilled(model_path, cache)
     per_row = _int8_per_row(loaded["float32"])
 
-    # quality: (label, encode, size) rows
+    # quality: (label, encode, size) rows. model2vec's encode of more than
+    # 10,000 texts would run in threads and set TOKENIZERS_PARALLELISM=false
+    # for the rest of the process, which would time every tokenizer below
+    # (ours included) on one thread instead of the library's default
+    def encoder(model):
+        return functools.partial(model.encode, use_multiprocessing=False)
+
     table_mb = vec.embeddings_.nbytes / 1e6
     systems = [
         (
@@ -612,7 +618,7 @@ def _peers(args, tmp, memory):
         systems.append(
             (
                 f"ours: ``to_model2vec(dtype={dtype!r})``, ``StaticModel.encode``",
-                model.encode,
+                encoder(model),
                 f"{_folder_mb(folders[dtype]):.1f} ({len(model.embedding):,} x "
                 f"{model.dim} {dtype})",
             )
@@ -621,26 +627,26 @@ def _peers(args, tmp, memory):
         (
             "ours: int8 with a scale per row (model2vec's ``weights`` tensor; "
             "not what ``to_model2vec`` writes)",
-            per_row.encode,
+            encoder(per_row),
             "",
         )
     )
     if distilled is not None:
         fitted_auto = _quiet(
             WhiteningTransformer(noise_variance="auto").fit,
-            distilled.encode(fit_texts),
+            encoder(distilled)(fit_texts),
         )
         systems += [
             (
                 "model2vec ``distill`` (its defaults: 256-d PCA, SIF 1e-4, float16)",
-                distilled.encode,
+                encoder(distilled),
                 f"{_folder_mb(distilled_folder):.1f} ({len(distilled.embedding):,} x "
                 f"{distilled.dim} {distilled.embedding.dtype})",
             ),
             (
                 "model2vec ``distill`` + "
                 '``WhiteningTransformer(noise_variance="auto")``',
-                lambda t: fitted_auto.transform(distilled.encode(t)),
+                lambda t: fitted_auto.transform(encoder(distilled)(t)),
                 "",
             ),
         ]
@@ -655,14 +661,7 @@ def _peers(args, tmp, memory):
     )
     sizes = {label: size for label, _, size in systems}
 
-    # speed: the same 2,000 texts, best of rotating rounds. model2vec's encode
-    # of more than 10,000 texts (the quality part above) sets
-    # TOKENIZERS_PARALLELISM=false for the whole process, which would time
-    # both sides on one tokenizer thread instead of the library's default
-    if parallelism is None:
-        os.environ.pop("TOKENIZERS_PARALLELISM", None)
-    else:
-        os.environ["TOKENIZERS_PARALLELISM"] = parallelism
+    # speed: the same 2,000 texts, best of rotating rounds
     encoders = {"ours: the pipeline's transform": lambda: pipe.transform(texts)}
     for dtype, model in loaded.items():
         encoders[f"to_model2vec {dtype}, StaticModel.encode"] = lambda model=model: (
