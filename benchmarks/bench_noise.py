@@ -165,19 +165,10 @@ def _d(x):
     return f"{x:+.2f}"
 
 
-def run_encoder(
-    label,
-    E_all,
-    sets,
-    index,
-    scorer,
-    fit_pool,
-    rule_rows,
-    size_rows,
-    like_rows,
-    summary,
-):
-    """Every table's rows for one encoder (``E_all``: pooling -> embeddings)."""
+def run_encoder(label, E_all, scorer, fit_pool, tables):
+    """Add one encoder's rows to ``tables`` (``E_all``: pooling -> embeddings)."""
+    rule_rows, size_rows = tables["rules"], tables["sizes"]
+    like_rows, summary = tables["likelihood"], tables["summary"]
     rng_subsets = {
         (size, seed): (
             fit_pool
@@ -310,24 +301,15 @@ def main(argv=None):
     if not args.no_mpnet:
         encoders["MPNet"] = str(mpnet_path())
 
-    rule_rows, size_rows, like_rows, summary = [], [], [], {}
+    tables = {"rules": [], "sizes": [], "likelihood": [], "summary": {}}
     start = time.perf_counter()
     for label, model in encoders.items():
         E_all = encode_poolings(model, sentences, cache, args.batch_size)
-        run_encoder(
-            label,
-            E_all,
-            sets,
-            index,
-            scorer,
-            fit_pool,
-            rule_rows,
-            size_rows,
-            like_rows,
-            summary,
-        )
+        run_encoder(label, E_all, scorer, fit_pool, tables)
     seconds = time.perf_counter() - start
 
+    rule_rows, size_rows = tables["rules"], tables["sizes"]
+    like_rows, summary = tables["likelihood"], tables["summary"]
     raw = summary["raw"]
     average = [
         [

@@ -57,6 +57,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from _sts_sets import sts1214_dir  # noqa: E402  (sibling module)
 from _stsb import REPO, stsb_dir  # noqa: E402  (sibling module)
 from bench_encoder import _timed_rounds  # noqa: E402  (sibling module)
 from bench_noise import _table  # noqa: E402  (sibling module)
@@ -468,16 +469,11 @@ def _speed_and_parity(args, fitted, fit_texts, data, tmp):
 
 
 # ------------------------------------------------------- 6: model2vec as a peer
-def _sts1x_dir():
-    env = os.environ.get("SKLEARN_ISOTROPY_STS1X")
-    return Path(env) if env else REPO.parent / "shared" / "data" / "sts12-14"
-
-
 def _four_sets():
     """``{name: Bunch}``: STS-B test and STS12-14 (each year's pairs pooled)."""
     sets = {"STS-B test": load_sts(stsb_dir(), split="test")}
     for name in STS1X:
-        path = _sts1x_dir() / f"{name.lower()}.csv"
+        path = sts1214_dir() / f"{name.lower()}.csv"
         if not path.is_file():
             raise FileNotFoundError(
                 f"{path} not found; set SKLEARN_ISOTROPY_STS1X to the directory "

@@ -40,6 +40,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from _sts_sets import sts1214_dir  # noqa: E402  (sibling module)
 from _stsb import REPO, stsb_dir  # noqa: E402  (sibling module)
 from bench_noise import _table  # noqa: E402  (sibling module)
 
@@ -61,19 +62,6 @@ POSTS = {
 BACKENDS = ("torch", "onnx", "onnx-int8")
 
 
-def _sts1214_dir():
-    local = REPO.parent / "shared" / "data" / "sts12-14"
-    if (local / "sts12.csv").is_file():
-        return local
-    env = os.environ.get("SKLEARN_ISOTROPY_STS1214")
-    if env and (Path(env) / "sts12.csv").is_file():
-        return Path(env)
-    raise FileNotFoundError(
-        f"STS12-14 not found at {local}; set SKLEARN_ISOTROPY_STS1214 to the "
-        "directory holding sts12.csv, sts13.csv and sts14.csv"
-    )
-
-
 def _distinct(data):
     return list(dict.fromkeys(t for pair in data.pairs for t in pair))
 
@@ -83,7 +71,7 @@ def _data():
     fit_texts = _distinct(load_sts(stsb_dir(), split="train"))
     sets = {s: load_sts(stsb_dir(), split=s) for s in ("dev", "test")}
     for name in ("sts12", "sts13", "sts14"):
-        sets[name] = load_sts(_sts1214_dir() / f"{name}.csv")
+        sets[name] = load_sts(sts1214_dir() / f"{name}.csv")
     pairs = {
         name: (list(d.pairs[:, 0]), list(d.pairs[:, 1]), np.asarray(d.scores, float))
         for name, d in sets.items()
