@@ -636,6 +636,16 @@ def test_a_model2vec_folder_fits_and_transforms_without_torch(
     assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
 
 
+def test_the_contextual_vectorizer_sends_a_static_folder_to_the_static_one(
+    hf, tmp_path
+):
+    from sklearn_isotropy import BertPoolingVectorizer
+
+    _model2vec_folder(hf, tmp_path / "m2v")
+    with pytest.raises(ValueError, match=r"StaticEmbeddingVectorizer\('.*m2v'\)"):
+        BertPoolingVectorizer(tmp_path / "m2v").fit(["a"])
+
+
 def test_without_torch_the_vectorizers_name_the_text_extra(tiny_bert, monkeypatch):
     from sklearn_isotropy import BertPoolingVectorizer
 

@@ -28,6 +28,7 @@ from ..exceptions import DeviceWarning, TruncationWarning
 from . import _cache, _encoders, _loading, _onnx
 from ._base import clone_sharing_model, validate_texts
 from ._pooling import POOLING_PRESETS
+from ._static_table import static_folder
 
 if TYPE_CHECKING:
     import onnx
@@ -256,6 +257,14 @@ class BertPoolingVectorizer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEst
             The fitted vectorizer.
         """
         validate_texts(X)
+        if static_folder(self.model) is not None:
+            raise ValueError(
+                f"{str(self.model)!r} holds a static (model2vec or "
+                "sentence-transformers StaticEmbedding) model: a table of token "
+                "vectors, not a transformer encoder for BertPoolingVectorizer to "
+                "run. Read it with StaticEmbeddingVectorizer("
+                f"{str(self.model)!r})."
+            )
         device = _resolve_device(self.device)
         if self.backend != "torch" and device.type != "cpu":
             raise ValueError(
