@@ -165,6 +165,19 @@ def _d(x):
     return f"{x:+.2f}"
 
 
+def _rule_row(cell, name, s2, kept, res):
+    """A row of the rules table: dev, each of STS12 to STS14, their mean."""
+    return [
+        cell,
+        name,
+        s2,
+        kept,
+        _f(res["stsb-dev"]),
+        *(_f(res[s]) for s in SEMEVAL),
+        _f(res["sts12-14"]),
+    ]
+
+
 def run_encoder(label, E_all, scorer, fit_pool, tables):
     """Add one encoder's rows to ``tables`` (``E_all``: pooling -> embeddings)."""
     rule_rows, size_rows = tables["rules"], tables["sizes"]
@@ -184,44 +197,15 @@ def run_encoder(label, E_all, scorer, fit_pool, tables):
         # 1. the rules, fitted on every train sentence
         X_fit = E[fit_pool]
         evals = _fit(WhiteningTransformer(), X_fit).explained_variance_
-        rule_rows.append(
-            [
-                cell,
-                "raw",
-                "",
-                E.shape[1],
-                _f(raw["stsb-dev"]),
-                *(_f(raw[s]) for s in SEMEVAL),
-                _f(raw["sts12-14"]),
-            ]
-        )
+        rule_rows.append(_rule_row(cell, "raw", "", E.shape[1], raw))
         centred = scorer(_centred(E, X_fit))
-        rule_rows.append(
-            [
-                cell,
-                "centring",
-                "",
-                E.shape[1],
-                _f(centred["stsb-dev"]),
-                *(_f(centred[s]) for s in SEMEVAL),
-                _f(centred["sts12-14"]),
-            ]
-        )
+        rule_rows.append(_rule_row(cell, "centring", "", E.shape[1], centred))
         for name, s2 in rules(evals, X_fit.shape[0]).items():
             est = _fit(WhiteningTransformer(noise_variance=s2), X_fit)
             res = scorer(est.transform(E))
             summary.setdefault(name, []).append(res)
-            rule_rows.append(
-                [
-                    cell,
-                    name,
-                    f"{est.noise_variance_:.3g}",
-                    est.n_components_,
-                    _f(res["stsb-dev"]),
-                    *(_f(res[s]) for s in SEMEVAL),
-                    _f(res["sts12-14"]),
-                ]
-            )
+            s2_text = f"{est.noise_variance_:.3g}"
+            rule_rows.append(_rule_row(cell, name, s2_text, est.n_components_, res))
         summary.setdefault("raw", []).append(raw)
         summary.setdefault("centring", []).append(centred)
         # 2. the chosen rule at every fit size, four-set average minus raw
