@@ -13,6 +13,7 @@ import json
 import pickle
 import re
 import sys
+import zlib
 
 import numpy as np
 import pytest
@@ -328,6 +329,21 @@ def encoder_means(hf, texts):
     return np.array(out)
 
 
+def refined_on(texts):
+    """The texts the default refinement fits: ``texts``, then ``refine_deletions=1``.
+
+    Each text of four words or more once more, without the word at position
+    ``crc32(text) % n_words``.
+    """
+    copies = []
+    for text in texts:
+        words = text.split()
+        if len(words) >= 4:
+            del words[zlib.crc32(text.encode()) % len(words)]
+            copies.append(" ".join(words))
+    return texts + copies
+
+
 def ridge(X, Y, penalty, prior):
     """``argmin ||X B - Y||^2 + penalty ||B - prior||^2``, solved densely.
 
@@ -354,17 +370,18 @@ def test_refined_table_solves_the_two_ridge_problems(
     n_tokens, d = vec.embeddings_.shape
     # the distilled table (test_distilled_rows_... checks it against transformers)
     T0 = fitted["unrefined"].embeddings_.astype(np.float64)
+    # the weights count the fit texts alone, not the copies
     w = fitted[weighting].token_weights_
-    A = np.zeros((len(FIT_TEXTS), n_tokens))  # each text's normalised weights
-    for row, text in enumerate(FIT_TEXTS):
+    texts = refined_on(FIT_TEXTS)
+    assert len(texts) == 2 * len(FIT_TEXTS) - 1  # "x y z" has three words
+    A = np.zeros((len(texts), n_tokens))  # each text's normalised weights
+    for row, text in enumerate(texts):
         for i in hf[1](text, add_special_tokens=False)["input_ids"]:
             A[row, i] += w[i]
         A[row] /= A[row].sum()
     # 0: each embedding scaled by (n + k) / n, n the text's number of tokens
-    n = np.array(
-        [len(hf[1](t, add_special_tokens=False)["input_ids"]) for t in FIT_TEXTS]
-    )
-    Y = encoder_means(hf, FIT_TEXTS) * ((n + k) / n)[:, None]
+    n = np.array([len(hf[1](t, add_special_tokens=False)["input_ids"]) for t in texts])
+    Y = encoder_means(hf, texts) * ((n + k) / n)[:, None]
     # 1: the affine map, shrunk toward the identity
     X = A @ T0
     Xc, Yc = X - X.mean(0), Y - Y.mean(0)
@@ -379,6 +396,59 @@ def test_refined_table_solves_the_two_ridge_problems(
     assert np.linalg.norm(A @ vec.embeddings_ - Y) < 0.5 * np.linalg.norm(X - Y)
 
 
+def test_one_word_deleted_copies():
+    from sklearn_isotropy.text._static_refine import one_word_deleted
+
+    five = "one two three four five"
+    first = zlib.crc32(five.encode()) % 5
+    words = five.split()
+    assert one_word_deleted([five]) == [" ".join(np.delete(words, first))]
+    # three words stay as they are; whitespace is any run of it
+    assert one_word_deleted(["a b c", " a\tb  c "]) == []
+    spaced = "  the\tcat   sat\n down "
+    (copy,) = one_word_deleted([spaced])
+    assert copy.count(" ") == 2 and set(copy.split()) < set(spaced.split())
+    # copies delete different words, at most every word once
+    every = one_word_deleted([five], copies=7)
+    assert len(every) == 5
+    assert {tuple(sorted(set(words) - set(c.split()))) for c in every} == {
+        (w,) for w in words
+    }
+    # the choice depends on the text alone, not on its neighbours
+    texts = [five, "a b c", "the big red dog was playing"]
+    assert one_word_deleted(texts) == one_word_deleted([five]) + one_word_deleted(
+        texts[2:]
+    )
+    assert one_word_deleted(texts[::-1]) == one_word_deleted(texts)[::-1]
+
+
+def test_refine_encodes_the_copies_without_a_word(tiny_bert, monkeypatch):
+    encoded = []
+    encode = StaticEmbeddingVectorizer._encode_fit_texts
+
+    def spy(self, texts, device):
+        encoded.append(list(texts))
+        return encode(self, texts, device)
+
+    monkeypatch.setattr(StaticEmbeddingVectorizer, "_encode_fit_texts", spy)
+    # a copy of only characters the tokenizer drops has no mean: left out
+    texts = [*FIT_TEXTS, "cat \x00 \x01 \x02"]
+    vec = StaticEmbeddingVectorizer(
+        tiny_bert, refine_deletions=4, refine_backend="torch"
+    ).fit(texts)
+    (fitted,) = encoded
+    assert fitted[: len(texts)] == texts
+    copies = fitted[len(texts) :]
+    # every word of each four-word text deleted once; "x y z" has three words
+    assert len(copies) == 4 * 32 + 3
+    for text in FIT_TEXTS:
+        words = text.split()
+        for gone in range(len(words) if len(words) >= 4 else 0):
+            assert " ".join(words[:gone] + words[gone + 1 :]) in copies
+    assert "\x00 \x01 \x02" not in copies and "cat \x01 \x02" in copies
+    assert np.all(np.isfinite(vec.embeddings_))
+
+
 @pytest.mark.parametrize("k", [0.0, 16.0])
 def test_one_fit_text_is_encoded_as_the_encoder_does(tiny_bert, hf, k):
     # one text: the affine map is the identity plus the offset to its
@@ -386,7 +456,11 @@ def test_one_fit_text_is_encoded_as_the_encoder_does(tiny_bert, hf, k):
     text = "the big red dog was playing"
     n = len(hf[1](text, add_special_tokens=False)["input_ids"])  # 7: play ##ing
     vec = StaticEmbeddingVectorizer(
-        tiny_bert, weighting="uniform", refine_pseudo_tokens=k, refine_backend="torch"
+        tiny_bert,
+        weighting="uniform",
+        refine_pseudo_tokens=k,
+        refine_deletions=0,  # no copy without a word: one text to fit
+        refine_backend="torch",
     ).fit([text])
     expected = encoder_means(hf, [text])[0] * (n + k) / n
     assert_allclose(vec.transform([text])[0], expected, atol=1e-5)
@@ -453,11 +527,12 @@ def test_refine_encodes_with_the_onnx_backends(tiny_bert, hf, fitted, backend):
     if backend == "onnx":  # the same embeddings as torch, to round-off
         assert_allclose(vec.embeddings_, torch_table, rtol=1e-4, atol=1e-5)
     else:  # int8 embeddings: a table refined on them, not on torch's
+        texts = refined_on(FIT_TEXTS)
         encoder = BertPoolingVectorizer(tiny_bert, pooling="mean", backend=backend)
-        targets = encoder.fit(FIT_TEXTS).transform(FIT_TEXTS)
-        A = np.zeros((len(FIT_TEXTS), len(torch_table)))
-        w, n = vec.token_weights_, np.zeros(len(FIT_TEXTS))
-        for row, text in enumerate(FIT_TEXTS):
+        targets = encoder.fit(texts).transform(texts)
+        A = np.zeros((len(texts), len(torch_table)))
+        w, n = vec.token_weights_, np.zeros(len(texts))
+        for row, text in enumerate(texts):
             for i in hf[1](text, add_special_tokens=False)["input_ids"]:
                 A[row, i] += w[i]
                 n[row] += 1

@@ -21,7 +21,7 @@ from sklearn.utils.validation import check_is_fitted
 from .._utils import PrefixedFeatureNamesMixin, resolve_device
 from ..exceptions import TruncationWarning
 from ._base import clone_sharing_model, validate_texts
-from ._static_refine import refine_table
+from ._static_refine import one_word_deleted, refine_table
 from ._static_table import DISTILL_POOLINGS, load_table, static_folder
 
 logger = logging.getLogger(__name__)
@@ -381,6 +381,18 @@ class StaticEmbeddingVectorizer(
         against 85.08 with 0, 85.25 with 4 and 85.35 with 32); 0 fits the
         embeddings as they are.
 
+    refine_deletions : int, default=1
+        How many copies of each fit text of four words or more, each with
+        one word deleted, are encoded and fitted beside the fit texts
+        (0: the fit texts alone). A text and the same text less a word show
+        the refinement what that word does to the encoder's embedding in
+        context, which is how similar sentences differ. Which word goes
+        depends on the text alone, so refits are reproducible and
+        ``memory=`` caches the copies' embeddings too. The token
+        frequencies of the weighting come from the fit texts only. Each
+        copy adds about as many texts to encode as the fit texts of four
+        words or more. Chosen on STS-B dev (see :doc:`/user_guide/static`).
+
     refine_backend : {"auto", "torch", "onnx", "onnx-int8"}, default="auto"
         What encodes the fit texts for ``refine``: the ``backend`` of
         :class:`BertPoolingVectorizer` (see :ref:`onnx_runtime`).
@@ -390,13 +402,14 @@ class StaticEmbeddingVectorizer(
         encoder does not export to ONNX). The graph is exported once per
         encoder and machine and cached on disk; the first export takes a
         few seconds. int8 cost the default pipeline (with
-        ``WhiteningTransformer(noise_variance="auto")``) 0.05 points of
-        Spearman x100 on STS-B dev and 0.04 on the mean over STS-B test and
-        STS12 to STS14, and refits on 10,536 STS-B sentences in 7 s on two
-        shared CPUs, against 13 s for ``"onnx"`` and 59 s for torch (see
-        :doc:`/user_guide/static`). ``"onnx"`` gives torch's embeddings to
-        float32 round-off. Ignored where
-        nothing is refined.
+        ``WhiteningTransformer(noise_variance="auto")``) nothing on STS-B
+        dev and 0.04 points of Spearman x100 on the mean over STS-B test and
+        STS12 to STS14, and refits on 10,536 STS-B sentences (and their
+        copies less a word) in 13 s on two CPUs, against 23 s for
+        ``"onnx"`` and 46 s for torch (see :doc:`/user_guide/static`).
+        ``"onnx"`` gives torch's embeddings to float32 round-off; int8
+        embeddings move in the last digits with the batch they are encoded
+        in. Ignored where nothing is refined.
 
     memory : None, str, os.PathLike or joblib.Memory, default=None
         Cache of the encoder's embeddings of the fit texts for ``refine``,
@@ -477,7 +490,8 @@ class StaticEmbeddingVectorizer(
 
     With ``refine=True``, let ``A`` be the sparse matrix of the fit texts'
     normalised token weights (a row per text that has tokens, so that the
-    static means are ``A @ T``), ``T0`` the distilled table and ``Y`` the
+    static means are ``A @ T``; then a row per copy less a word, see
+    ``refine_deletions``), ``T0`` the distilled table and ``Y`` the
     encoder's mean-pooled embeddings of the texts (truncated at its maximum
     length, as it encodes them). The refinement solves, with ``alpha =
     refine_alpha``:
@@ -544,6 +558,7 @@ class StaticEmbeddingVectorizer(
         "refine": ["boolean"],
         "refine_alpha": [Interval(Real, 0, None, closed="neither")],
         "refine_pseudo_tokens": [Interval(Real, 0, None, closed="left")],
+        "refine_deletions": [Interval(Integral, 0, None, closed="left")],
         "refine_backend": [StrOptions(set(REFINE_BACKENDS))],
         "memory": [None, str, os.PathLike, HasMethods(["cache"])],
         "batch_size": [Interval(Integral, 1, None, closed="left")],
@@ -562,6 +577,7 @@ class StaticEmbeddingVectorizer(
         refine=True,
         refine_alpha=0.1,
         refine_pseudo_tokens=16.0,
+        refine_deletions=1,
         refine_backend="auto",
         memory=None,
         batch_size=512,
@@ -576,6 +592,7 @@ class StaticEmbeddingVectorizer(
         self.refine = refine
         self.refine_alpha = refine_alpha
         self.refine_pseudo_tokens = refine_pseudo_tokens
+        self.refine_deletions = refine_deletions
         self.refine_backend = refine_backend
         self.memory = memory
         self.batch_size = batch_size
@@ -642,7 +659,9 @@ class StaticEmbeddingVectorizer(
         weights = weigh(n_tokens, probabilities, self.sif_coefficient)
         embeddings = table.embeddings
         if refine:
-            embeddings = self._refine(embeddings, weights, ids, lengths, texts, device)
+            embeddings = self._refine(
+                embeddings, weights, table.tokenizer, ids, lengths, texts, device
+            )
         if self.weighting in TABLE_MAPS:
             embeddings = TABLE_MAPS[self.weighting](embeddings, probabilities)
         self.embeddings_ = np.ascontiguousarray(embeddings, dtype=np.float32)
@@ -662,12 +681,28 @@ class StaticEmbeddingVectorizer(
             )
         return self
 
-    def _refine(self, embeddings, weights, ids, lengths, texts, device):
-        """The distilled table fitted to the encoder's embeddings of ``texts``."""
+    def _refine(self, embeddings, weights, tokenizer, ids, lengths, texts, device):
+        """The distilled table fitted to the encoder's embeddings of ``texts``.
+
+        And of their copies with a word deleted (``refine_deletions``).
+        """
         start = time.perf_counter()
+        n_tokens = len(embeddings)
         kept = np.flatnonzero(lengths)  # a text without tokens has no mean
-        mixing = mixing_matrix(ids, lengths, weights, len(embeddings))[kept]
+        mixing = mixing_matrix(ids, lengths, weights, n_tokens)[kept]
         texts = [texts[i] for i in kept]
+        lengths = lengths[kept]
+        copies = one_word_deleted(texts, self.refine_deletions)
+        n_copies = 0
+        if copies:
+            copy_ids, copy_lengths = token_ids(tokenizer, copies)
+            # a word can be all characters the tokenizer drops (controls)
+            kept = np.flatnonzero(copy_lengths)
+            copy_mixing = mixing_matrix(copy_ids, copy_lengths, weights, n_tokens)
+            mixing = sparse.vstack([mixing, copy_mixing[kept]], format="csr")
+            texts += [copies[i] for i in kept]
+            lengths = np.concatenate([lengths, copy_lengths[kept]])
+            n_copies = len(kept)
         targets, backend = self._encode_fit_texts(texts, device)
         encoded = time.perf_counter()
         refined = refine_table(
@@ -675,14 +710,15 @@ class StaticEmbeddingVectorizer(
             mixing,
             targets,
             self.refine_alpha,
-            lengths=lengths[kept],
+            lengths=lengths,
             pseudo_tokens=self.refine_pseudo_tokens,
         )
         if self.verbose:
             logger.info(
-                "Encoded %d texts (backend=%r) in %.2f s and refined the table "
-                "in %.2f s",
+                "Encoded %d texts (%d with a word deleted; backend=%r) in %.2f s "
+                "and refined the table in %.2f s",
                 len(texts),
+                n_copies,
                 backend,
                 encoded - start,
                 time.perf_counter() - encoded,

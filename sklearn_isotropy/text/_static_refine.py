@@ -31,9 +31,19 @@ outputs the same way, by gradient descent over a large corpus):
    once by conjugate gradients, preconditioned by the diagonal of ``A'A``
    (a token's row only moves where the texts use it, and rarely used
    tokens move less).
+
+The texts are the fit texts and, by default, a copy of each with one word
+deleted (:func:`one_word_deleted`), encoded by the encoder too: a pair of a
+text and the same text less a word tells the least squares what that word
+does to the encoder's embedding in that context, which is what a pair of
+similar sentences in an STS set differs by. Random spans of the fit texts
+(fragments rather than sentences) did not help
+(``benchmarks/bench_static_quality.py``).
 """
 
 from __future__ import annotations
+
+import zlib
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
@@ -54,6 +64,47 @@ class RefinementWarning(IsotropyWarning, ConvergenceWarning):
 #: Relative residual of the normal equations at which conjugate gradients stop,
 #: and the most iterations they take (about 20 for STS-B train).
 CG_TOL, CG_MAX_ITER = 1e-3, 500
+
+
+#: Texts of fewer words than this get no copy with a word deleted: two or
+#: three words less one are a fragment, not a sentence.
+DELETION_MIN_WORDS = 4
+
+
+def one_word_deleted(texts, copies=1):
+    """Copies of the texts with one word deleted, for the refinement's targets.
+
+    Each text of at least :data:`DELETION_MIN_WORDS` words (split at
+    whitespace) gives ``min(copies, n_words)`` texts, each without a
+    different word, the rest joined by single spaces. Which words go depends
+    on the text alone (the first is at position ``crc32(text) % n_words``,
+    the next copies delete the words after it, cyclically), so a fit gives
+    the same texts in any order and in any process, and the encoder's
+    embeddings of them can be cached (``memory=``).
+
+    Parameters
+    ----------
+    texts : list of str
+        The fit texts.
+    copies : int, default=1
+        How many copies of each text, each without another word.
+
+    Returns
+    -------
+    texts : list of str
+        The copies, text by text.
+    """
+    out = []
+    for text in texts:
+        words = text.split()
+        n_words = len(words)
+        if n_words < DELETION_MIN_WORDS:
+            continue
+        first = zlib.crc32(text.encode("utf-8", "surrogatepass")) % n_words
+        for copy in range(min(copies, n_words)):
+            gone = (first + copy) % n_words
+            out.append(" ".join(words[:gone] + words[gone + 1 :]))
+    return out
 
 
 def affine_refinement(table, mixing, targets, alpha):
