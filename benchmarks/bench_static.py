@@ -354,7 +354,8 @@ def _quality_and_speed(args, fit_times, table_shape, tmp):
         "post-processor fitted on the train sentences; ``refine``: ``yes`` is "
         f"the default (``refine_alpha={defaults['refine_alpha']:g}``), "
         "``alpha=`` another ``refine_alpha``, and the last two rows run one "
-        "stage of the refinement alone:",
+        "stage of the refinement alone, on the fit texts without their copies "
+        "less a word and without the scaling of the targets (``k = 0``):",
         "",
         *_table(
             ["distill_pooling", "weighting", "refine"]

@@ -331,6 +331,24 @@ def _neighbour_rows(refit, table, affine_only, k=5):
     return out.astype(np.float32)
 
 
+def _deletions(fit_texts, seed):
+    """Each fit text of 4 words or more without one word, drawn at random.
+
+    As ``refine_deletions=1`` does, but the word drawn by a seeded generator
+    instead of the text's CRC-32: other draws of the same kind of texts.
+    """
+    from sklearn_isotropy.text._static_refine import DELETION_MIN_WORDS
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for text in fit_texts:
+        words = text.split()
+        if len(words) >= DELETION_MIN_WORDS:
+            gone = rng.integers(len(words))
+            out.append(" ".join(words[:gone] + words[gone + 1 :]))
+    return out
+
+
 def part_tried(args, fit_texts, pairs):
     """Score each idea, and the dev pairs by kind.
 
@@ -338,6 +356,8 @@ def part_tried(args, fit_texts, pairs):
     pipeline against the encoder on each kind of dev pair.
     """
     from scipy.stats import spearmanr
+
+    from sklearn_isotropy.text._static_refine import one_word_deleted
 
     refit = Refitter(args, fit_texts)
     default_k = StaticEmbeddingVectorizer().refine_pseudo_tokens
@@ -349,12 +369,12 @@ def part_tried(args, fit_texts, pairs):
         print(rows[-1], flush=True)
         return table
 
-    tables[0.0] = run("refined as in round 1 (k = 0)", refit.refined())
+    tables[0.0] = run("refined as in round 1 (k = 0, fit texts alone)", refit.refined())
     affine_only = refit.refined(tokens=False).astype(np.float64)
     for k in (2.0, 4.0, 8.0, 16.0, 32.0):
         label = f"targets x (n + k) / n, k = {k:g}"
         tables[k] = run(
-            label + (" (the default)" if k == default_k else ""),
+            label + (" (the default's k)" if k == default_k else ""),
             refit.refined(pseudo_tokens=k),
         )
     run(
@@ -370,6 +390,23 @@ def part_tried(args, fit_texts, pairs):
         run(
             f"+ {len(spans):,} random spans of the fit texts (k = {k:g})",
             refit.refined(pseudo_tokens=k, extra=spans),
+        )
+    copies = one_word_deleted(fit_texts)
+    for k in (0.0, default_k):
+        label = f"+ the {len(copies):,} fit texts of 4+ words less one word (k = {k:g})"
+        tables["deleted", k] = run(
+            label + (" (the default)" if k == default_k else ""),
+            refit.refined(pseudo_tokens=k, extra=copies),
+        )
+    run(
+        f"+ two copies less another word each (k = {default_k:g})",
+        refit.refined(pseudo_tokens=default_k, extra=one_word_deleted(fit_texts, 2)),
+    )
+    for seed in range(5):
+        run(
+            f"+ one copy less a word drawn at random, draw {seed + 1} "
+            f"(k = {default_k:g})",
+            refit.refined(pseudo_tokens=default_k, extra=_deletions(fit_texts, seed)),
         )
     means, counts = _contextual_token_means(args, refit)
     prior = _contextual_prior(refit, means, counts)
@@ -419,8 +456,8 @@ def part_tried(args, fit_texts, pairs):
         return (u * v).sum(1) / np.linalg.norm(u, axis=1) / np.linalg.norm(v, axis=1)
 
     columns = [cosines(encoded_a, encoded_b)]
-    for k in (0.0, default_k):
-        encode = refit.encoder_of(tables[k])
+    for key in (0.0, default_k, ("deleted", default_k)):
+        encode = refit.encoder_of(tables[key])
         post = _quiet(POSTS['noise_variance="auto"']().fit, encode(fit_texts))
         columns.append(cosines(post.transform(encode(a)), post.transform(encode(b))))
     analysis = []
@@ -489,7 +526,14 @@ def main(argv=None):
             'pooling, raw) and of the static pipeline (noise_variance="auto"):',
             "",
             *_table(
-                ["dev pairs", "n", "encoder", "static, k = 0", "static, k = 16"],
+                [
+                    "dev pairs",
+                    "n",
+                    "encoder",
+                    "static, k = 0",
+                    "static, k = 16",
+                    "static, the default",
+                ],
                 analysis,
             ),
             "",
