@@ -405,9 +405,16 @@ def test_one_word_deleted_copies():
     assert one_word_deleted([five]) == [" ".join(np.delete(words, first))]
     # three words stay as they are; whitespace is any run of it
     assert one_word_deleted(["a b c", " a\tb  c "]) == []
+    # a word goes with the whitespace after it (before it, if last); the rest
+    # of the text stays as it was
     spaced = "  the\tcat   sat\n down "
-    (copy,) = one_word_deleted([spaced])
-    assert copy.count(" ") == 2 and set(copy.split()) < set(spaced.split())
+    assert set(one_word_deleted([spaced], copies=4)) == {
+        "  cat   sat\n down ",
+        "  the\tsat\n down ",
+        "  the\tcat   down ",
+        "  the\tcat   sat ",
+    }
+    assert one_word_deleted(["\u4f60\u597d\u4e16\u754c"]) == []  # one word
     # copies delete different words, at most every word once
     every = one_word_deleted([five], copies=7)
     assert len(every) == 5
@@ -423,14 +430,16 @@ def test_one_word_deleted_copies():
 
 
 def test_refine_encodes_the_copies_without_a_word(tiny_bert, monkeypatch):
+    from sklearn_isotropy import BertPoolingVectorizer
+
     encoded = []
-    encode = StaticEmbeddingVectorizer._encode_fit_texts
+    transform = BertPoolingVectorizer.transform
 
-    def spy(self, texts, device):
+    def spy(self, texts):
         encoded.append(list(texts))
-        return encode(self, texts, device)
+        return transform(self, texts)
 
-    monkeypatch.setattr(StaticEmbeddingVectorizer, "_encode_fit_texts", spy)
+    monkeypatch.setattr(BertPoolingVectorizer, "transform", spy)
     # a copy of only characters the tokenizer drops has no mean: left out
     texts = [*FIT_TEXTS, "cat \x00 \x01 \x02"]
     vec = StaticEmbeddingVectorizer(
@@ -447,6 +456,34 @@ def test_refine_encodes_the_copies_without_a_word(tiny_bert, monkeypatch):
             assert " ".join(words[:gone] + words[gone + 1 :]) in copies
     assert "\x00 \x01 \x02" not in copies and "cat \x01 \x02" in copies
     assert np.all(np.isfinite(vec.embeddings_))
+
+
+def test_texts_the_encoder_truncates_get_no_copy(tiny_bert, monkeypatch):
+    # the tiny tokenizer keeps 64 tokens, [CLS] and [SEP] included: a copy of
+    # a longer text could lose a word the encoder never sees
+    from sklearn_isotropy import BertPoolingVectorizer
+
+    encoded = []
+    transform = BertPoolingVectorizer.transform
+
+    def spy(self, texts):
+        encoded.append(list(texts))
+        return transform(self, texts)
+
+    monkeypatch.setattr(BertPoolingVectorizer, "transform", spy)
+    fits = " ".join(["the", "cat"] * 31)  # 62 tokens: encoded whole
+    truncated = " ".join(["the", "dog"] * 32)  # 64 tokens: truncated
+    StaticEmbeddingVectorizer(tiny_bert, refine_backend="torch").fit(
+        [*FIT_TEXTS, fits, truncated]
+    )
+    (texts,) = encoded
+    copies = texts[len(FIT_TEXTS) + 2 :]
+    assert len(copies) == 32 + 1
+    words = fits.split()
+    assert any(
+        copies[-1].split() == words[:gone] + words[gone + 1 :] for gone in range(62)
+    )
+    assert not any(len(copy.split()) == 63 for copy in copies)  # the 64 words
 
 
 @pytest.mark.parametrize("k", [0.0, 16.0])
@@ -1204,8 +1241,11 @@ def test_evaluate_and_retrieval_with_the_static_encoder(
     status = main(
         ["evaluate", *common, "--encoder", "static", "--methods", "raw,whitening"]
         + ["--out", str(tmp_path / "sts"), "--no-figures"]
+        + ["--cache", str(tmp_path / "cache")]
     )
     assert status == 0, capsys.readouterr()
+    # --cache keeps the encoder's embeddings of the texts the refinement fits
+    assert any(path.is_file() for path in (tmp_path / "cache").rglob("*"))
     results = json.loads((tmp_path / "sts" / "results.json").read_text())["results"]
     assert {r["pooling"] for r in results} == {"static"}
 

@@ -384,7 +384,10 @@ def encode_texts(
 
     settings = settings or EvaluationSettings()
     if settings.encoder == "static":  # it learns from texts: token frequencies
-        vec = StaticEmbeddingVectorizer(settings.model, device=settings.device)
+        # --cache keeps the refinement's encodings, as it keeps the encoder's
+        vec = StaticEmbeddingVectorizer(
+            settings.model, device=settings.device, memory=settings.cache
+        )
         fit_texts = texts if fit_texts is None else list(fit_texts)
     else:
         vec = BertPoolingVectorizer(

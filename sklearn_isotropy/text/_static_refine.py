@@ -43,6 +43,7 @@ similar sentences in an STS set differs by. Random spans of the fit texts
 
 from __future__ import annotations
 
+import re
 import zlib
 
 import numpy as np
@@ -70,17 +71,22 @@ CG_TOL, CG_MAX_ITER = 1e-3, 500
 #: three words less one are a fragment, not a sentence.
 DELETION_MIN_WORDS = 4
 
+#: A word: a run of characters other than whitespace (``str.split``'s words).
+_WORD = re.compile(r"\S+")
+
 
 def one_word_deleted(texts, copies=1):
     """Copies of the texts with one word deleted, for the refinement's targets.
 
-    Each text of at least :data:`DELETION_MIN_WORDS` words (split at
-    whitespace) gives ``min(copies, n_words)`` texts, each without a
-    different word, the rest joined by single spaces. Which words go depends
-    on the text alone (the first is at position ``crc32(text) % n_words``,
-    the next copies delete the words after it, cyclically), so a fit gives
-    the same texts in any order and in any process, and the encoder's
-    embeddings of them can be cached (``memory=``).
+    Each text of at least :data:`DELETION_MIN_WORDS` words (runs of
+    characters other than whitespace; a text without spaces, in Chinese say,
+    is one word) gives ``min(copies, n_words)`` texts, each without a
+    different word. The word goes with the whitespace after it (before it,
+    for the last word); the rest of the text is left as it is. Which words
+    go depends on the text alone (the first is at position ``crc32(text) %
+    n_words``, the next copies delete the words after it, cyclically), so a
+    fit gives the same texts in any order and in any process, and the
+    encoder's embeddings of them can be cached (``memory=``).
 
     Parameters
     ----------
@@ -96,14 +102,18 @@ def one_word_deleted(texts, copies=1):
     """
     out = []
     for text in texts:
-        words = text.split()
+        words = [match.span() for match in _WORD.finditer(text)]
         n_words = len(words)
         if n_words < DELETION_MIN_WORDS:
             continue
         first = zlib.crc32(text.encode("utf-8", "surrogatepass")) % n_words
         for copy in range(min(copies, n_words)):
             gone = (first + copy) % n_words
-            out.append(" ".join(words[:gone] + words[gone + 1 :]))
+            if gone + 1 < n_words:  # up to the next word
+                start, end = words[gone][0], words[gone + 1][0]
+            else:  # from the end of the one before
+                start, end = words[gone - 1][1], words[gone][1]
+            out.append(text[:start] + text[end:])
     return out
 
 
