@@ -4,8 +4,9 @@
 fitted on the 10,536 distinct sentences of STS-B train (no labels), in
 three parts (``--part``, all by default):
 
-1. ``time``: a refit with the distilled table cached (the fit texts encoded
-   with the encoder, the table refined), per ``refine_backend``: ``torch``,
+1. ``time``: a refit with the distilled table cached (the fit texts and
+   their copies less a word encoded with the encoder, the table refined),
+   per ``refine_backend``: ``torch``,
    ``onnx`` and ``onnx-int8``, each with its exported graph cached (the
    export is timed apart, once per encoder and machine), wall and CPU
    seconds and the load average at the start;
@@ -335,7 +336,8 @@ def _deletions(fit_texts, seed):
     """Each fit text of 4 words or more without one word, drawn at random.
 
     As ``refine_deletions=1`` does, but the word drawn by a seeded generator
-    instead of the text's CRC-32: other draws of the same kind of texts.
+    instead of the text's CRC-32 (and the words joined by single spaces):
+    other draws of the same kind of texts.
     """
     from sklearn_isotropy.text._static_refine import DELETION_MIN_WORDS
 
