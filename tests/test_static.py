@@ -429,17 +429,23 @@ def test_one_word_deleted_copies():
     assert one_word_deleted(texts[::-1]) == one_word_deleted(texts)[::-1]
 
 
-def test_refine_encodes_the_copies_without_a_word(tiny_bert, monkeypatch):
+@pytest.fixture
+def encoded(monkeypatch):
+    """The lists of texts ``BertPoolingVectorizer.transform`` is given, in order."""
     from sklearn_isotropy import BertPoolingVectorizer
 
-    encoded = []
+    calls = []
     transform = BertPoolingVectorizer.transform
 
     def spy(self, texts):
-        encoded.append(list(texts))
+        calls.append(list(texts))
         return transform(self, texts)
 
     monkeypatch.setattr(BertPoolingVectorizer, "transform", spy)
+    return calls
+
+
+def test_refine_encodes_the_copies_without_a_word(tiny_bert, encoded):
     # a copy of only characters the tokenizer drops has no mean: left out
     texts = [*FIT_TEXTS, "cat \x00 \x01 \x02"]
     vec = StaticEmbeddingVectorizer(
@@ -458,19 +464,9 @@ def test_refine_encodes_the_copies_without_a_word(tiny_bert, monkeypatch):
     assert np.all(np.isfinite(vec.embeddings_))
 
 
-def test_texts_the_encoder_truncates_get_no_copy(tiny_bert, monkeypatch):
+def test_texts_the_encoder_truncates_get_no_copy(tiny_bert, encoded):
     # the tiny tokenizer keeps 64 tokens, [CLS] and [SEP] included: a copy of
     # a longer text could lose a word the encoder never sees
-    from sklearn_isotropy import BertPoolingVectorizer
-
-    encoded = []
-    transform = BertPoolingVectorizer.transform
-
-    def spy(self, texts):
-        encoded.append(list(texts))
-        return transform(self, texts)
-
-    monkeypatch.setattr(BertPoolingVectorizer, "transform", spy)
     fits = " ".join(["the", "cat"] * 31)  # 62 tokens: encoded whole
     truncated = " ".join(["the", "dog"] * 32)  # 64 tokens: truncated
     StaticEmbeddingVectorizer(tiny_bert, refine_backend="torch").fit(
