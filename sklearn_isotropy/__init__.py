@@ -13,7 +13,9 @@ The names below are imported from their subpackages on first use (PEP 562):
 ``import sklearn_isotropy`` loads neither scikit-learn nor scipy, so the
 command line (``sklearn_isotropy.cli``) handles a Ctrl-C from its first
 moment, and ``from sklearn_isotropy import WhiteningTransformer`` works as
-any import does.
+any import does. The public submodules are attributes the same way: after
+a bare ``import sklearn_isotropy``, the first use of
+``sklearn_isotropy.exceptions`` imports that module, whatever ran before.
 """
 
 from __future__ import annotations
@@ -66,9 +68,22 @@ _HOMES = {
     "make_retrieval_scorer": "metrics",
 }
 
-#: The subpackages an attribute access imports, as an eager ``__init__``
-#: made them attributes of the package.
-_SUBPACKAGES = ("flow", "linear", "metrics", "text")
+#: The public submodules, each imported by the first access to it as an
+#: attribute: ``sklearn_isotropy.exceptions.IsotropyWarning`` works after a
+#: bare ``import sklearn_isotropy``, whatever was imported before.
+_SUBMODULES = (
+    "cli",
+    "dask",
+    "datasets",
+    "diagnostics",
+    "evaluation",
+    "exceptions",
+    "export",
+    "flow",
+    "linear",
+    "metrics",
+    "text",
+)
 
 
 def __getattr__(name):
@@ -76,7 +91,7 @@ def __getattr__(name):
         value = getattr(importlib.import_module(f".{_HOMES[name]}", __name__), name)
     elif name == "__version__":
         value = importlib.import_module("._utils._conventions", __name__).VERSION
-    elif name in _SUBPACKAGES:
+    elif name in _SUBMODULES:
         value = importlib.import_module(f".{name}", __name__)
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -85,4 +100,4 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted({*globals(), *__all__, "__version__"})
+    return sorted({*globals(), *__all__, *_SUBMODULES, "__version__"})

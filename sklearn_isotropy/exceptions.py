@@ -21,6 +21,7 @@ __all__ = [
     "FlowTrainingWarning",
     "IsotropyDeprecationWarning",
     "IsotropyWarning",
+    "ModelChangedWarning",
     "ModelNotFoundError",
     "NoRelevantDocumentWarning",
     "NoSplitColumnError",
@@ -101,6 +102,20 @@ class IsotropyDeprecationWarning(IsotropyWarning, FutureWarning):
 
     A :class:`FutureWarning` too, so it is shown by default and caught by the
     filters scikit-learn's users already set for deprecations.
+    """
+
+
+class ModelChangedWarning(IsotropyWarning):
+    """An unpickled vectorizer found another encoder than the one it was fitted with.
+
+    Raised by :class:`~sklearn_isotropy.BertPoolingVectorizer` when, after
+    unpickling, the encoder it loads again (from its folder or hub name) has
+    other weights, configuration or tokenizer than at fit: the folder was
+    saved again (after fine-tuning, say) or the hub name's revision moved.
+    Its embeddings are not those the steps after it were fitted on; refit
+    the pipeline, or restore the model it was fitted with. Escalate it with
+    ``warnings.simplefilter("error", ModelChangedWarning)`` to refuse such
+    a pickle.
     """
 
 

@@ -164,6 +164,19 @@ def test_fewer_rows_than_features_keep_the_dual_form_on_a_device(dispatch):
     _close(est.covariance_, np.cov(X, rowvar=False), np.float64)
 
 
+@pytest.mark.parametrize("namespace", NAMESPACES)
+def test_float32_arrays_keep_their_round_off_out_of_the_rank(namespace, dispatch):
+    # rows in a 20-dim affine subspace of 64 features, stored in float32:
+    # their round-off spans the other 44 directions, at 1e-14 of the variance
+    rng = np.random.default_rng(0)
+    basis = np.linalg.qr(rng.normal(size=(64, 20)))[0].T
+    signal = 0.05 * rng.normal(size=(2000, 20)) @ basis
+    X32 = (rng.normal(size=64) + signal).astype(np.float32)
+    est = WhiteningTransformer().fit(_on(namespace, X32))
+    assert est.rank_ == est.n_components_ == np.linalg.matrix_rank(signal) == 20
+    assert est.moments_.input_eps == np.finfo(np.float32).eps
+
+
 # ------------------------------------------------------ float32-only devices
 def test_a_device_without_float64_accumulates_in_compensated_float32(
     rows, dispatch, monkeypatch

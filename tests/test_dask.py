@@ -298,6 +298,27 @@ def test_transform_is_lazy():
     assert est.transform(X32).compute().dtype == np.float32
 
 
+def test_float32_blocks_keep_their_round_off_out_of_the_rank():
+    """Each block's statistics remember its dtype, through the tree reduction.
+
+    Rows in a 20-dim affine subspace of 64 features, stored in float32: their
+    round-off spans the other 44 directions at 1e-14 of the variance, and was
+    kept (59 components) by a rank tolerance of float64's.
+    """
+    rng = np.random.default_rng(0)
+    basis = np.linalg.qr(rng.normal(size=(64, 20)))[0].T
+    signal = 0.05 * rng.normal(size=(2000, 20)) @ basis
+    X32 = (rng.normal(size=64) + signal).astype(np.float32)
+    rank = np.linalg.matrix_rank(signal)
+    est = WhiteningTransformer().fit(da.from_array(X32, chunks=(250, 64)))
+    assert est.rank_ == est.n_components_ == rank == 20
+    assert est.moments_.input_eps == np.finfo(np.float32).eps
+    # a float16 batch after: its coarser round-off sets the tolerance
+    est.partial_fit(da.from_array(X32[:500].astype(np.float16), chunks=(250, 64)))
+    assert est.moments_.input_eps == np.finfo(np.float16).eps
+    assert est.rank_ == rank
+
+
 # ------------------------------------------------------------------ dask-ml
 def test_dask_ml_incremental(client, small):
     wrappers = pytest.importorskip("dask_ml.wrappers")

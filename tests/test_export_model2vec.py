@@ -10,6 +10,7 @@ and model2vec's ``StaticModel.from_pretrained(...).encode``.
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -277,6 +278,54 @@ def test_bad_dtype_and_pipelines_are_refused(pipelines, tiny_bert, tmp_path):
     assert [p.name for p in (tmp_path / "full").iterdir()] == ["f"]
 
 
+@pytest.mark.parametrize("target", ["new path", "empty folder"])
+def test_two_exports_to_one_path_at_once(pipelines, tmp_path, monkeypatch, target):
+    """The export that finishes second fails as one to an existing path does.
+
+    Two ``to_model2vec`` started together both find the path free (new, or
+    an empty folder); the other one is made to finish between this one's
+    writing and its publication. This one used to fail with a bare
+    ``OSError`` (Errno 39, directory not empty), or to write its files over
+    the other's in the folder.
+    """
+    from sklearn_isotropy._utils import _files
+
+    path = tmp_path / "m2v"
+    if target == "empty folder":
+        path.mkdir()
+    written = _files._give_default_modes  # once written, before publication
+    other = {}
+
+    def the_other_export_finishes_first(directory):
+        written(directory)
+        shutil.copytree(directory, path, dirs_exist_ok=True)
+        (path / "other").write_text("the export that finished first")
+        other.update(snapshot(path))
+
+    monkeypatch.setattr(_files, "_give_default_modes", the_other_export_finishes_first)
+    message = r"m2v was written by someone else.*pass another path or overwrite=True"
+    with pytest.raises(FileExistsError, match=message):
+        to_model2vec(pipelines["sif"], path)
+    assert snapshot(path) == other  # left as the other export wrote it
+    # no staging folder left, beside the path or in it
+    assert [p.name for p in tmp_path.iterdir()] == ["m2v"]
+    assert not [p for p in path.iterdir() if p.name.startswith(".")]
+
+
+def snapshot(folder):
+    """``{relative path: bytes}`` of the files under ``folder``.
+
+    Those of a staging folder in it (an export into an empty folder stages
+    there) left out.
+    """
+    files = (p for p in sorted(folder.rglob("*")) if p.is_file())
+    return {
+        str(p.relative_to(folder)): p.read_bytes()
+        for p in files
+        if not p.relative_to(folder).parts[0].startswith(".staging-")
+    }
+
+
 def test_a_wrong_table_fails_the_parity_check(pipelines, tmp_path, monkeypatch):
     from sklearn_isotropy.export import _model2vec
 
@@ -289,6 +338,46 @@ def test_a_wrong_table_fails_the_parity_check(pipelines, tmp_path, monkeypatch):
     message = "model2vec's encode of the exported table .* differs from transform"
     with pytest.raises(RuntimeError, match=message):
         to_model2vec(pipelines["sif"], tmp_path / "m2v")
+    assert not (tmp_path / "m2v").exists()
+
+
+@pytest.mark.parametrize("fitted_on", ["float32", "float64 copies"])
+def test_a_whitening_of_round_off_fails_the_parity_check(
+    tiny_bert, tmp_path, monkeypatch, fitted_on
+):
+    """A table whose texts point elsewhere than transform's is refused.
+
+    Texts of 21 one-token words lie in the 20-dim affine span of their rows;
+    the vectorizer's float32 means carry round-off in the other directions.
+    A whitening fitted on float64 copies of them cannot tell that round-off
+    from signal: it whitens it, and the exported table, rounded otherwise,
+    gave cosines down to 0.67 with transform while the check passed (its
+    texts, spelt letter by letter here, lie off the fitted support). Fitted
+    on the float32 rows, the whitening keeps the 20 directions, and exports.
+    """
+    monkeypatch.setenv("SKLEARN_ISOTROPY_STATIC_CACHE", str(tmp_path / "cache"))
+    words = (
+        "the a cat dog sat on mat ran fast slow man woman is was big small red "
+        "blue play read walk"
+    ).split()
+    rng = np.random.RandomState(0)
+    texts = [" ".join(rng.choice(words, size=rng.randint(3, 9))) for _ in range(120)]
+    vec = StaticEmbeddingVectorizer(tiny_bert, refine=False).fit(texts)
+    rows = vec.embeddings_[[vec.tokenizer_.token_to_id(w) for w in words]]
+    rank = np.linalg.matrix_rank(rows[1:].astype(np.float64) - rows[0])
+    X = vec.transform(texts)
+    if fitted_on == "float32":
+        pipe = make_pipeline(vec, WhiteningTransformer().fit(X))
+        assert pipe[-1].rank_ == rank == 20
+        model = to_model2vec(pipe, tmp_path / "m2v")
+        got, expected = model.encode(texts), pipe.transform(texts)
+        assert_allclose(unit(got), unit(expected), atol=1e-5)
+        return
+    pipe = make_pipeline(vec, WhiteningTransformer().fit(X.astype(np.float64)))
+    assert pipe[-1].rank_ > rank  # round-off whitened
+    message = r"differs from transform .* lowest cosine between a row and trans"
+    with pytest.raises(RuntimeError, match=message):
+        to_model2vec(pipe, tmp_path / "m2v")
     assert not (tmp_path / "m2v").exists()
 
 

@@ -399,6 +399,42 @@ def test_merges_of_rows_and_scatter_forms():
     assert small[0].n_samples == 10  # operands untouched
 
 
+def test_input_eps_is_the_coarsest_rounding_of_the_rows_seen():
+    """The statistics remember the precision the rows were stored in.
+
+    They are float64 whatever the rows, but float32 rows carry float32
+    round-off into them: every path that adds rows keeps the coarsest epsilon
+    (the whitening's rank tolerance scales with it).
+    """
+    import pandas as pd
+
+    eps = {t: float(np.finfo(t).eps) for t in (np.float16, np.float32, np.float64)}
+    rng = np.random.default_rng(13)
+    d = 6
+    X = rng.normal(size=(40, d))
+    assert MomentAccumulator(d).input_eps == eps[np.float64]
+    assert MomentAccumulator(d).update(X.astype(int)).input_eps == eps[np.float64]
+    for kind, keep_rows in (("full", True), ("full", False), ("diag", True)):
+        # a float32 batch after float64 ones, while the rows are kept (3 < 6)
+        # and after the switch to the scatter form
+        acc = MomentAccumulator(d, kind=kind, keep_rows=keep_rows).update(X[:3])
+        assert acc.input_eps == eps[np.float64]
+        acc.update(X[3:5].astype(np.float32))
+        assert acc.input_eps == eps[np.float32]
+        acc.update(X[5:])
+        assert acc.input_eps == eps[np.float32]
+        assert pickle.loads(pickle.dumps(acc)).input_eps == eps[np.float32]
+        assert acc.copy().input_eps == eps[np.float32]
+        # a merge keeps the coarser of the two, either way round
+        half = MomentAccumulator(d, kind=kind).update(X.astype(np.float16))
+        assert (acc + half).input_eps == (half + acc).input_eps == eps[np.float16]
+    # rows validated to float64 from a coarser type say so; so do DataFrames
+    declared = MomentAccumulator(d).update(X, input_eps=eps[np.float16])
+    assert declared.input_eps == eps[np.float16]
+    frame = pd.DataFrame(X).astype({0: np.float32})
+    assert MomentAccumulator(d).update(frame).input_eps == eps[np.float32]
+
+
 # --------------------------------------------------- rows split by threads
 @pytest.fixture
 def split_rows(monkeypatch):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -213,6 +215,26 @@ def test_natsv_dual_form_beyond_the_rank_completes_the_basis():
     np.testing.assert_allclose(C @ C.T, np.eye(6), atol=1e-12)
     np.testing.assert_allclose(est.explained_variance_[3:], 0.0, atol=1e-12)
     assert np.all(np.isfinite(est.transform(X)))
+
+
+@pytest.mark.parametrize("center", [True, False])
+def test_natsv_rank_of_float32_rows_leaves_out_their_round_off(center):
+    # rows in a 20-dim affine subspace of 64 features, stored in float32:
+    # their round-off spans the other directions, at 1e-14 of the variance,
+    # and counted in the rank (59 directions, no warning at 25)
+    rng = np.random.default_rng(0)
+    basis = np.linalg.qr(rng.normal(size=(64, 20)))[0].T
+    signal = 0.05 * rng.normal(size=(2000, 20)) @ basis
+    X = rng.normal(size=64) + signal
+    # uncentred, the offset is one more direction
+    rank = np.linalg.matrix_rank(signal if center else X)
+    assert rank == (20 if center else 21)
+    X32 = X.astype(np.float32)
+    with pytest.warns(RankDeficiencyWarning, match=f"numerical rank {rank} "):
+        NATSVTransformer(n_components=rank + 1, center=center).fit(X32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RankDeficiencyWarning)
+        NATSVTransformer(n_components=rank, center=center).fit(X32)
 
 
 # -------------------------------------------------------- tiny magnitudes

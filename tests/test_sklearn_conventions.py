@@ -170,3 +170,31 @@ def test_version_without_metadata_and_without_torch():
     )
     out = subprocess.check_output([sys.executable, "-c", code], text=True)
     assert out.strip() == "sklearn-isotropy 0+unknown"
+
+
+def test_public_submodules_are_attributes_in_a_fresh_process():
+    """``sklearn_isotropy.exceptions`` works after a bare import, in any order.
+
+    The reliability page points at ``exceptions.IsotropyWarning``; with the
+    lazy ``__init__`` it was an attribute only once something else had
+    imported the module. ``import sklearn_isotropy`` still loads no
+    scikit-learn: the submodule is imported on first use.
+    """
+    code = (
+        "import importlib, pkgutil, sys\n"
+        "import sklearn_isotropy as si\n"
+        "assert 'sklearn' not in sys.modules, 'import sklearn_isotropy is light'\n"
+        "assert issubclass(si.exceptions.IsotropyWarning, UserWarning)\n"
+        "names = sorted(m.name for m in pkgutil.iter_modules(si.__path__)\n"
+        "               if not m.name.startswith('_'))\n"
+        "for name in names:  # each one the lazy __getattr__ knows\n"
+        "    module = importlib.import_module(f'sklearn_isotropy.{name}')\n"
+        "    assert si.__getattr__(name) is module, name\n"
+        "    assert name in dir(si), name\n"
+        "print(' '.join(names))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert "exceptions" in out.stdout.split()

@@ -638,6 +638,35 @@ def test_bad_input(fitted, tiny_bert):
         StaticEmbeddingVectorizer(tiny_bert, refine_backend="tensorrt").fit(["a"])
 
 
+@pytest.mark.parametrize("k", [1e40, float("inf"), float("nan"), 10_000.5])
+def test_refine_pseudo_tokens_is_bounded(tiny_bert, k, monkeypatch):
+    """``refine_pseudo_tokens`` above 10 000 is refused before any work.
+
+    1e40 used to pass and give an infinite table with numpy's overflow
+    warning alone.
+    """
+    from sklearn.utils._param_validation import InvalidParameterError
+
+    from sklearn_isotropy.text import _static_table
+
+    def distil(*args, **kwargs):
+        raise AssertionError("distilled before the parameters were checked")
+
+    monkeypatch.setattr(_static_table, "distil", distil)
+    match = r"'refine_pseudo_tokens'.* in the range \[0(\.0)?, 10000(\.0)?\]"
+    with pytest.raises(InvalidParameterError, match=match):
+        StaticEmbeddingVectorizer(tiny_bert, refine_pseudo_tokens=k).fit(FIT_TEXTS)
+
+
+def test_the_largest_refine_pseudo_tokens_gives_a_finite_table(tiny_bert):
+    vec = StaticEmbeddingVectorizer(
+        tiny_bert, weighting="uniform", refine_pseudo_tokens=1e4, refine_backend="torch"
+    ).fit(FIT_TEXTS)
+    assert np.all(np.isfinite(vec.embeddings_))
+    X = vec.transform(TEXTS)
+    assert np.all(np.isfinite(X)) and np.linalg.norm(X, axis=1).min() > 0
+
+
 def test_hostile_frequencies(fitted, tiny_bert):
     import warnings
 
@@ -779,6 +808,78 @@ def test_reads_a_sentence_transformers_static_model(hf, tmp_path):
         vec = StaticEmbeddingVectorizer(source, weighting="uniform").fit(["a"])
         assert vec.table_kind_ == "sentence-transformers"
         assert_allclose(vec.transform(texts), expected, rtol=1e-5, atol=1e-6)
+
+
+def _dense(W, b, activation=None):
+    from sentence_transformers.sentence_transformer.modules import Dense
+
+    return Dense(
+        W.shape[1],
+        W.shape[0],
+        activation_function=torch.nn.Identity() if activation is None else activation,
+        init_weight=torch.tensor(W, dtype=torch.float32),
+        init_bias=torch.tensor(b, dtype=torch.float32),
+    )
+
+
+def test_modules_after_a_static_embedding_are_folded_or_named(hf, tmp_path):
+    """A Dense with the identity activation is folded into the table.
+
+    A Normalize at the end is left out (a scale per text); any other module,
+    or a Normalize before a Dense, is refused by name. They used to be
+    ignored, every one of them.
+    """
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import (
+        LayerNorm,
+        Normalize,
+        StaticEmbedding,
+    )
+
+    n_tokens = max(hf[1].get_vocab().values()) + 1
+    rng = np.random.default_rng(3)
+    rows = rng.normal(size=(n_tokens, 5)).astype(np.float32)
+    W, b = rng.normal(size=(3, 5)), rng.normal(size=3)  # 5 -> 3 features
+    static = StaticEmbedding(hf[1], embedding_weights=rows)
+    model = SentenceTransformer(
+        modules=[static, _dense(W, b), Normalize()], device="cpu"
+    )
+    model.save(str(tmp_path / "st"))
+    encoded = model.encode(TEXTS)
+    # the plain mean of each text's rows, then the Dense: computed here
+    expected = loop_reference(hf, TEXTS, rows, np.ones(n_tokens)) @ W.T + b
+    for source in (tmp_path / "st", model):
+        vec = StaticEmbeddingVectorizer(source, weighting="uniform").fit(["a"])
+        got = vec.transform(TEXTS)
+        assert got.shape == (len(TEXTS), 3) and vec.hidden_size_ == 3
+        assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+        assert_allclose(cosine(got, encoded), 1.0, atol=1e-6)  # less the Normalize
+
+    refused = {
+        "tanh": (
+            [static, _dense(W, b, torch.nn.Tanh())],
+            r"runs Dense \(1_Dense\) after its StaticEmbedding.*cannot compute "
+            r"Dense \(1_Dense\): its activation is torch.nn.modules.activation.Tanh",
+            r"cannot compute Dense \(module 1\): its activation is Tanh",
+        ),
+        "another module": (
+            [static, LayerNorm(5)],
+            r"cannot compute LayerNorm \(1_LayerNorm\): it is not a linear map",
+            r"cannot compute LayerNorm \(module 1\): it is not a linear map",
+        ),
+        "normalize first": (
+            [static, Normalize(), _dense(W, b)],
+            r"applies Dense \(2_Dense\) after Normalize \(1_Normalize\)",
+            r"applies Dense \(module 2\) after Normalize \(module 1\)",
+        ),
+    }
+    for name, (modules, in_folder, in_object) in refused.items():
+        model = SentenceTransformer(modules=modules, device="cpu")
+        model.save(str(tmp_path / name))
+        with pytest.raises(ValueError, match=in_folder):
+            StaticEmbeddingVectorizer(tmp_path / name).fit(["a"])
+        with pytest.raises(ValueError, match=in_object):
+            StaticEmbeddingVectorizer(model).fit(["a"])
 
 
 def test_a_damaged_static_folder_is_named(hf, tmp_path):
@@ -941,6 +1042,31 @@ def test_texts_without_tokens_agree_on_every_path(fitted, tmp_path):
     assert_allclose(got[3:], expected[3:] * scale[:, None], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("source", ["folder", "object"])
+def test_an_exported_pipeline_reads_back_as_the_model(pipelines, tmp_path, source):
+    """The export's rows and its Dense read back give the model's output.
+
+    After a whitening the export writes its rows less the pipeline's image
+    of zeros and a Dense adding it back; the vectorizer used to read the
+    rows alone (cosines of -0.43 to 0.22 with the pipeline).
+    """
+    from sentence_transformers import SentenceTransformer
+
+    from sklearn_isotropy.export import to_sentence_transformers
+
+    pipe = pipelines["sif"]
+    to_sentence_transformers(pipe, tmp_path / "st")
+    model = SentenceTransformer(str(tmp_path / "st"), device="cpu")
+    assert [type(m).__name__ for m in model] == ["StaticEmbedding", "Dense"]
+    assert np.linalg.norm(model[1].linear.bias.detach().numpy()) > 0.1
+    read = model if source == "object" else tmp_path / "st"
+    vec = StaticEmbeddingVectorizer(read, weighting="uniform").fit(["a"])
+    got = vec.transform(TEXTS)
+    assert_allclose(got, model.encode(TEXTS), rtol=1e-4, atol=1e-4)
+    assert_allclose(cosine(got, pipe.transform(TEXTS)), 1.0, atol=1e-5)
+    assert_allclose(vec.transform([""]), 0)  # the model gives the Dense's bias
+
+
 def test_sentence_transformers_export_of_the_vectorizer_alone(fitted, tmp_path):
     from sentence_transformers import SentenceTransformer
 
@@ -976,6 +1102,87 @@ def test_onnx_export_equals_transform(fitted, pipelines, weighting):
         got = session.run(["sentence_embedding"], feed)[0]
         # the empty text included: the affine image of a row of zeros
         assert_allclose(got, model.transform(texts), rtol=1e-5, atol=1e-5)
+
+
+# 21 words of one token each: a text of them is a weighted mean of 21 rows
+# of the table, in their 20-dimensional affine span
+ONE_TOKEN_WORDS = (
+    "the a cat dog sat on mat ran fast slow man woman is was big small red blue "
+    "play read walk"
+).split()
+
+
+@pytest.fixture(scope="module")
+def word_texts():
+    rng = np.random.RandomState(0)
+    return [
+        " ".join(rng.choice(ONE_TOKEN_WORDS, size=rng.randint(3, 9)))
+        for _ in range(120)
+    ]
+
+
+def test_whitening_a_static_pipeline_keeps_only_the_texts_directions(
+    fitted, hf, word_texts, tmp_path
+):
+    """A whitening after a static vectorizer whitens the texts' directions alone.
+
+    The vectorizer's float32 means carry round-off in the other directions,
+    at 1e-14 of the variance: a whitening kept 27 components (its largest
+    entry 2e7), and the sentence-transformers export gave cosines down to
+    0.22 with transform (model2vec's 0.67).
+    """
+    from sentence_transformers import SentenceTransformer
+
+    from sklearn_isotropy.export import to_sentence_transformers
+
+    vec = fitted["unrefined"]
+    ids = [vec.tokenizer_.token_to_id(w) for w in ONE_TOKEN_WORDS]
+    rows = vec.embeddings_[ids].astype(np.float64)
+    rank = np.linalg.matrix_rank(rows[1:] - rows[0])  # of the rows themselves
+    assert rank == 20
+    pipe = make_pipeline(vec, WhiteningTransformer()).fit(word_texts)
+    assert pipe[-1].rank_ == pipe[-1].n_components_ == rank
+    assert np.abs(pipe[-1].whitening_).max() < 1e3
+    # numpy's whitening of the means in float64: the pipeline's cosines
+    means = loop_reference(hf, word_texts, vec.embeddings_, vec.token_weights_)
+    lam, U = np.linalg.eigh(np.cov(means, rowvar=False))
+    lam, U = lam[::-1][:rank], U[:, ::-1][:, :rank]
+    expected = (means - means.mean(axis=0)) @ (U / np.sqrt(lam))
+    got = pipe.transform(word_texts)
+    unit = [Z / np.linalg.norm(Z, axis=1, keepdims=True) for Z in (got, expected)]
+    assert_allclose(unit[0] @ unit[0].T, unit[1] @ unit[1].T, atol=1e-4)
+    # and the export's, text by text
+    to_sentence_transformers(pipe, tmp_path / "st")
+    model = SentenceTransformer(str(tmp_path / "st"), device="cpu")
+    assert_allclose(cosine(model.encode(word_texts), got), 1.0, atol=1e-6)
+
+
+def test_exports_refuse_a_pipeline_that_amplifies_round_off(
+    fitted, word_texts, tmp_path
+):
+    """An export that differs from transform in direction is refused.
+
+    Fitted on float64 copies of the vectorizer's float32 output, a whitening
+    cannot tell their round-off from signal and whitens it to unit variance,
+    so any two computations of a text, rounded differently, point elsewhere.
+    The parity checks let this through: the fixed check texts, spelt letter
+    by letter by the tiny vocabulary, lie off the fitted support, where the
+    whitening stretches them to 1e7 and sets the tolerance of every row.
+    """
+    pytest.importorskip("onnxruntime")
+    from sklearn_isotropy.export import to_onnx, to_sentence_transformers
+
+    vec = fitted["unrefined"]
+    whitening = WhiteningTransformer()
+    whitening.fit(vec.transform(word_texts).astype(np.float64))
+    assert whitening.rank_ > 20  # directions of round-off among them
+    pipe = make_pipeline(vec, whitening)
+    message = r"differs from transform on \d+ texts: .* lowest cosine"
+    with pytest.raises(RuntimeError, match=message):
+        to_onnx(pipe)
+    with pytest.raises(RuntimeError, match=message):
+        to_sentence_transformers(pipe, tmp_path / "st")
+    assert not (tmp_path / "st").exists()
 
 
 def model_tokenizer(model):

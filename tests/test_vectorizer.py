@@ -463,6 +463,58 @@ def test_a_model_saved_again_to_its_path_is_loaded_again(tiny_bert, tmp_path):
     assert_allclose(vec.fit(TEXTS).transform(TEXTS), expected, rtol=1e-5, atol=1e-5)
 
 
+def test_an_unpickled_vectorizer_warns_when_its_model_folder_changed(
+    tiny_bert, tmp_path
+):
+    """A pickle whose model folder was saved again since fit says so, once.
+
+    Fitted and pickled, then the folder gets other weights (as after
+    fine-tuning): unpickled (so without the encoder it had loaded), the
+    vectorizer loads the new weights at its first transform and warns that
+    the steps fitted after it no longer match; later calls hash nothing.
+    """
+    import shutil
+
+    from transformers import AutoModel
+
+    from sklearn_isotropy.exceptions import ModelChangedWarning
+
+    path = tmp_path / "model"
+    shutil.copytree(tiny_bert, path)
+    vec = BertPoolingVectorizer(str(path)).fit(TEXTS)
+    X = vec.transform(TEXTS)
+    blob = pickle.dumps(vec)
+    assert len(vec.model_fingerprint_) == 64  # a sha256
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ModelChangedWarning)
+        # the same folder: the same embeddings, no warning
+        assert_allclose(pickle.loads(blob).transform(TEXTS), X, rtol=1e-6)
+    tuned = AutoModel.from_pretrained(path)
+    with torch.no_grad():
+        for p in tuned.encoder.layer[-1].parameters():
+            p.mul_(1.5)
+    tuned.save_pretrained(path)
+
+    restored = pickle.loads(blob)
+    match = (
+        r"encoder '.*model' that this unpickled BertPoolingVectorizer loaded is not "
+        r"the one it was fitted with.*Refit the pipeline"
+    )
+    with pytest.warns(ModelChangedWarning, match=match) as caught:
+        got = restored.transform(TEXTS)
+    assert len(caught) == 1
+    assert np.abs(got - X).max() > 1e-2  # the embeddings did change
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ModelChangedWarning)
+        restored.transform(TEXTS)  # checked once, at the reload
+        # pickling left the fitted vectorizer its encoder, the fit's weights
+        assert_allclose(vec.transform(TEXTS), X, rtol=1e-6)
+        # a model object travels inside the pickle: the same weights
+        pair = (AutoModel.from_pretrained(path), vec.tokenizer_)
+        fitted = BertPoolingVectorizer(pair).fit(TEXTS)
+        pickle.loads(pickle.dumps(fitted)).transform(TEXTS)
+
+
 def test_cleared_memory_is_not_served_from_ram(tiny_bert, tmp_path):
     joblib = pytest.importorskip("joblib")
     memory = joblib.Memory(tmp_path / "cache", verbose=0)

@@ -260,6 +260,62 @@ def test_collinear_and_constant_columns(make_cone):
     np.testing.assert_allclose(np.cov(Z, rowvar=False), np.eye(4), atol=1e-8)
 
 
+def round_off_cone():
+    """``(X, signal)``: 2,000 rows of 64 features in a 20-dim affine subspace.
+
+    ``X = offset + signal``, an offset of about 1 per feature and a signal of
+    variance 0.05**2 in 20 orthonormal directions. Stored in float32, every
+    row carries round-off relative to the offset in all 64 directions, at
+    about 1e-14 of the signal's variance.
+    """
+    rng = np.random.default_rng(0)
+    basis = np.linalg.qr(rng.normal(size=(64, 20)))[0].T
+    signal = 0.05 * rng.normal(size=(2000, 20)) @ basis
+    return rng.normal(size=64) + signal, signal
+
+
+def pair_cosines(Z):
+    Z = np.asarray(Z, dtype=np.float64)
+    Z = Z / np.linalg.norm(Z, axis=1, keepdims=True)
+    return Z @ Z.T
+
+
+@pytest.mark.parametrize(
+    "how,dtype,atol",
+    [
+        ("fit", np.float32, 1e-4),
+        ("partial_fit", np.float32, 1e-4),
+        ("rows < features", np.float32, 1e-4),
+        ("fit", np.float16, 2e-2),
+    ],
+)
+def test_input_round_off_is_not_whitened_into_components(how, dtype, atol):
+    # a float32 fit kept 59 components, 39 of them float32 round-off
+    # whitened to unit variance (cosines of near-duplicates 0.58, not 0.92)
+    X, signal = round_off_cone()
+    fit_rows = X[:50] if how == "rows < features" else X
+    X_low = fit_rows.astype(dtype)
+    est = WhiteningTransformer()
+    if how == "partial_fit":
+        for chunk in np.array_split(X_low, 4):
+            est.partial_fit(chunk)
+    else:
+        est.fit(X_low)
+    rank = np.linalg.matrix_rank(signal)
+    assert rank == 20
+    assert est.rank_ == est.n_components_ == rank
+    assert est.moments_.input_eps == np.finfo(dtype).eps
+    # numpy's whitening of the exact rows: the same cosines, to the precision
+    # of the input
+    lam, U = np.linalg.eigh(np.cov(fit_rows, rowvar=False))
+    lam, U = lam[::-1][:rank], U[:, ::-1][:, :rank]
+    expected = (X[:300] - fit_rows.mean(axis=0)) @ (U / np.sqrt(lam))
+    got = est.transform(X[:300].astype(dtype))
+    np.testing.assert_allclose(pair_cosines(got), pair_cosines(expected), atol=atol)
+    # float64 rows of the same data keep the same directions
+    assert WhiteningTransformer().fit(fit_rows).rank_ == rank
+
+
 def test_explicit_n_components_above_rank_is_an_error():
     X = np.random.default_rng(0).normal(size=(5, 10))
     with pytest.raises(ValueError, match="exceeds the rank 4"):
@@ -1014,6 +1070,37 @@ def test_auto_noise_variance_is_the_eigenvalue_at_the_effective_rank():
     # a flat spectrum keeps its leading direction
     flat = WhiteningTransformer(noise_variance="auto").fit(rng.normal(size=(50, 2)))
     assert flat.n_components_ == 1
+
+
+ROTATION = np.linalg.qr(np.random.default_rng(5).normal(size=(3, 3)))[0]
+
+
+@pytest.mark.parametrize(
+    "X,n_tied",
+    [
+        (np.array([[1.0, 0], [-1, 0], [0, 1], [0, -1]]), 2),
+        (np.vstack([np.eye(3), -np.eye(3)]), 3),
+        # ties to round-off only, and a constant feature beside the tie
+        (np.vstack([np.eye(3), -np.eye(3)]) @ ROTATION, 3),
+        (np.array([[1.0, 0, 5], [-1, 0, 5], [0, 1, 5], [0, -1, 5]]), 2),
+    ],
+)
+def test_auto_noise_variance_keeps_tied_leading_components(X, n_tied):
+    # the top eigenvalues tie: "auto" refused to fit, saying "Pass a smaller
+    # noise_variance, or 'auto'" (or kept one of the tied directions, at
+    # 1e-8 of its scale, when they tie only to round-off)
+    lam = np.linalg.eigvalsh(np.cov(X, rowvar=False))[::-1]
+    np.testing.assert_allclose(lam[:n_tied], lam[0], rtol=1e-14)
+    assert np.all(lam[n_tied:] < 1e-12)
+    est = WhiteningTransformer(noise_variance="auto").fit(X)
+    # no noise to tell from the signal: plain whitening of the tied directions
+    assert est.noise_variance_ == 0.0 and est.n_components_ == n_tied
+    Z, centred = est.transform(X), X - X.mean(axis=0)
+    np.testing.assert_allclose(Z @ Z.T, centred @ centred.T / lam[0], atol=1e-12)
+    # a number above the largest eigenvalue is still refused, with a bound
+    top = f"{lam[0]:.4g}"
+    with pytest.raises(ValueError, match=f"Pass a noise_variance below {top}, or"):
+        WhiteningTransformer(noise_variance=1.5 * lam[0]).fit(X)
 
 
 def test_auto_noise_variance_streams_and_pickles(make_cone):

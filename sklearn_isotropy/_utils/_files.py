@@ -111,6 +111,11 @@ def publish_directory(path, write, *, overwrite=False, what="export"):
     put back if the rename fails). Folders and files get the modes the
     user's umask gives, not a temporary directory's 0700. ``what`` names the
     caller in the errors, those of :func:`check_target`.
+
+    A new or empty ``path`` that someone else fills while ``write`` works
+    (two exports to one path started together) is left as the first to
+    finish wrote it; the other fails with the :class:`FileExistsError` of an
+    existing path, and its staging directory is removed.
     """
     path = Path(os.fspath(path)).expanduser()
     how = check_target(path, overwrite=overwrite, what=what)
@@ -125,10 +130,10 @@ def publish_directory(path, write, *, overwrite=False, what="export"):
         write(staging)
         _give_default_modes(staging)
         if how == "into":
-            _move_entries(staging, target)
+            _move_entries(staging, target, what=what)
             staging.rmdir()
         elif how == "new":
-            os.replace(staging, path)
+            _publish_new(staging, path, what=what)
         else:
             _replace(path, staging)
     finally:
@@ -154,11 +159,48 @@ def _give_default_modes(directory):
             os.chmod(path, dir_mode if path.is_dir() else file_mode)
 
 
-def _move_entries(source, target):
-    """Move every entry of ``source`` into the empty directory ``target``."""
+def _taken(what, path):
+    """The error of a ``path`` that someone else wrote since :func:`check_target`.
+
+    Another export to the same path, say, started at the same time and
+    finished first: what it wrote is left as it is.
+    """
+    return FileExistsError(
+        f"{what}: {path} was written by someone else (another export to the same "
+        "path, say) while this export was being prepared, and is left as it is; "
+        "pass another path or overwrite=True."
+    )
+
+
+def _publish_new(staging, path, *, what):
+    """Rename ``staging`` to ``path``, which :func:`check_target` found free.
+
+    ``rename`` replaces an empty directory but fails on one that holds files
+    (``ENOTEMPTY`` or ``EEXIST``) or on a file (``ENOTDIR``): a path written
+    since the check (two exports to the same path started together) is
+    then the :class:`FileExistsError` that an existing path gives, not the
+    bare ``OSError`` of the rename.
+    """
+    try:
+        os.replace(staging, path)
+    except OSError as exc:
+        if os.path.lexists(path):
+            raise _taken(what, path) from exc
+        raise
+
+
+def _move_entries(source, target, *, what):
+    """Move every entry of ``source`` into the empty directory ``target``.
+
+    An entry that is already in ``target`` (another export into the same
+    empty directory got there first) is not replaced: the entries moved so
+    far go back and the export fails as one to an existing path does.
+    """
     moved = []
     try:
         for entry in sorted(source.iterdir()):
+            if os.path.lexists(target / entry.name):
+                raise _taken(what, target)
             os.replace(entry, target / entry.name)
             moved.append(target / entry.name)
     except BaseException:

@@ -87,8 +87,10 @@ def to_onnx(
         For a ``target_opset`` the graph cannot be written in, before any
         export work.
     RuntimeError
-        If the graph differs from ``transform`` on ``X_check`` (beyond float
-        round-off), or torch cannot export a flow.
+        If the graph differs from ``transform`` on ``X_check`` beyond float
+        round-off, in any row's direction or length relative to its norm (a
+        bug, or a pipeline that amplifies round-off), or torch cannot export
+        a flow.
 
     See Also
     --------

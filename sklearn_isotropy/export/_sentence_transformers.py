@@ -229,6 +229,10 @@ def to_sentence_transformers(
     ValueError
         If ``overwrite=True`` would have to replace a link, the working
         directory (or one of its parents) or a mount point.
+    RuntimeError
+        If the model of a static pipeline points elsewhere than
+        ``transform`` on a few check texts (a bug to report, or a pipeline
+        that amplifies round-off).
 
     See Also
     --------

@@ -53,6 +53,7 @@ __all__ = [
     "static_to_onnx",
     "static_to_sentence_transformers",
     "save_static_onnx",
+    "vocabulary_texts",
 ]
 
 OUTPUT = "sentence_embedding"
@@ -60,7 +61,28 @@ INPUTS = ("input_ids", "attention_mask")
 # ReduceSum, Squeeze and Unsqueeze take their axes as an input from opset 13
 _MIN_OPSET = 13
 # the parity check's texts when none are given: an empty one, words, signs
+# (and the vocabulary's own words, vocabulary_texts)
 _CHECK_TEXTS = ["", "A man is playing a guitar.", "ok", "Two dogs, one ball!"]
+
+
+def vocabulary_texts(tokenizer, n_texts=4, n_words=6):
+    """Texts of the vocabulary's first whole words, for the parity checks.
+
+    A static pipeline's text is the weighted mean of its tokens' rows, so
+    texts of the vocabulary's own words lie where the pipeline was fitted,
+    which fixed English check texts need not (a small vocabulary spells them
+    letter by letter). There, a post-processor that amplifies round-off
+    shows it: a whitening of directions that only round-off spans. The words
+    are the first alphabetic tokens by id (WordPiece and BPE vocabularies
+    list frequent tokens first), ``n_texts`` texts of up to ``n_words``.
+    """
+    vocabulary = tokenizer.get_vocab(with_added_tokens=False)
+    words = [
+        token
+        for token, _ in sorted(vocabulary.items(), key=lambda item: item[1])
+        if token.isalpha() and len(token) > 1
+    ][: n_texts * n_words]
+    return [" ".join(words[i::n_texts]) for i in range(min(n_texts, len(words)))]
 
 
 @dataclass(frozen=True)
@@ -215,6 +237,8 @@ def static_to_sentence_transformers(pipeline, path, *, overwrite=False):
     )
     model = st.SentenceTransformer(modules=[module, *dense], device="cpu")
     model.eval()
+    texts = _CHECK_TEXTS + vocabulary_texts(tokenizer)
+    _check_sentence_transformers_parity(model, pipeline, texts)
 
     def write(directory):
         model.save(str(directory))
@@ -223,6 +247,30 @@ def static_to_sentence_transformers(pipeline, path, *, overwrite=False):
 
     publish_directory(path, write, overwrite=overwrite, what=what)
     return model
+
+
+def _check_sentence_transformers_parity(model, pipeline, texts):
+    """Raise unless the model's ``encode`` points where ``transform`` does.
+
+    ``StaticEmbedding`` returns the plain mean of a text's rows, the
+    pipeline's output times a positive number per text (see the model
+    card), so the rows are compared at unit length.
+    """
+    texts = list(texts)
+    got = model.encode(texts, convert_to_numpy=True, show_progress_bar=False)
+    expected = texts
+    for _, step in split_steps(pipeline, what="to_sentence_transformers"):
+        expected = step.transform(expected)
+    check_parity(
+        got,
+        expected,
+        what="to_sentence_transformers",
+        graph="sentence-transformers' encode of the exported StaticEmbedding "
+        "(in direction: its lengths are the pipeline's times a factor per text)",
+        n_checked=f"{len(texts)} texts",
+        owner="pipeline",
+        lengths=False,
+    )
 
 
 # -------------------------------------------------------------------- ONNX
@@ -309,6 +357,8 @@ def _feed(tokenizer, texts):
 
 
 def _check_parity(model, pipeline, folded, texts):
+    if not texts:
+        return
     ort = import_optional("onnxruntime", purpose="to_onnx", extra="onnx")
     session = ort.InferenceSession(
         model.SerializeToString(), providers=["CPUExecutionProvider"]
@@ -350,8 +400,15 @@ def static_to_onnx(
     onnx.helper.set_model_props(
         model, {"sklearn_isotropy": json.dumps(_settings(folded), sort_keys=True)}
     )
-    texts = _CHECK_TEXTS if X_check is None else list(X_check)
-    _check_parity(model, pipeline, folded, texts)
+    if X_check is None:
+        _check_parity(model, pipeline, folded, _CHECK_TEXTS)
+        # apart: off the fitted support, the fixed texts' rows can be far
+        # longer, and would set the scale of the check
+        _check_parity(
+            model, pipeline, folded, vocabulary_texts(folded.vectorizer.tokenizer_)
+        )
+    else:
+        _check_parity(model, pipeline, folded, list(X_check))
     return model
 
 

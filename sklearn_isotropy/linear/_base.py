@@ -29,7 +29,7 @@ from ._array_api import (
     on_device,
     to_host,
 )
-from ._moments import MomentAccumulator
+from ._moments import MomentAccumulator, rounding_eps
 from ._scatter_kernels import one_blas_thread
 
 FLOAT_DTYPES = (np.float64, np.float32)
@@ -270,6 +270,9 @@ class _StreamingMomentsMixin(
         if not first:
             check_fitted_namespace(self, X, "partial_fit")
         target = input_namespace(X)
+        # read before validation, which converts float16 rows to float64: the
+        # rows keep float16's round-off, and the rank tolerance scales with it
+        input_eps = rounding_eps(X)
         X = validate_data(
             self, X, reset=first, dtype=_float_dtypes(target), ensure_all_finite=False
         )
@@ -284,7 +287,7 @@ class _StreamingMomentsMixin(
         # reports as one clear error instead of warnings; the previous
         # statistics are left as they are until the new ones are committed
         with np.errstate(over="ignore", invalid="ignore"):
-            moments = previous.updated(X, sample_weight)
+            moments = previous.updated(X, sample_weight, input_eps=input_eps)
         if not moments.is_finite():
             _assert_all_finite(X, input_name="X", estimator_name=name)
         fitted_on = None

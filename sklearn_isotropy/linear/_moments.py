@@ -24,7 +24,7 @@ import numbers
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ._array_api import input_namespace, to_host
+from ._array_api import input_namespace, is_array, namespace_of, to_host
 from ._scatter_kernels import (
     REFINE_RATIO,
     SAFE_LOG2,
@@ -38,7 +38,37 @@ from ._scatter_kernels import (
     unscale,
 )
 
-__all__ = ["MomentAccumulator"]
+__all__ = ["MomentAccumulator", "rounding_eps"]
+
+_FLOAT64_EPS = float(np.finfo(np.float64).eps)
+
+
+def rounding_eps(X) -> float:
+    """Machine epsilon of the floating type that holds the values of ``X``.
+
+    The relative round-off the values carry: float32 (or float16) values
+    were rounded to that type, and converting them to float64 later keeps
+    the error. At least float64's (float64 or integer values, lists). Only
+    the dtype is read (each column's, for a DataFrame), so this is free.
+    """
+    dtypes = getattr(X, "dtypes", None)
+    if dtypes is None or not hasattr(dtypes, "__iter__"):
+        dtypes = [getattr(X, "dtype", dtypes)]
+    eps = _FLOAT64_EPS
+    for dtype in dtypes:
+        # a pandas extension dtype (Float32Dtype) names its numpy dtype
+        dtype = getattr(dtype, "numpy_dtype", dtype)
+        try:
+            dtype = np.dtype(dtype)
+        except TypeError:  # the dtype of another Array API namespace
+            if is_array(X):
+                xp, _ = namespace_of(X)
+                if xp.isdtype(dtype, "real floating"):
+                    eps = max(eps, float(xp.finfo(dtype).eps))
+            continue
+        if dtype.kind == "f":
+            eps = max(eps, float(np.finfo(dtype).eps))
+    return eps
 
 
 class MomentAccumulator:
@@ -86,6 +116,11 @@ class MomentAccumulator:
         ``sum_i w_i ||x_i - mean||^4``, if kept.
     fourth_moments : bool
         Whether ``norm3`` and ``norm4`` are kept.
+    input_eps : float
+        Machine epsilon of the coarsest floating type of the rows seen
+        (float64's for float64 or integer rows): their relative round-off
+        before they reached the float64 statistics. The estimators' rank
+        tolerance scales with it.
     representation : {"rows", "scatter"}
         What is kept: the rows themselves, or the scatter matrix.
 
@@ -138,6 +173,8 @@ class MomentAccumulator:
         self.n_nonzero = 0
         self.sum_weights = 0.0
         self.mean = np.zeros(d)
+        # float32 rows carry float32 round-off into the float64 statistics
+        self._input_eps = _FLOAT64_EPS
         # the second-order statistics are stored divided by 2**(2 * _exp)
         # (norm3 by 2**(3 * _exp), norm4 by 2**(4 * _exp)); 0 for most data
         self._exp = 0
@@ -157,6 +194,11 @@ class MomentAccumulator:
     def fourth_moments(self) -> bool:
         """Whether ``norm3`` and ``norm4`` are kept (Ledoit-Wolf possible)."""
         return self._fourth
+
+    @property
+    def input_eps(self) -> float:
+        """Relative round-off of the rows seen: their dtype's machine epsilon."""
+        return self._input_eps
 
     @property
     def representation(self) -> str:
@@ -202,7 +244,11 @@ class MomentAccumulator:
 
     # ------------------------------------------------------------------ update
     def update(
-        self, X: ArrayLike, sample_weight: ArrayLike | None = None
+        self,
+        X: ArrayLike,
+        sample_weight: ArrayLike | None = None,
+        *,
+        input_eps: float | None = None,
     ) -> MomentAccumulator:
         """Add the rows of ``X`` (with optional weights) in place.
 
@@ -212,19 +258,27 @@ class MomentAccumulator:
             Finite rows; converted block by block to float64.
         sample_weight : array-like of shape (n_samples,), default=None
             Non-negative weights; ``None`` means 1 for every row.
+        input_eps : float, default=None
+            Relative round-off of the rows when it exceeds their dtype's
+            (float16 rows that validation converted to float64); None: the
+            machine epsilon of the dtype of ``X``.
 
         Returns
         -------
         self : MomentAccumulator
             The updated accumulator.
         """
-        updated = self.updated(X, sample_weight)
+        updated = self.updated(X, sample_weight, input_eps=input_eps)
         if updated is not self:
             self.__dict__.update(updated.__dict__)
         return self
 
     def updated(
-        self, X: ArrayLike, sample_weight: ArrayLike | None = None
+        self,
+        X: ArrayLike,
+        sample_weight: ArrayLike | None = None,
+        *,
+        input_eps: float | None = None,
     ) -> MomentAccumulator:
         """Return the statistics of ``self`` and the rows of ``X``; ``self`` is kept.
 
@@ -239,12 +293,17 @@ class MomentAccumulator:
             Finite rows.
         sample_weight : array-like of shape (n_samples,), default=None
             Non-negative weights; ``None`` means 1 for every row.
+        input_eps : float, default=None
+            Relative round-off of the rows when it exceeds their dtype's
+            (see :meth:`update`).
 
         Returns
         -------
         moments : MomentAccumulator
             The new statistics (``self`` when ``X`` has no rows).
         """
+        # before np.asarray, which makes a float64 array of mixed columns
+        input_eps = max(rounding_eps(X), input_eps or 0.0)
         if input_namespace(X) is None:
             X = np.asarray(X)
         if X.ndim != 2 or X.shape[1] != self.n_features:
@@ -260,7 +319,9 @@ class MomentAccumulator:
                 raise ValueError(f"sample_weight has shape {w.shape}, expected ({n},).")
         if not n:
             return self
-        return self._with_rows(X, w)
+        out = self._with_rows(X, w)  # a new accumulator
+        out._input_eps = max(self._input_eps, input_eps)
+        return out
 
     def _with_rows(self, X, w) -> MomentAccumulator:
         n = X.shape[0]
@@ -391,6 +452,7 @@ class MomentAccumulator:
         rows, weights = self._kept_rows()
         out = self._from_batch(rows, weights)
         out.n_samples, out.n_nonzero = self.n_samples, self.n_nonzero
+        out._input_eps = self._input_eps
         return out
 
     def _to_scatter(self) -> None:
@@ -474,6 +536,7 @@ class MomentAccumulator:
         if not other._fourth:
             self._fourth = False
             self._norm3 = self._norm4 = None
+        self._input_eps = max(self._input_eps, other._input_eps)
         if self._rows is not None and other._rows is not None:
             if self._n_kept() + other._n_kept() < self.n_features:
                 self._merge_rows(other)

@@ -118,7 +118,7 @@ class NATSVTransformer(_StreamingMomentsMixin):
             )
 
     def _compute_map(self, moments: MomentAccumulator, params: dict) -> dict:
-        d, k, center = moments.n_features, params["n_components"], params["center"]
+        k, center = params["n_components"], params["center"]
         if moments.representation == "rows":
             # fewer rows than features: the SVD of the rows (dual form)
             evals, evecs, e = _dual_spectrum(
@@ -127,7 +127,7 @@ class NATSVTransformer(_StreamingMomentsMixin):
         else:
             matrix, e = moments.scaled_covariance(center=center)
             evals, evecs = _sorted_eigh(matrix)
-        rank = _numerical_rank(evals, moments.n_nonzero + (not center), False, d)
+        rank = _numerical_rank(evals, e, moments, center=center)
         if k > rank:
             warn(
                 f"n_components={k} exceeds the numerical rank {rank} of the "

@@ -33,7 +33,12 @@ from ._base import (
 )
 from ._moments import MomentAccumulator
 from ._scatter_kernels import unscale
-from ._spectrum import _dual_spectrum, _numerical_rank, _sorted_eigh
+from ._spectrum import (
+    _dual_spectrum,
+    _eigen_tolerance,
+    _numerical_rank,
+    _sorted_eigh,
+)
 
 __all__ = ["WhiteningTransformer"]
 
@@ -51,11 +56,12 @@ def _rank_deficiency_reason(moments: MomentAccumulator, rank: int) -> tuple[str,
     """(cause, what to do) for a covariance of rank below ``n_features``.
 
     Two limits cap the rank. The rows: ``n`` centred rows of positive weight
-    span at most ``n - 1`` directions. And float64: a direction whose
-    variance falls below round-off next to the largest is lost (feature
-    variances spread far apart, constant or collinear features). A rank at
-    the rows' limit is the rows' doing, however spread the variances are;
-    only a rank below it is float64's.
+    span at most ``n - 1`` directions. And round-off (float64's, or the
+    coarser one of float32 input rows): a direction whose variance falls
+    below it next to the largest is lost (feature variances spread far
+    apart, constant or collinear features). A rank at the rows' limit is the
+    rows' doing, however spread the variances are; only a rank below it is
+    round-off's.
     """
     d = moments.n_features
     n = moments.n_nonzero
@@ -70,6 +76,7 @@ def _rank_deficiency_reason(moments: MomentAccumulator, rank: int) -> tuple[str,
         f"; the {n} rows alone would span {n - 1} directions" if n - 1 < d else ""
     )
     eps = np.finfo(np.float64).eps
+    round_off = _round_off(moments)
     sw = moments.sum_weights
     var, e = moments.scaled_variances()
     # StandardScaler's rule, per feature: a variance at the round-off level
@@ -88,7 +95,7 @@ def _rank_deficiency_reason(moments: MomentAccumulator, rank: int) -> tuple[str,
     few = constant + tiny
     if tiny and few <= max(1, d // 4) and rank >= d - few:
         return (
-            f"{few} feature(s) are constant up to float64 round-off next to "
+            f"{few} feature(s) are constant up to {round_off} next to "
             f"the others{rows_allow}",
             "Harmless if they carry no signal (some encoders have a few such "
             "dimensions); to keep them, standardise first: "
@@ -97,8 +104,8 @@ def _rank_deficiency_reason(moments: MomentAccumulator, rank: int) -> tuple[str,
     if varying.size > 1 and spread * d * eps > 1e-3:
         return (
             f"the feature variances span a factor of {spread:.1e}, so the "
-            "directions of the small-scale features fall below float64 "
-            f"round-off next to the large ones{rows_allow}",
+            f"directions of the small-scale features fall below {round_off} "
+            f"next to the large ones{rows_allow}",
             "If the small-scale features carry signal, standardise the "
             "features first, e.g. make_pipeline(StandardNormalizer(), "
             "WhiteningTransformer()), which keeps them; if they are numerical "
@@ -112,9 +119,21 @@ def _rank_deficiency_reason(moments: MomentAccumulator, rank: int) -> tuple[str,
             "Drop the constant features, or pass shrinkage > 0 to keep every dimension",
         )
     return (
-        f"the features are linearly dependent (collinear){rows_allow}",
+        f"the features are linearly dependent (collinear) up to {round_off}"
+        f"{rows_allow}",
         "Pass shrinkage > 0 (e.g. 'ledoit-wolf') to keep every dimension",
     )
+
+
+def _round_off(moments: MomentAccumulator) -> str:
+    """The round-off that limits the rank, in words: float64's or the input's."""
+    eps = moments.input_eps
+    if eps <= np.finfo(np.float64).eps:
+        return "float64 round-off"
+    for dtype in (np.float32, np.float16):
+        if eps == np.finfo(dtype).eps:
+            return f"the round-off of the {dtype.__name__} input"
+    return f"the round-off of the input (eps = {eps:.2g})"
 
 
 def _available_memory() -> int | None:
@@ -443,7 +462,7 @@ class WhiteningTransformer(_StreamingMomentsMixin):
                 cov = (1.0 - shrinkage) * cov
                 cov[np.diag_indices(d)] += shrinkage * mu
             evals, evecs = _sorted_eigh(cov)
-        rank = _numerical_rank(evals, moments.n_nonzero, shrinkage > 0, d)
+        rank = _numerical_rank(evals, e, moments, shrunk=shrinkage > 0)
         if rank == 0:
             raise ValueError(
                 f"{name} cannot whiten constant data: every feature has zero "
@@ -470,7 +489,7 @@ class WhiteningTransformer(_StreamingMomentsMixin):
             s2 = float(np.mean(evals[k:rank])) if rank > k else 0.0
         else:
             s2 = (
-                _auto_noise_variance(evals[:rank])
+                _auto_noise_variance(evals[:rank], d)
                 if noise == "auto"
                 else float(np.ldexp(noise, -2 * e))
             )
@@ -529,10 +548,12 @@ class WhiteningTransformer(_StreamingMomentsMixin):
         above = int(np.count_nonzero(evals[:k] > s2))
         if above == 0:
             top = float(np.ldexp(evals[0], 2 * e))
+            # only a number can be: 'auto' stays below the largest eigenvalue
             raise ValueError(
                 f"noise_variance={noise!r} is at or above every eigenvalue of the "
                 f"covariance (the largest is {top:.4g}), so no component is left "
-                "above the noise floor. Pass a smaller noise_variance, or 'auto'."
+                f"above the noise floor. Pass a noise_variance below {top:.4g}, "
+                "or 'auto' to estimate one from the spectrum."
             )
         return above
 
@@ -701,14 +722,14 @@ def _report_rank(moments: MomentAccumulator, rank: int, denoised: bool) -> None:
         return
     message = (
         f"Whitening keeps {rank} of {d} directions, dropping those without "
-        f"variance above float64 round-off: {cause}. {todo}."
+        f"variance above {_round_off(moments)}: {cause}. {todo}."
     )
     if message not in _REPORTED:
         _REPORTED.add(message)
         logger.info(message)
 
 
-def _auto_noise_variance(evals: np.ndarray) -> float:
+def _auto_noise_variance(evals: np.ndarray, n_features: int) -> float:
     """Label-free noise variance from the spectrum (``noise_variance="auto"``).
 
     The eigenvalue at the spectrum's effective rank (Roy and Vetterli,
@@ -718,12 +739,25 @@ def _auto_noise_variance(evals: np.ndarray) -> float:
     carry the signal; the next eigenvalue is the noise floor. A spectrum
     that concentrates its variance in a few directions gets a high floor,
     an already flat one a low floor (and the posterior stays near plain
-    whitening there). Capped at the second eigenvalue, so that the leading
-    component is always kept.
+    whitening there).
+
+    The floor is below the largest eigenvalue, so that the leading component
+    is always kept. Eigenvalues that tie with the largest (to the
+    eigenproblem's round-off, :func:`_eigen_tolerance`) are as strong as it:
+    when the floor would be one of them, they are all signal, and the floor
+    is the next smaller eigenvalue, or 0 when every eigenvalue ties (a flat
+    spectrum, plain whitening: there is no noise to tell from the signal).
     """
     if evals.size < 2:
         return 0.0  # one eigenvalue: no spectrum to tell noise from
     p = evals / np.sum(evals)
     p = p[p > 0]
     rank = float(np.exp(-np.sum(p * np.log(p))))
-    return float(evals[min(max(int(rank), 1), evals.size - 1)])
+    index = min(max(int(rank), 1), evals.size - 1)
+    # evals are sorted, so the ties with the largest are a prefix
+    tied = int(
+        np.count_nonzero(evals[0] - evals <= _eigen_tolerance(evals, n_features))
+    )
+    if index >= tied:
+        return float(evals[index])
+    return float(evals[tied]) if tied < evals.size else 0.0

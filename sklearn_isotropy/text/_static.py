@@ -33,6 +33,14 @@ __all__ = ["StaticEmbeddingVectorizer", "token_probabilities"]
 # whose round-off alone gives relative eigenvalues near 1e-14).
 _RANK_RTOL = 1e-10
 
+#: The largest ``refine_pseudo_tokens``. ``k`` counts positions of zeros
+#: averaged with a text's tokens, and no encoder pools that many (BERT 512,
+#: long-context ones 8192); once ``k`` is well beyond the longest fit text,
+#: ``(n + k) / n`` is ``k / n`` and a larger ``k`` no longer weighs texts
+#: differently, it only scales the targets up against the ridge penalties
+#: (at 1e40 the table overflowed float32 to infinity).
+MAX_PSEUDO_TOKENS = 1e4
+
 #: The tokens model2vec's ``distill`` leaves out of its vocabulary by default
 #: (its ``token_remove_pattern``, matched at the start of a token): BERT's
 #: ``[unusedN]`` placeholders, which no text tokenizes to.
@@ -279,7 +287,18 @@ class StaticEmbeddingVectorizer(
           ``StaticEmbedding`` (tensor ``embedding.weight``), or a
           sentence-transformers model folder or ``SentenceTransformer``
           whose first module is a ``StaticEmbedding``. Its rows are read as
-          they are (float16 or int8 rows as float32).
+          they are (float16 or int8 rows as float32). The modules after the
+          ``StaticEmbedding`` are folded into the table: a ``Dense`` with
+          the identity activation (what
+          :func:`~sklearn_isotropy.export.to_sentence_transformers` writes
+          after a whitening) maps each row. A text's weights sum to one, so
+          the mean of the mapped rows is the ``Dense`` of the mean: with
+          ``weighting="uniform"``, the model's output for every text with a
+          token (a text without tokens stays a row of zeros, where the model
+          gives the ``Dense``'s bias). A ``Normalize`` at the end, a positive
+          scale per text, is left out, as model2vec's ``normalize`` setting
+          is. Any other module, or a ``Normalize`` before a ``Dense``, is
+          refused with a ``ValueError`` that names it.
 
         The tokenizer must be a fast (Rust-backed) one.
 
@@ -382,7 +401,9 @@ class StaticEmbeddingVectorizer(
         Chosen on STS-B dev (fitted on the train sentences, with
         ``WhiteningTransformer(noise_variance="auto")``: 85.36 with 16,
         against 85.08 with 0, 85.25 with 4 and 85.35 with 32); 0 fits the
-        embeddings as they are.
+        embeddings as they are. At most 10 000: ``k`` counts positions, more
+        than any encoder pools, and beyond the longest text a larger ``k``
+        only scales the fit's targets.
 
     refine_deletions : int, default=1
         How many copies of each fit text of four words or more (runs of
@@ -566,7 +587,7 @@ class StaticEmbeddingVectorizer(
         "distill_pooling": [StrOptions(set(DISTILL_POOLINGS))],
         "refine": ["boolean"],
         "refine_alpha": [Interval(Real, 0, None, closed="neither")],
-        "refine_pseudo_tokens": [Interval(Real, 0, None, closed="left")],
+        "refine_pseudo_tokens": [Interval(Real, 0, MAX_PSEUDO_TOKENS, closed="both")],
         "refine_deletions": [Interval(Integral, 0, None, closed="left")],
         "refine_backend": [StrOptions(set(REFINE_BACKENDS))],
         "memory": [None, str, os.PathLike, HasMethods(["cache"])],

@@ -9,6 +9,11 @@ already holds one: a model2vec model (``model.safetensors`` with an
 ``tokenizer.json``), alone or as the first module of a sentence-transformers
 model folder (``modules.json``). Distilled tables are cached on disk
 (``_static_cache.py``), keyed by the encoder's fingerprint.
+
+The modules a sentence-transformers model runs after its ``StaticEmbedding``
+are folded into the table where that is exact (:func:`fold_modules`), and
+refused by name where it is not: a model is never read as less than it
+computes.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +46,9 @@ DISTILL_VERSION = 1
 
 _PURPOSE = "StaticEmbeddingVectorizer"
 _ST_KEY, _M2V_KEY = "embedding.weight", "embeddings"
+#: The features a sentence-transformers module must read and write to act on
+#: the sentence embedding (their default).
+_SENTENCE = "sentence_embedding"
 
 
 @dataclass
@@ -295,6 +303,226 @@ def _sentence_transformer_table(model):
     )
 
 
+# ------------------------------------------- modules after the StaticEmbedding
+@dataclass(frozen=True)
+class LinearModule:
+    """A module after a ``StaticEmbedding``: an affine map, or a Normalize.
+
+    ``x @ weight + bias`` for a ``Dense`` with the identity activation;
+    ``weight`` and ``bias`` are None for a ``Normalize``.
+    """
+
+    label: str  # for messages: "Dense (1_Dense)", "Normalize (module 2)"
+    weight: np.ndarray | None  # (in_features, out_features), float64
+    bias: np.ndarray | None  # (out_features,), float64
+
+
+class _Unreadable(Exception):
+    """Why a module after the StaticEmbedding cannot be folded (internal)."""
+
+
+def _refuse(where, labels, label, reason):
+    return ValueError(
+        f"{where} runs {', '.join(labels)} after its StaticEmbedding. "
+        "StaticEmbeddingVectorizer folds a Dense with the identity activation "
+        "into its table (a text's weights sum to one, so the mean of the rows' "
+        "affine images is the affine image of their mean) and leaves out a "
+        "Normalize at the end (a positive scale per text, which changes no "
+        f"cosine), but cannot compute {label}: {reason}. Encode with "
+        "SentenceTransformer itself, or save the model without the modules "
+        "after its StaticEmbedding to read its table alone."
+    )
+
+
+def _dense_config_problem(config):
+    """Why a Dense with this config is not an affine map of the sentence embedding.
+
+    None when it is one.
+    """
+    activation = config.get("activation_function")
+    if activation is None:
+        return "its config.json names no activation_function (Tanh, then)"
+    if activation != "torch.nn.modules.linear.Identity":
+        return f"its activation is {activation}, not the identity"
+    if config.get("use_residual"):
+        return "it adds its input back (use_residual)"
+    for key in ("module_input_name", "module_output_name"):
+        if config.get(key, _SENTENCE) not in (None, _SENTENCE):
+            return f"its {key} is {config[key]!r}, not {_SENTENCE!r}"
+    return None
+
+
+def _read_dense(folder, label):
+    """The affine map of a saved ``Dense`` module."""
+    safetensors_numpy = import_optional(
+        "safetensors.numpy", purpose=_PURPOSE, extra="text"
+    )
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise _Unreadable(
+            f"its {folder / 'config.json'} cannot be read ({exc})"
+        ) from exc
+    problem = _dense_config_problem(config)
+    if problem is not None:
+        raise _Unreadable(problem)
+    file = folder / "model.safetensors"
+    if not file.is_file():
+        raise _Unreadable(
+            f"it has no {file} (a pytorch_model.bin needs torch to read; save "
+            "the model again, which writes safetensors)"
+        )
+    try:
+        tensors = safetensors_numpy.load_file(str(file))
+        weight = np.asarray(tensors["linear.weight"], dtype=np.float64)
+        bias = tensors.get("linear.bias")
+    except Exception as exc:  # noqa: BLE001 - the library's errors vary
+        raise _Unreadable(f"its weights {file} cannot be read ({exc})") from exc
+    bias = np.zeros(len(weight)) if bias is None else np.asarray(bias, np.float64)
+    if weight.ndim != 2 or bias.shape != (len(weight),):
+        raise _Unreadable(
+            f"its weights {file} hold a linear.weight of shape {weight.shape} and "
+            f"a linear.bias of shape {bias.shape}, not (out, in) and (out,); the "
+            "file is damaged"
+        )
+    return LinearModule(label, weight.T, bias)
+
+
+def folder_modules(model):
+    """The modules after the ``StaticEmbedding`` of a model folder, in order.
+
+    ``model`` is what :func:`static_folder` found a table in; a folder
+    without ``modules.json`` (model2vec's or a bare ``StaticEmbedding``'s
+    files) has none. A ValueError names a module that is not a ``Dense``
+    with the identity activation or a ``Normalize``.
+    """
+    root = Path(os.fspath(model)).expanduser()
+    try:
+        entries = json.loads((root / "modules.json").read_text(encoding="utf-8"))
+    except OSError:
+        return []
+    entries = [e if isinstance(e, dict) else {} for e in entries[1:]]
+    labels = [
+        f"{str(e.get('type', '')).rsplit('.', 1)[-1]} ({e.get('path', '')})"
+        for e in entries
+    ]
+    out = []
+    for entry, label in zip(entries, labels, strict=True):
+        kind = str(entry.get("type", "")).rsplit(".", 1)[-1]
+        folder = root / str(entry.get("path", ""))
+        try:
+            if kind == "Dense":
+                out.append(_read_dense(folder, label))
+            elif kind == "Normalize":
+                try:  # model2vec writes none; sentence-transformers its names
+                    text = (folder / "config.json").read_text(encoding="utf-8")
+                    config = json.loads(text)
+                except (OSError, ValueError):
+                    config = {}
+                if config.get("module_input_name", _SENTENCE) != _SENTENCE:
+                    raise _Unreadable("it normalizes another feature than the mean")
+                out.append(LinearModule(label, None, None))
+            else:
+                raise _Unreadable("it is not a linear map of the mean")
+        except _Unreadable as exc:
+            where = f"The sentence-transformers model in {str(root)!r}"
+            raise _refuse(where, labels, label, exc) from None
+    return out
+
+
+def object_modules(model):
+    """The modules after the ``StaticEmbedding`` of a ``SentenceTransformer``.
+
+    As :func:`folder_modules` reads them from a folder.
+    """
+    modules = list(model)[1:]
+    labels = [f"{type(m).__name__} (module {i})" for i, m in enumerate(modules, 1)]
+    out = []
+    for module, label in zip(modules, labels, strict=True):
+        kind = type(module).__name__
+        names = {
+            getattr(module, "module_input_name", _SENTENCE),
+            getattr(module, "module_output_name", _SENTENCE),
+        }
+        try:
+            if names != {_SENTENCE}:
+                raise _Unreadable(f"it reads or writes {sorted(names)}")
+            if kind == "Dense":
+                activation = type(module.activation_function)
+                if activation.__name__ != "Identity":
+                    raise _Unreadable(
+                        f"its activation is {activation.__name__}, not the identity"
+                    )
+                if getattr(module, "use_residual", False):
+                    raise _Unreadable("it adds its input back (use_residual)")
+                linear = module.linear
+                weight = linear.weight.detach().to("cpu").double().numpy()
+                bias = np.zeros(len(weight))
+                if linear.bias is not None:
+                    bias = linear.bias.detach().to("cpu").double().numpy()
+                out.append(LinearModule(label, weight.T, bias))
+            elif kind == "Normalize":
+                out.append(LinearModule(label, None, None))
+            else:
+                raise _Unreadable("it is not a linear map of the mean")
+        except _Unreadable as exc:
+            where = "The SentenceTransformer passed as model"
+            raise _refuse(where, labels, label, exc) from None
+    return out
+
+
+def fold_modules(table, modules):
+    """``table`` with the ``Dense`` modules after it folded into its rows.
+
+    A text's output is the weighted mean of its rows, the weights summing to
+    one, so a ``Dense`` ``x @ W + b`` after the mean equals the mean of the
+    rows ``row @ W + b``: folded, each text with a token gets exactly the
+    model's output (before a final ``Normalize``). A text without tokens
+    stays a row of zeros, where sentence-transformers gives the modules'
+    image of zeros (the bias ``b``).
+    A ``Normalize`` at the end scales each text by a positive number, which
+    changes no cosine: it is left out, as model2vec's ``normalize`` setting
+    is. One before a ``Dense`` is not: that ``Dense`` then maps unit-length
+    means, which no table gives, and the model is refused.
+    """
+    if not modules:
+        return table
+    rows = table.embeddings.astype(np.float64)
+    normalize = None
+    for module in modules:
+        if module.weight is None:
+            normalize = module
+            continue
+        if normalize is not None:
+            raise ValueError(
+                f"{table.source!r} applies {module.label} after "
+                f"{normalize.label}: a Dense of unit-length means, which no "
+                "table of token rows can give (only a Normalize at the end, which "
+                "changes no cosine, is left out). Encode with SentenceTransformer "
+                "itself."
+            )
+        if module.weight.shape[0] != rows.shape[1]:
+            raise ValueError(
+                f"{module.label} of {table.source!r} takes "
+                f"{module.weight.shape[0]} features, but the embeddings before it "
+                f"have {rows.shape[1]}; the model is damaged or its modules come "
+                "from different models."
+            )
+        rows = rows @ module.weight + module.bias
+    if not np.all(np.isfinite(rows)):
+        raise ValueError(
+            f"Folding the modules after the StaticEmbedding of {table.source!r} "
+            "into its table gives non-finite values; the model is damaged."
+        )
+    logger.info(
+        "Folded %s into the table of %s",
+        ", ".join(m.label for m in modules if m.weight is not None) or "nothing",
+        table.source,
+    )
+    embeddings = np.ascontiguousarray(rows, dtype=np.float32)
+    return replace(table, embeddings=embeddings)
+
+
 # -------------------------------------------------------------- distilling
 def _template(tokenizer):
     """``(prefix, suffix)``: the special-token ids around a one-token text.
@@ -382,11 +610,12 @@ def load_table(model, pooling, batch_size, device, *, verbose=0):
     """
     folder = static_folder(model)
     if folder is not None:
-        return read_static_folder(folder)
+        modules = folder_modules(model)  # refused before the table is read
+        return fold_modules(read_static_folder(folder), modules)
     if not is_model_name(model):
         table = _sentence_transformer_table(model)
         if table is not None:
-            return table
+            return fold_modules(table, object_modules(model))
     loaded = _loading.load_encoder(model, device)
     tokenizer = plain_tokenizer(loaded.tokenizer)  # fail before the work
     spec = {

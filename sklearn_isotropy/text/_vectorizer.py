@@ -24,7 +24,7 @@ from .._utils import (
     resolve_device,
     warn,
 )
-from ..exceptions import DeviceWarning, TruncationWarning
+from ..exceptions import DeviceWarning, ModelChangedWarning, TruncationWarning
 from . import _cache, _encoders, _loading, _onnx
 from ._base import clone_sharing_model, validate_texts
 from ._pooling import POOLING_PRESETS
@@ -139,6 +139,16 @@ class BertPoolingVectorizer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEst
         The resolved maximum number of tokens per text.
     device_ : str
         The resolved device.
+    model_fingerprint_ : str
+        sha256 of the encoder's weights, configuration and tokenizer at
+        :meth:`fit` (the key of ``memory=``; about 0.15 s for the default
+        encoder, once per model and process). After unpickling, the encoder
+        is loaded again on first use and compared with it, once: another
+        one (the folder saved again, a hub revision that moved) warns with
+        :class:`~sklearn_isotropy.exceptions.ModelChangedWarning`. In the
+        process that fitted it the vectorizer keeps the encoder it loaded
+        and hashes nothing again, so a model object changed in place after
+        fit is not checked there.
     model_ : torch.nn.Module
         The encoder (reloaded on first use after unpickling); its forward
         runs once per batch of texts that are not cached.
@@ -295,6 +305,10 @@ class BertPoolingVectorizer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEst
         self.n_layers_ = n_layers
         self.hidden_size_ = hidden_size
         self.device_ = str(device)
+        # what _get_loaded compares the encoder with after unpickling; hashed
+        # once per loaded encoder and process (and reused by memory= and the
+        # ONNX backends)
+        self.model_fingerprint_ = loaded.fingerprint()
         self._loaded, self._backend = loaded, None
         self._get_backend()  # an ONNX backend exports now (once per model)
         return self
@@ -395,8 +409,32 @@ class BertPoolingVectorizer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEst
                     DeviceWarning,
                 )
             loaded = _loading.load_encoder(self.model, device)
+            self._check_same_encoder(loaded)
             self._loaded = loaded
         return loaded
+
+    def _check_same_encoder(self, loaded):
+        """Warn if the encoder loaded after unpickling is not the fitted one.
+
+        Runs once per unpickled vectorizer, when it loads its encoder again:
+        in the process that fitted it, the vectorizer keeps the encoder it
+        loaded and nothing is hashed again.
+        """
+        now = loaded.fingerprint()
+        if now == self.model_fingerprint_:
+            return
+        warn(
+            f"The encoder {self.model_name_!r} that this unpickled "
+            f"{type(self).__name__} loaded is not the one it was fitted with: its "
+            "weights, configuration or tokenizer changed since fit (sha256 "
+            f"{self.model_fingerprint_[:12]}... at fit, {now[:12]}... now), as when "
+            "the model folder is saved again after fine-tuning or a hub name's "
+            "revision moves. Its embeddings differ from those at fit, and the "
+            "steps fitted on them (a whitening, say) no longer match them. Refit "
+            "the pipeline on this encoder, or restore the model it was fitted "
+            "with.",
+            ModelChangedWarning,
+        )
 
     def _get_backend(self):
         """Return the :class:`~._encoders.Encoder` running the model."""
@@ -631,7 +669,7 @@ class BertPoolingVectorizer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEst
         return clone_sharing_model(self)
 
     def __getstate__(self):
-        state = super().__getstate__()
+        state = dict(super().__getstate__())  # object.__getstate__ is __dict__
         # Never pickle loaded weights: names reload on first use; model
         # objects are pickled once, as the ``model`` parameter.
         state.pop("_loaded", None)
