@@ -3,7 +3,10 @@
 ``sklearn-isotropy evaluate`` compares post-processing methods on STS
 (Spearman's rho x100 of pair cosines on the test split, with times and
 anisotropy diagnostics); ``sklearn-isotropy retrieval`` on exact cosine
-search (quality, index memory and latency per dimension and precision).
+search (quality, index memory and latency per dimension and precision);
+``sklearn-isotropy classify`` on SentEval's classification tasks (the
+accuracy of a logistic regression and a 10-NN classifier, the V-measure
+of KMeans).
 Each subcommand is built from its task
 (:data:`~sklearn_isotropy.evaluation.TASKS`): its flags are the fields of
 :class:`~sklearn_isotropy.evaluation.EvaluationSettings` the task reads,
@@ -49,7 +52,18 @@ _COMMANDS = {
         "method at each dimension k and precision, and report exact-search "
         "quality, index memory and latency.",
     ),
+    "classification": (
+        "classify",
+        "compare post-processing methods for classification and clustering: "
+        "encode SentEval's sentence classification tasks, post-process the "
+        "embeddings with each method (fitted without labels on each training "
+        "fold) and report the accuracy of a logistic regression and a 10-NN "
+        "classifier and the V-measure of KMeans.",
+    ),
 }
+
+#: Each task's ``--data`` default; None makes ``--data`` required.
+_DEFAULT_DATA = {"sts": "stsb", "retrieval": "stsb", "classification": None}
 
 
 def _number(text, *, integer=False, low=None):
@@ -74,11 +88,12 @@ def _ints(text):
     return tuple(values)
 
 
-def _names(registry, what):
+def _names(registry, what, normalize=None):
     """Return an argparse type reading comma-separated names of ``registry``."""
 
     def parse(text):
         names = [m.strip() for m in text.split(",") if m.strip()]
+        names = [normalize(m) for m in names] if normalize else names
         unknown = [m for m in names if m not in registry]
         if unknown or not names:
             raise argparse.ArgumentTypeError(
@@ -91,7 +106,7 @@ def _names(registry, what):
 
 def _argument_types():
     """Return what each ``parser`` name of the settings' metadata means."""
-    from .datasets import STS_FORMATS
+    from .datasets import SENTEVAL_TASKS, STS_FORMATS
     from .evaluation import QUANTIZATIONS
     from .text import POOLING_PRESETS
 
@@ -105,6 +120,9 @@ def _argument_types():
         "pooling": {"action": "append", "choices": list(POOLING_PRESETS)},
         "quantizations": {"type": _names(QUANTIZATIONS, "precision(s)")},
         "sts_format": {"choices": list(STS_FORMATS)},
+        "senteval_tasks": {
+            "type": _names(SENTEVAL_TASKS, "task(s)", normalize=str.upper)
+        },
     }
 
 
@@ -120,7 +138,8 @@ def _add_task_parser(sub, task):
     from .text import POOLING_PRESETS
 
     command, description = _COMMANDS.get(task.name, (task.name, task.name))
-    offered = {n: m for n, m in METHODS.items() if task.has_dev or not m.needs_dev}
+    selects = task.has_dev or task.selects_on_labels
+    offered = {n: m for n, m in METHODS.items() if selects or not m.needs_dev}
     epilog = "methods:\n" + "\n".join(
         f"  {m.name:<10} {m.help}" for m in offered.values()
     )
@@ -150,13 +169,22 @@ def _add_task_parser(sub, task):
         argument_default=argparse.SUPPRESS,
     )
     parser.set_defaults(task=task, subparser=parser)
-    parser.add_argument(
-        "--data",
-        default="stsb",
-        help="STS directory with train/dev/test files, a single file (used as "
-        "test), 'stsb' to download the STS Benchmark, or other data the task "
-        "reads (see above; default: stsb)",
-    )
+    default_data = _DEFAULT_DATA.get(task.name)
+    if default_data is None:
+        parser.add_argument(
+            "--data",
+            required=True,
+            help="the folder holding SentEval's task folders (MR/, CR/, SUBJ/, "
+            "MPQA/, TREC/), as SentEval's data/downstream holds them",
+        )
+    else:
+        parser.add_argument(
+            "--data",
+            default=default_data,
+            help="STS directory with train/dev/test files, a single file (used as "
+            "test), 'stsb' to download the STS Benchmark, or other data the task "
+            f"reads (see above; default: {default_data})",
+        )
     parser.add_argument(
         "--methods",
         type=_names(offered, "method(s)"),

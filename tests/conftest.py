@@ -8,6 +8,8 @@
   spectrum in a random basis), the synthetic data of the linear and flow tests.
 - ``stsb_dir``: the shipped STS Benchmark, or skip; ``tiny_sts_dir``: a small
   STS directory written in the tiny model's vocabulary.
+- ``senteval_dir``: the shipped SentEval tasks, or skip; ``tiny_senteval_dir``:
+  SentEval's layout (MR and TREC) in the tiny model's vocabulary.
 """
 
 from __future__ import annotations
@@ -175,4 +177,42 @@ def tiny_sts_dir(tmp_path_factory):
         rows = [[pool[i], pool[j], f"{rng.uniform(0, 5):.2f}"] for i, j in idx]
         with open(out / f"{split}.csv", "w", encoding="utf-8", newline="") as fh:
             csv.writer(fh).writerows(rows)
+    return out
+
+
+@pytest.fixture(scope="session")
+def senteval_dir():
+    """SentEval's five tasks beside the repository, or skip."""
+    found = REPO.parent / "shared" / "data" / "senteval"
+    if not (found / "MR" / "rt-polarity.pos").is_file():
+        pytest.skip("SentEval not found (../shared/data/senteval)")
+    return found
+
+
+@pytest.fixture(scope="session")
+def tiny_senteval_dir(tmp_path_factory):
+    """MR (30 + 30 lines) and TREC (40 train, 12 test) in SentEval's layout.
+
+    The sentences are random words of the tiny model's vocabulary; MR's
+    positive lines lean on "big red", its negative ones on "small blue", so
+    a classifier has something to find.
+    """
+    rng = np.random.RandomState(1)
+    out = tmp_path_factory.mktemp("senteval")
+
+    def sentence(*extra):
+        return " ".join([*rng.choice(TINY_WORDS, size=rng.randint(2, 6)), *extra])
+
+    (out / "MR").mkdir()
+    for name, words in (
+        ("rt-polarity.pos", "big red"),
+        ("rt-polarity.neg", "small blue"),
+    ):
+        lines = [sentence(*words.split()) for _ in range(30)]
+        (out / "MR" / name).write_bytes(("\n".join(lines) + "\n").encode("latin-1"))
+    (out / "TREC").mkdir()
+    labels = ("DESC:manner", "HUM:ind", "LOC:city", "NUM:count")
+    for name, n in (("train_5500.label", 40), ("TREC_10.label", 12)):
+        lines = [f"{labels[i % 4]} {sentence()} ?" for i in range(n)]
+        (out / "TREC" / name).write_bytes(("\n".join(lines) + "\n").encode("latin-1"))
     return out

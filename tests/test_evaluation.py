@@ -295,13 +295,14 @@ def test_settings_docstring_agrees_with_the_fields():
     entries = re.findall(r"^(\w+) : (.+), default=(.+)\n((?:    .+\n?)+)", params, re.M)
     fields = dataclasses.fields(EvaluationSettings)
     assert [e[0] for e in entries] == [f.name for f in fields]
-    names = {"sts": "STS", "retrieval": "Retrieval"}
+    names = {"sts": "STS", "retrieval": "retrieval", "classification": "classification"}
     for (name, kind, default, text), f in zip(entries, fields):
         annotation = re.sub(r"tuple\[(\w+), \.\.\.\]", r"tuple of \1", str(f.type))
         assert kind == annotation.replace(" | ", " or "), name
         assert ast.literal_eval(default) == f.default, name
-        tasks = f.metadata["tasks"]  # only the STS or the retrieval task
-        ends = f"{names[tasks[0]]} only." if tasks else None
+        tasks = f.metadata["tasks"]  # only some tasks: "STS and retrieval only."
+        listed = " and ".join(names[t] for t in tasks or ())
+        ends = f"{listed[:1].upper()}{listed[1:]} only." if tasks else None
         assert (ends and " ".join(text.split()).endswith(ends)) or (
             not ends and "only." not in text
         ), name

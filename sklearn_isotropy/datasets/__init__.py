@@ -5,12 +5,15 @@ sentence-transformers' ``stsbenchmark.tsv.gz``, SemEval STS 2012-2016, SICK)
 and can download the STS Benchmark into a local cache. :data:`STS_FORMATS`
 lists the names its ``format=`` accepts. :func:`load_beir` reads a retrieval
 data set in the BEIR layout (corpus, queries, relevance judgements).
+:func:`load_senteval` reads SentEval's sentence classification tasks (MR,
+CR, SUBJ, MPQA, TREC) from SentEval's own folder layout.
 """
 
 from __future__ import annotations
 
 from . import _sts
 from ._beir import load_beir
+from ._senteval import SENTEVAL_TASKS, load_senteval
 from ._sts import get_data_home, load_sts
 
 #: The names :func:`load_sts` accepts as ``format=``, as a tuple of str in the
@@ -18,4 +21,11 @@ from ._sts import get_data_home, load_sts
 #: "sick")``. A command line can offer them as ``choices=``.
 STS_FORMATS = _sts.STS_FORMATS
 
-__all__ = ["STS_FORMATS", "get_data_home", "load_beir", "load_sts"]
+__all__ = [
+    "SENTEVAL_TASKS",
+    "STS_FORMATS",
+    "get_data_home",
+    "load_beir",
+    "load_senteval",
+    "load_sts",
+]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["METHODS", "Method", "register_method"]
+__all__ = ["METHODS", "Method", "SearchSpace", "register_method"]
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,25 @@ class Method:
             return self.label.format(**params)
         except (KeyError, IndexError, TypeError, ValueError):
             return self.name
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Candidates for a post-processing step, searched by the task with its labels.
+
+    What a selecting method (``needs_dev``) builds for a task that selects
+    on its own labels (``Task.selects_on_labels``, as the classification
+    task does inside each training fold) instead of on dev pairs.
+
+    Parameters
+    ----------
+    param_grid : list of dict
+        A :class:`~sklearn.model_selection.GridSearchCV` grid over the
+        pipeline step named ``"transformer"``, ``"passthrough"`` among the
+        candidates.
+    """
+
+    param_grid: list
 
 
 #: Every post-processing method, by name, in the order they are run and reported.
@@ -148,6 +167,13 @@ def register_method(
 @register_method("raw", help="the embeddings as they are")
 def _build_raw(k, n_features, settings, dev=None):
     return "passthrough", {}
+
+
+@register_method("center", label="centring", help="subtract the mean (no other change)")
+def _build_center(k, n_features, settings, dev=None):
+    from sklearn.preprocessing import StandardScaler
+
+    return StandardScaler(with_std=False), {}
 
 
 @register_method(
@@ -257,18 +283,50 @@ def _grid_candidates(n_features, settings):
     ]
 
 
-def _describe_params(params):
+def _classification_candidates(settings):
+    """The label-free settings a classifier's own accuracy chooses among."""
+    from sklearn.preprocessing import StandardScaler
+
+    from ..linear import NATSVTransformer, StandardNormalizer, WhiteningTransformer
+
+    # power 0 at full width is a rotation: the same as centring for an
+    # L2-penalised logistic regression and for cosines, so it is left out
+    whitenings = [WhiteningTransformer(power=p) for p in settings.grid_power if p > 0]
+    return [
+        {
+            "transformer": [
+                "passthrough",
+                StandardScaler(with_std=False),
+                StandardNormalizer(),
+                NATSVTransformer(n_components=settings.natsv_components),
+                WhiteningTransformer(noise_variance="auto"),
+                *whitenings,
+            ]
+        }
+    ]
+
+
+def describe_choice(params: dict) -> dict:
+    """Return a grid search's ``best_params_`` in words a report can hold."""
     out = {}
     for key, value in params.items():
         key = key.removeprefix("transformer__")
         if key == "transformer":
-            value = value if isinstance(value, str) else type(value).__name__
+            value = value if isinstance(value, str) else _short_repr(value)
         out[key] = value
     return out
 
 
+def _short_repr(estimator):
+    """The estimator's class, with the parameters set if any, on one line."""
+    text = " ".join(repr(estimator).split())
+    return type(estimator).__name__ if text.endswith("()") else text
+
+
 def _grid_label(params):
     """What the grid chose, in words: 'power=0' is a rotation, not a whitening."""
+    if "searched" in params:  # one choice per fold: the task's records hold them
+        return "grid (in each training fold)"
     chosen = params.get("chosen")
     if not chosen:
         return "grid (whitening k, power on dev)"
@@ -286,7 +344,10 @@ def _grid_label(params):
 @register_method(
     "grid",
     label=_grid_label,
-    help="GridSearchCV over whitening k and power (and none) on the dev split",
+    help="GridSearchCV over the post-processing, no transform among the "
+    "candidates: whitening k and power on the dev pairs (STS); the label-free "
+    "methods inside each training fold, by the classifier's accuracy "
+    "(classification)",
     needs_dev=True,
 )
 def _build_grid(k, n_features, settings, dev=None):
@@ -297,6 +358,9 @@ def _build_grid(k, n_features, settings, dev=None):
     from ..exceptions import EvaluationError
     from ..metrics import PairedCosineSimilarity
 
+    if dev is None:  # the task searches with its own labels
+        space = SearchSpace(_classification_candidates(settings))
+        return space, {"searched": "inside each training fold"}
     dev_pairs, dev_scores = dev
     if len(dev_scores) < 2 * settings.cv:
         raise EvaluationError(
@@ -323,7 +387,7 @@ def _build_grid(k, n_features, settings, dev=None):
         search.fit(dev_pairs, dev_scores)
     best = clone(search.estimator).set_params(**search.best_params_)
     return best.transformer, {
-        "chosen": _describe_params(search.best_params_),
+        "chosen": describe_choice(search.best_params_),
         "dev_cv_spearman_x100": 100 * float(search.best_score_),
         "n_candidates": len(search.cv_results_["params"]),
     }

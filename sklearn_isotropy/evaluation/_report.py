@@ -77,6 +77,8 @@ class Report:
     figure_names = ()
     #: Keyword arguments of ``Figure.savefig`` for the task's figures.
     savefig = {"dpi": 110}
+    #: The JSON report's key for the records.
+    records_key = "results"
 
     def __init__(self, evaluation):
         self.evaluation = evaluation
@@ -90,6 +92,34 @@ class Report:
             The task's columns.
         """
         return []
+
+    def table(self, pooling: str) -> tuple[list, list, list]:
+        """Return one pooling's table: a row per record, the columns after the label.
+
+        Parameters
+        ----------
+        pooling : str
+            The pooling.
+
+        Returns
+        -------
+        header : list of str
+            The headings.
+        rows : list of list of str
+            The cells.
+        left : list of bool
+            Whether each column is left-aligned.
+        """
+        columns = self.columns()
+        header = ["method", *[c.header for c in columns]]
+        rows = []
+        for r in self.evaluation.results(pooling):
+            if "error" in r:
+                cells = ["failed" if c.score else "-" for c in columns]
+            else:
+                cells = [c.value(r) for c in columns]
+            rows.append([r["label"], *cells])
+        return header, rows, [True, *[c.left for c in columns]]
 
     def describe(self) -> str:
         """Describe the data's sizes in a few words.
@@ -373,8 +403,131 @@ class RetrievalReport(Report):
         return out
 
 
+class ClassificationReport(Report):
+    """Accuracy and V-measure per method, set and downstream estimator."""
+
+    title = (
+        "Downstream scores x100: accuracy (logistic, kNN) and V-measure (KMeans) "
+        "per set, mean over folds"
+    )
+    command = "classify"
+    figure_names = ("classify_{}.png",)
+    savefig = {"dpi": 110, "bbox_inches": "tight"}
+    records_key = "records"
+
+    def table(self, pooling):
+        """One row per method and estimator, one column per set, then their mean."""
+        ev = self.evaluation
+        sets = list(ev.task.datasets)
+        header = ["method", "estimator", *sets, "mean"]
+        rows = []
+        for label in dict.fromkeys(r["label"] for r in ev.results(pooling)):
+            runs = [r for r in ev.results(pooling) if r["label"] == label]
+            if any("error" in r for r in runs):
+                rows.append([label, "-", *["failed"] * (len(sets) + 1)])
+                continue
+            for kind in dict.fromkeys(r["estimator"] for r in runs):
+                score = {r["task"]: r["score"] for r in runs if r["estimator"] == kind}
+                cells = [f"{score[s]:.2f}" if s in score else "-" for s in sets]
+                mean = np.mean(list(score.values()))
+                rows.append([label, kind, *cells, f"{mean:.2f}"])
+        return header, rows, [True, True, *[False] * (len(sets) + 1)]
+
+    def describe(self):
+        sizes = self.evaluation.task.sizes
+        return ", ".join(f"{name} {n:,} texts" for name, n in sizes.items())
+
+    def header_lines(self):
+        s = self.evaluation.settings
+        folds = 10 if s.protocol == "senteval" else 5
+        logistic = (
+            "C chosen from 2^-2 to 2^3 by an inner stratified 10-fold search"
+            if s.protocol == "senteval"
+            else "C=1"
+        )
+        return [
+            f"- Protocol: {s.protocol}. Stratified {folds}-fold cross-validation "
+            f"(shuffled, seed {s.seed}) in the loader's order; TREC: its train/test "
+            "split. Scores are means over the folds.",
+            f"- Estimators: `logistic` = LogisticRegression ({logistic}, "
+            "max_iter=2000) on the post-processed rows; `knn` = "
+            "KNeighborsClassifier(10, metric='cosine'); `kmeans` = KMeans("
+            "n_clusters=number of classes, n_init=3) on the unit-norm "
+            "post-processed test rows, scored by V-measure.",
+            f"- `grid`: GridSearchCV over the post-processing step ('passthrough' "
+            f"among the candidates) inside each training fold, {s.cv}-fold, scored "
+            "by the estimator's accuracy (logistic and kNN only).",
+        ]
+
+    def sections(self):
+        chosen = [r for r in self.evaluation.records if r.get("chosen")]
+        if not chosen:
+            return []
+        md = ["## What the grid chose, fold by fold", ""]
+        md += [
+            f"- {r['pooling']}, {r['task']}, {r['estimator']}: "
+            + "; ".join(_choice_text(c) for c in r["chosen"])
+            for r in chosen
+        ]
+        return md
+
+    def json_fields(self):
+        return {"sets": dict(self.evaluation.task.sizes)}
+
+    def console_lines(self):
+        return [f"Sets: {self.describe()}"]
+
+    def figures(self):
+        """``classify_<pooling>.png``: each method's mean score minus raw's.
+
+        One panel per estimator, one bar per method, averaged over the sets.
+        """
+        from matplotlib.figure import Figure
+
+        ev, out = self.evaluation, []
+        for pooling in ev.poolings:
+            records = [r for r in ev.results(pooling) if "error" not in r]
+            raw = {
+                (r["task"], r["estimator"]): r["score"]
+                for r in records
+                if r["method"] == "raw"
+            }
+            if not raw:
+                continue
+            kinds = list(dict.fromkeys(r["estimator"] for r in records))
+            fig = Figure(figsize=(4.2 * len(kinds), 4.0), layout="constrained")
+            for ax, kind in zip(np.atleast_1d(fig.subplots(1, len(kinds))), kinds):
+                labels, deltas = [], []
+                for label in dict.fromkeys(r["label"] for r in records):
+                    diff = [
+                        r["score"] - raw[(r["task"], kind)]
+                        for r in records
+                        if r["label"] == label
+                        and r["estimator"] == kind
+                        and (r["task"], kind) in raw
+                    ]
+                    if diff:
+                        labels.append(label)
+                        deltas.append(float(np.mean(diff)))
+                ax.barh(labels[::-1], deltas[::-1], color="tab:blue")
+                ax.axvline(0.0, color="black", linewidth=0.8)
+                ax.set_title(kind)
+                ax.set_xlabel("mean over the sets, minus raw (x100)")
+            fig.suptitle(f"{ev.model_description}, {pooling} pooling")
+            out.append((self.figure_names[0].format(pooling), fig))
+        return out
+
+
 #: The report of each task, by the task's name.
-REPORTS = {"sts": STSReport, "retrieval": RetrievalReport}
+REPORTS = {
+    "sts": STSReport,
+    "retrieval": RetrievalReport,
+    "classification": ClassificationReport,
+}
+
+
+def _choice_text(choice):
+    return ", ".join(f"{k}={v}" for k, v in choice.items())
 
 
 def _name(record):  # a run's name in the reports (a custom run's is its label)
@@ -397,17 +550,8 @@ def _size(n_bytes):
 
 
 def _rows(evaluation, pooling):
-    """Return the header and the cells of one pooling's table."""
-    columns = Report.of(evaluation).columns()
-    header = ["method", *[c.header for c in columns]]
-    rows = []
-    for r in evaluation.results(pooling):
-        if "error" in r:
-            cells = ["failed" if c.score else "-" for c in columns]
-        else:
-            cells = [c.value(r) for c in columns]
-        rows.append([r["label"], *cells])
-    return header, rows, [True, *[c.left for c in columns]]
+    """Return the header, the cells and the alignment of one pooling's table."""
+    return Report.of(evaluation).table(pooling)
 
 
 def format_table(
@@ -536,7 +680,7 @@ def to_json(evaluation: Evaluation, figures: Sequence[str | os.PathLike] = ()) -
     """
     from .. import __version__
 
-    ev = evaluation
+    ev, report = evaluation, Report.of(evaluation)
     payload = {
         "task": ev.task.name,
         "data": ev.data,
@@ -549,9 +693,9 @@ def to_json(evaluation: Evaluation, figures: Sequence[str | os.PathLike] = ()) -
         "seed": ev.settings.seed,
         "device": ev.settings.device,
         "settings": asdict(ev.settings),
-        **Report.of(ev).json_fields(),
+        **report.json_fields(),
         "encoding": ev.encodings,
-        "results": ev.records,
+        report.records_key: ev.records,
         "figures": [str(f) for f in figures],
         "versions": {
             "sklearn_isotropy": __version__,

@@ -54,6 +54,17 @@ def _check_quantizations(names):
         )
 
 
+def _check_senteval_tasks(names):
+    from ..datasets import SENTEVAL_TASKS
+
+    unknown = [t for t in names if t not in SENTEVAL_TASKS]
+    if unknown:
+        raise ValueError(
+            f"unknown SentEval task(s) {unknown}; choose from "
+            f"{', '.join(SENTEVAL_TASKS)}"
+        )
+
+
 def _check_metrics(names):
     for name in names:
         make_retrieval_scorer(name)  # raises for a name it does not know
@@ -89,14 +100,16 @@ class EvaluationSettings:
         Directory caching sentence encodings across runs (``memory=``).
     format : str or None, default=None
         File format of STS data (see :func:`~sklearn_isotropy.datasets.load_sts`);
-        detected from the files when None.
+        detected from the files when None. STS and retrieval only.
     max_pairs : int or None, default=None
         Keep a fixed random subset of at most this many pairs per STS split.
+        STS and retrieval only.
     seed : int, default=0
         Seeds the subset, the flow, the grid's folds and the timed queries.
     n_components : int, default=256
-        Dimension ``k`` of ``whitening``, ``pca`` and ``truncate`` on STS
-        (every dimension when the embeddings are not wider). STS only.
+        Dimension ``k`` of ``whitening``, ``pca``, ``ppca`` and ``truncate``
+        (every dimension when the embeddings are not wider). STS and
+        classification only.
     dimensions : tuple of int, default=(32, 64, 128, 256)
         Dimensions ``k`` of the retrieval study, for the methods that take
         one; those not below the embedding width are skipped. Retrieval only.
@@ -107,12 +120,22 @@ class EvaluationSettings:
     flow_epochs : int, default=1
         Training epochs of ``flow`` (1 is BERT-flow's protocol).
     cv : int, default=5
-        Folds of the ``grid`` search on the dev pairs. STS only.
+        Folds of the ``grid`` search: on the dev pairs (STS), or inside each
+        training fold (classification). STS and classification only.
     grid_k : tuple of int, default=(64, 128, 256)
         Whitening dimensions the ``grid`` method searches (with every
         dimension, and no transform). STS only.
     grid_power : tuple of float, default=(0.0, 0.5, 1.0)
-        Whitening powers the ``grid`` method searches. STS only.
+        Whitening powers the ``grid`` method searches (classification: the
+        powers above 0, at full width). STS and classification only.
+    tasks : tuple of str, default=("MR", "CR", "SUBJ", "MPQA", "TREC")
+        SentEval tasks of the classification, names in
+        :data:`~sklearn_isotropy.datasets.SENTEVAL_TASKS`. Classification only.
+    protocol : str, default="default"
+        ``default``: stratified 5-fold CV (TREC: its split), logistic
+        regression with C=1; ``senteval``: SentEval's 10 folds, and C
+        chosen from 2^-2 to 2^3 by an inner 10-fold search. Classification
+        only.
     quantizations : tuple of str, default=("float32", "int8", "binary")
         Index precisions, names in :data:`QUANTIZATIONS`. Retrieval only.
     metrics : tuple of str, default=("mrr@10", "recall@1", "recall@10", "ndcg@10")
@@ -164,6 +187,7 @@ class EvaluationSettings:
     )
     format: str | None = _option(
         None,
+        tasks=("sts", "retrieval"),
         flag=True,
         parser="sts_format",
         help="file format of STS data",
@@ -171,6 +195,7 @@ class EvaluationSettings:
     )
     max_pairs: int | None = _option(
         None,
+        tasks=("sts", "retrieval"),
         flag=True,
         parser="positive_int",
         help="keep a random subset of at most this many pairs per STS split",
@@ -184,7 +209,7 @@ class EvaluationSettings:
     )
     n_components: int = _option(
         256,
-        tasks=("sts",),
+        tasks=("sts", "classification"),
         flag=True,
         parser="positive_int",
         help="dimension k of whitening, pca and truncate",
@@ -210,13 +235,32 @@ class EvaluationSettings:
     )
     cv: int = _option(
         5,
-        tasks=("sts",),
+        tasks=("sts", "classification"),
         flag=True,
         parser="positive_int",
-        help="folds of the grid search on the dev pairs",
+        help="folds of the grid search (on the dev pairs, or inside each "
+        "training fold)",
     )
     grid_k: tuple[int, ...] = _option((64, 128, 256), tasks=("sts",))
-    grid_power: tuple[float, ...] = _option((0.0, 0.5, 1.0), tasks=("sts",))
+    grid_power: tuple[float, ...] = _option(
+        (0.0, 0.5, 1.0), tasks=("sts", "classification")
+    )
+    tasks: tuple[str, ...] = _option(
+        ("MR", "CR", "SUBJ", "MPQA", "TREC"),
+        tasks=("classification",),
+        flag=True,
+        parser="senteval_tasks",
+        help="comma-separated SentEval tasks",
+        check=_check_senteval_tasks,
+    )
+    protocol: str = _option(
+        "default",
+        tasks=("classification",),
+        flag=True,
+        parser=("default", "senteval"),
+        help="default: 5-fold CV, logistic C=1; senteval: 10-fold CV, C chosen "
+        "by inner 10-fold CV",
+    )
     quantizations: tuple[str, ...] = _option(
         ("float32", "int8", "binary"),
         tasks=("retrieval",),

@@ -51,6 +51,11 @@ class Task(ABC):
     #: Whether the task holds labelled dev pairs (:meth:`dev_pairs`), which
     #: the methods that select on them (``needs_dev``) read.
     has_dev: ClassVar[bool] = False
+    #: Whether the task selects with its own labels, inside its folds: a
+    #: selecting method (``needs_dev``) then builds a
+    #: :class:`~sklearn_isotropy.evaluation._methods.SearchSpace` that
+    #: :meth:`score` searches.
+    selects_on_labels: ClassVar[bool] = False
 
     #: The fitting protocol of this instance (a key of :attr:`protocols`).
     fit_on: str
@@ -418,11 +423,12 @@ def _check_methods(task, methods):
         raise ValueError(
             f"unknown method(s) {unknown}; choose from {', '.join(METHODS)}"
         )
-    refused = [m for m in methods if METHODS[m].needs_dev and not task.has_dev]
+    selects = task.has_dev or task.selects_on_labels
+    refused = [m for m in methods if METHODS[m].needs_dev and not selects]
     if refused:
         raise EvaluationError(
             f"the {task.name} task cannot run {', '.join(refused)}: it has no "
-            "labelled dev pairs to select on"
+            "labels to select on"
         )
     return methods
 
@@ -452,7 +458,7 @@ def _custom(label, estimator):
 def _run(task, method, k, bundle, n_features, settings):
     """Build, fit and score one method at one ``k``: ``(records, artifact)``."""
     start = time.perf_counter()
-    dev = task.dev_pairs(bundle) if method.needs_dev else None
+    dev = task.dev_pairs(bundle) if method.needs_dev and task.has_dev else None
     transformer, params = method.build(k, n_features, settings, dev)
     build_seconds = time.perf_counter() - start
     found, artifact = task.score(transformer, bundle, settings)
