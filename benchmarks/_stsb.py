@@ -6,7 +6,7 @@ import csv
 import os
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from _common import REPO
 
 
 def stsb_dir(required: bool = True):

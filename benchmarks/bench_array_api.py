@@ -27,19 +27,14 @@ import os
 # scipy reads it once, when first imported (the Array API needs it)
 os.environ.setdefault("SCIPY_ARRAY_API", "1")
 
-import argparse  # noqa: E402
-import platform  # noqa: E402
-import sys  # noqa: E402
+import argparse
 
-import numpy as np  # noqa: E402
-import sklearn  # noqa: E402
+import numpy as np
+import sklearn
+from _common import machine_line
+from bench_linear import embeddings, interleaved
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from bench_linear import embeddings, interleaved  # noqa: E402  (sibling module)
-
-from sklearn_isotropy import WhiteningTransformer  # noqa: E402
+from sklearn_isotropy import WhiteningTransformer
 
 
 def _candidates(X, devices):
@@ -76,10 +71,8 @@ def main():
     n, d = args.n_samples, args.n_features
     X = embeddings(n, d)
     print(
-        f"machine: {platform.machine()}, {os.cpu_count()} logical CPUs; numpy "
-        f"{np.__version__}, torch {torch.__version__} ({torch.get_num_threads()} "
-        f"threads), scikit-learn {sklearn.__version__}; CUDA: "
-        f"{'yes' if 'cuda' in devices else 'not present, skipped'}"
+        f"{machine_line()}; torch {torch.__version__} ({torch.get_num_threads()} "
+        f"threads); CUDA: {'yes' if 'cuda' in devices else 'not present, skipped'}"
     )
     data = _candidates(X, devices)
     fitted, timed = {}, {}

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import platform
 import resource
 import shutil
 import sys
@@ -33,10 +32,9 @@ import tempfile
 import time
 
 import numpy as np
+from _common import load_average, machine_line
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from sklearn_isotropy import WhiteningTransformer  # noqa: E402
+from sklearn_isotropy import WhiteningTransformer
 
 
 class NpyRows:
@@ -195,9 +193,8 @@ def main(argv=None):
             )
         path = os.path.join(tmp, "X.npy")
         print(
-            f"machine: {platform.processor() or platform.machine()}, "
-            f"{os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} "
-            f"GiB RAM, load average {os.getloadavg()[0]:.1f}"
+            f"{machine_line(cpu_model=True)}; "
+            f"{psutil.virtual_memory().total / 2**30:.0f} GiB RAM"
         )
         t0 = time.perf_counter()
         write_npy(path, n, d, args.chunk_rows)
@@ -213,7 +210,7 @@ def main(argv=None):
             # alternate the order so a change of background load hits both
             order = args.workers if rep % 2 == 0 else args.workers[::-1]
             for k in order:
-                load = os.getloadavg()[0]
+                load = load_average()
                 est, wall, cpu, before, peak = fit_on_cluster(path, args.chunk_rows, k)
                 if k not in results or wall < results[k][1]:
                     results[k] = (est, wall)
@@ -222,7 +219,7 @@ def main(argv=None):
                     f"LocalCluster {k} worker(s) x 1 thread: fit {wall:.1f} s wall, "
                     f"{cpu:.1f} s CPU in the workers; worker RSS before fit -> "
                     f"peak (MiB): {mem}; load avg {load:.1f} -> "
-                    f"{os.getloadavg()[0]:.1f}"
+                    f"{load_average():.1f}"
                 )
         if 1 in results and 2 in results:
             print(

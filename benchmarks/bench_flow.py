@@ -55,26 +55,23 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
-import platform
-import sys
 import tempfile
 import time
 import warnings
 from pathlib import Path
 
 import numpy as np
-from _stsb import REPO, stsb_dir  # noqa: E402  (sibling module)
-from scipy.stats import multivariate_normal, ortho_group, spearmanr
+from _common import load_average, machine_line
+from _stsb import stsb_dir
+from scipy.stats import multivariate_normal, ortho_group
 
-sys.path.insert(0, str(REPO))
-
-from sklearn_isotropy import (  # noqa: E402
+from sklearn_isotropy import (
     BertPoolingVectorizer,
     GlowFlowTransformer,
     WhiteningTransformer,
 )
-from sklearn_isotropy.exceptions import RankDeficiencyWarning  # noqa: E402
+from sklearn_isotropy.exceptions import RankDeficiencyWarning
+from sklearn_isotropy.metrics import cosine_spearman_score
 
 POOLINGS = ("embeddings_avg", "mean")
 PARTS = ("synthetic", "loglik", "sts", "ood", "ablation", "time")
@@ -220,10 +217,7 @@ def part_loglik(data, encode, seeds, out):
 def spearman_x100(Z, index, pairs) -> float:
     a = Z[[index[s1] for s1, _, _ in pairs]]
     b = Z[[index[s2] for _, s2, _ in pairs]]
-    cos = (a * b).sum(1) / (
-        np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1) + 1e-300
-    )
-    return 100 * spearmanr(cos, [y for _, _, y in pairs]).statistic
+    return 100 * cosine_spearman_score(a, b, [y for _, _, y in pairs])
 
 
 def part_sts(data, encode, seeds, out):
@@ -396,7 +390,7 @@ def part_time(data, encode, seeds, out):
     out(
         f"{X.shape[0]} x {X.shape[1]} float32 ({'embeddings_avg'}), "
         f"{_torch_threads()} torch threads, load average before "
-        f"{os.getloadavg()[0]:.2f}."
+        f"{load_average():.2f}."
     )
     out("")
     out("| seed | fit (s) | epochs run (kept) | s/epoch |")
@@ -414,7 +408,7 @@ def part_time(data, encode, seeds, out):
     out(
         f"Slowest fit {max(times):.1f} s (target < 60 s: "
         f"{'met' if max(times) < 60 else 'NOT met'}); load average after "
-        f"{os.getloadavg()[0]:.2f}."
+        f"{load_average():.2f}."
     )
     out("")
     out("One training step, batch of 128 rows x 384 features (ms, mean of 50):")
@@ -519,10 +513,8 @@ def main(argv=None):
         print(line, flush=True)
 
     out(
-        f"# bench_flow: {platform.machine()} {platform.system()}, "
-        f"{os.cpu_count()} CPUs, Python {platform.python_version()}, torch "
-        f"{torch.__version__} ({torch.get_num_threads()} threads), seeds "
-        f"{args.seeds}, load average {os.getloadavg()[0]:.2f}"
+        f"# bench_flow: {machine_line()}; torch {torch.__version__} "
+        f"({torch.get_num_threads()} threads), seeds {args.seeds}"
     )
     data = None if args.parts == ["synthetic"] else load_data()
     encode = Encoder(args.cache_dir)

@@ -44,15 +44,13 @@ Run: ``python benchmarks/bench_linear.py`` (``--quick`` for a small run).
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import threading
 import time
 import tracemalloc
 import warnings
 
 import numpy as np
-import sklearn
+from _common import machine_line
 from sklearn.decomposition import PCA
 
 from sklearn_isotropy import WhiteningTransformer
@@ -173,11 +171,7 @@ def main():
 
 def bench_fit_transform(args):
     n, d = args.n_samples, args.n_features
-    print(
-        f"machine: {platform.machine()}, {platform.processor() or '?'}, "
-        f"{os.cpu_count()} logical CPUs; numpy {np.__version__}, "
-        f"scikit-learn {sklearn.__version__}"
-    )
+    print(machine_line(cpu_model=True))
     X = embeddings(n, d)
     X64 = X.astype(np.float64)
     print(

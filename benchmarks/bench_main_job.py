@@ -19,14 +19,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _stsb import stsb_dir  # noqa: E402  (sibling module)
+from _common import machine_line
+from _stsb import stsb_dir
 
 
 def main(argv=None):
@@ -36,10 +36,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     data = args.data or stsb_dir()
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    print(
-        f"machine: {platform.machine()}, {os.cpu_count()} logical CPUs, Python "
-        f"{platform.python_version()}, load average {os.getloadavg()[0]:.2f}"
-    )
+    print(machine_line())
     rows = []
     for run in range(args.repeat):
         with tempfile.TemporaryDirectory() as out:

@@ -35,26 +35,22 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
-import platform
 import sys
 import time
 import warnings
 
 import numpy as np
-from _mpnet import mpnet_path  # noqa: E402  (sibling module)
-from _sts_sets import POOLINGS, SEMEVAL, encode_poolings, load_sets  # noqa: E402
-from _stsb import REPO  # noqa: E402
+from _common import REPO, machine_line, replace_section
+from _mpnet import mpnet_path
+from _sts_sets import POOLINGS, SEMEVAL, encode_poolings, load_sets
+from sklearn.model_selection import GridSearchCV
 
-sys.path.insert(0, str(REPO))
-
-from sklearn.model_selection import GridSearchCV  # noqa: E402
-
-from sklearn_isotropy import WhiteningTransformer  # noqa: E402
-from sklearn_isotropy.datasets import get_data_home  # noqa: E402
-from sklearn_isotropy.metrics import cosine_spearman_score  # noqa: E402
+from sklearn_isotropy import WhiteningTransformer
+from sklearn_isotropy.datasets import get_data_home
+from sklearn_isotropy.metrics import cosine_spearman_score
 
 DOCS = REPO / "docs" / "user_guide" / "without_labels.rst"
-START, END = ".. bench_noise:start", ".. bench_noise:end"
+SECTION = "bench_noise"  # between its start and end markers in DOCS
 REPORT = ("stsb-test", *SEMEVAL)  # the four-set average
 SIZES = ((1000, 0), (1000, 1), (3000, 0), (3000, 1), (None, 0))
 AUTO = 'effective rank ("auto")'
@@ -321,8 +317,6 @@ def main(argv=None):
         if name != "raw"
     ]
     lines = [
-        START,
-        "",
         "The rules tried, each fitted on every STS-B train sentence, on STS-B "
         "**dev** (where the rule is chosen) and on STS12 to STS14 (a second "
         "opinion); Spearman x100:",
@@ -385,18 +379,14 @@ def main(argv=None):
         f"Encoders: all-MiniLM-L6-v2 (the embedded default) and "
         f"all-mpnet-base-v2; fitted on the {len(fit_pool):,} distinct STS-B "
         f"train sentences or subsets of them. Measured {time.strftime('%Y-%m-%d')} "
-        f"on {platform.machine()} Linux, 2 vCPUs, {seconds:.0f} s from cached "
-        "embeddings (`python benchmarks/bench_noise.py`).",
-        "",
-        END,
+        f"on {machine_line(date=False, versions=False, load=False)}, "
+        f"{seconds:.0f} s from cached embeddings "
+        "(`python benchmarks/bench_noise.py`).",
     ]
     text = "\n".join(lines)
     print(text)
     if not args.no_docs:
-        page = DOCS.read_text(encoding="utf-8")
-        before, rest = page.split(START, 1)
-        DOCS.write_text(before + text + rest.split(END, 1)[1], encoding="utf-8")
-        print(f"wrote {DOCS}", file=sys.stderr)
+        replace_section(DOCS, SECTION, text)
 
 
 if __name__ == "__main__":

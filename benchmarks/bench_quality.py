@@ -22,20 +22,18 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import platform
 import sys
 import time
 import warnings
 from pathlib import Path
 
 import numpy as np
-from _stsb import REPO, stsb_dir  # noqa: E402  (sibling module)
+from _common import REPO, machine_line, replace_section
+from _stsb import stsb_dir
 
-sys.path.insert(0, str(REPO))
-
-from sklearn_isotropy._defaults import DEFAULT_MODEL_DESCRIPTION  # noqa: E402
-from sklearn_isotropy.datasets import get_data_home, load_sts  # noqa: E402
-from sklearn_isotropy.evaluation import (  # noqa: E402
+from sklearn_isotropy._defaults import DEFAULT_MODEL_DESCRIPTION
+from sklearn_isotropy.datasets import get_data_home, load_sts
+from sklearn_isotropy.evaluation import (
     EvaluationSettings,
     STSTask,
     evaluate,
@@ -44,8 +42,8 @@ from sklearn_isotropy.evaluation import (  # noqa: E402
 POOLINGS = ("first_last_avg", "mean", "embeddings_avg")
 METHODS = ("raw", "sn", "natsv", "whitening", "flow", "grid")
 PROTOCOLS = ("target", "train")
-START = "<!-- bench_quality:start -->"
-END = "<!-- bench_quality:end -->"
+README = REPO / "benchmarks" / "README.md"
+SECTION = "bench_quality"  # between its start and end markers in README
 
 # Published Spearman x100 on STS-B test, BERT-base uncased (DESIGN.md; Li et
 # al. 2020, Su et al. 2021), transforms fitted on the target sentences.
@@ -86,7 +84,6 @@ def _fmt(x):
 
 def _readme_section(res, meta):
     lines = [
-        START,
         "## STS-B quality (`bench_quality.py`)",
         "",
         f"Spearman ρ×100 on STS-B test ({meta['n_test']} pairs), cosine of pair "
@@ -132,26 +129,12 @@ def _readme_section(res, meta):
     lines += [f"| {m} | {p} | {v:.2f} |" for (m, p), v in PUBLISHED.items()]
     lines += [
         "",
-        f"Measured {meta['date']} on {meta['machine']} (2 CPU cores shared with "
+        f"Measured {meta['date']} on {meta['machine']} (the CPUs shared with "
         "other jobs, so timings are indicative only); encoding "
         f"{meta['n_sentences']} distinct sentences per pooling: "
         f"{meta['encode_seconds']}. Rerun: `python benchmarks/bench_quality.py`.",
-        END,
     ]
     return "\n".join(lines)
-
-
-def _write_readme(section):
-    path = REPO / "benchmarks" / "README.md"
-    text = path.read_text(encoding="utf-8") if path.is_file() else "# Benchmarks\n"
-    if START in text and END in text:
-        before, rest = text.split(START, 1)
-        after = rest.split(END, 1)[1]
-        text = before + section + after
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 def _targets(res):
@@ -236,7 +219,7 @@ def main(argv=None):
                     embeddings={pooling: emb},
                 )
             for method in methods:
-                r = ev.record(method, pooling)
+                r = ev.record(method, pooling).to_dict()
                 if "error" in r:
                     print(f"  {method}/{fit_on}: failed: {r['error']}")
                 r.setdefault("spearman_x100", None)
@@ -261,13 +244,13 @@ def main(argv=None):
         "whitening_k": settings.n_components,
         "targets": targets,
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
-        "machine": f"{platform.machine()} Linux, Python {platform.python_version()}",
+        "machine": machine_line(date=False, load=False),
         "encode_seconds": ", ".join(f"{p} {s}" for p, s in enc_seconds.items()),
     }
     if args.json:
         Path(args.json).write_text(json.dumps({"meta": meta, "results": res}, indent=2))
     if not args.no_readme and not args.max_pairs:
-        print(f"wrote {_write_readme(_readme_section(res, meta))}")
+        replace_section(README, SECTION, _readme_section(res, meta), blank_lines=False)
     return 0
 
 

@@ -26,17 +26,14 @@ once to fill the cache, then again for the timings::
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import sys
 import time
 from pathlib import Path
 
-from _stsb import REPO, stsb_dir  # noqa: E402  (sibling module)
+from _common import REPO, load_average, machine_line, replace_section
+from _stsb import stsb_dir
 
-sys.path.insert(0, str(REPO))
-
-from sklearn_isotropy.evaluation import (  # noqa: E402
+from sklearn_isotropy.evaluation import (
     METHODS,
     EvaluationSettings,
     RetrievalTask,
@@ -46,8 +43,8 @@ from sklearn_isotropy.evaluation import (  # noqa: E402
     write_reports,
 )
 
-START = "<!-- bench_retrieval:start -->"
-END = "<!-- bench_retrieval:end -->"
+PAGE = REPO / "benchmarks" / "retrieval.md"
+SECTION = "bench_retrieval"  # between its start and end markers in PAGE
 POOLINGS = ("mean", "embeddings_avg")
 HALF = "whitening-half"
 
@@ -65,25 +62,6 @@ if HALF not in METHODS:
         return WhiteningTransformer(n_components=k, power=0.5), {
             "n_components": k or n_features
         }
-
-
-def _machine():
-    cpu = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{os.cpu_count()} logical CPUs ({cpu}), {platform.machine()} Linux"
-
-
-def _load():
-    try:
-        return os.getloadavg()[0]
-    except OSError:
-        return float("nan")
 
 
 def _centring_rows(task, embeddings, settings):
@@ -147,7 +125,6 @@ def _paired_errors(records, metric="mrr@10"):
 def _readme_section(ev, centring, meta, figures, noise):
     task = ev.task.summary()
     lines = [
-        START,
         "## Retrieval on STS-B (`bench_retrieval.py`)",
         "",
         f"Task: the {'+'.join(task['query_splits'])} pairs of STS-B rated ≥ "
@@ -226,27 +203,13 @@ def _readme_section(ev, centring, meta, figures, noise):
             )
     lines += [
         "",
-        f"Measured {meta['date']} on {meta['machine']}, Python "
-        f"{platform.python_version()}; load average {meta['load_before']:.1f} "
-        f"before and {meta['load_after']:.1f} after the run "
-        f"({meta['lock']}). Encoding: {meta['encoding']}. Study: "
+        f"Measured {meta['date']} on {meta['machine']}; load average "
+        f"{meta['load_before']:.1f} before and {meta['load_after']:.1f} after the "
+        f"run ({meta['lock']}). Encoding: {meta['encoding']}. Study: "
         f"{meta['study_seconds']:.0f} s. "
         "Rerun: `python benchmarks/bench_retrieval.py`.",
-        END,
     ]
     return "\n".join(lines)
-
-
-def _write_readme(section):
-    path = REPO / "benchmarks" / "retrieval.md"
-    text = path.read_text(encoding="utf-8")
-    if START in text and END in text:
-        before, rest = text.split(START, 1)
-        after = rest.split(END, 1)[1]
-        text = before + section + after
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    path.write_text(text, encoding="utf-8")
 
 
 def main(argv=None):
@@ -289,7 +252,7 @@ def main(argv=None):
     task.data_name = f"STS-B ({args.query_splits} pairs >= 4 as queries)"
     methods = list(RetrievalTask.default_methods)
     methods.insert(methods.index("whitening") + 1, HALF)
-    load_before = _load()
+    load_before = load_average()
     start = time.perf_counter()
     ev = evaluate(
         task,
@@ -301,16 +264,18 @@ def main(argv=None):
         time.perf_counter() - start - sum(e["seconds"] for e in ev.encodings.values())
     )
     # centring check: reuse the cached encodings
-    from sklearn_isotropy.evaluation import encode_texts
+    from sklearn_isotropy.evaluation._task import encode_texts
 
     centring = {}
     for pooling in POOLINGS:
         embeddings = task.embed(lambda t, p=pooling: encode_texts(t, settings, p)[0])
         centring[pooling] = _centring_rows(task, embeddings, settings)
-    load_after = _load()
-    noise = {p: _paired_errors(ev.results(p)) for p in ev.poolings}
+    load_after = load_average()
+    noise = {
+        p: _paired_errors([r.to_dict() for r in ev.results(p)]) for p in ev.poolings
+    }
     for r in ev.records:
-        r.pop("per_query", None)
+        r.values.pop("per_query", None)
 
     out = Path(args.out)
     files, _ = write_reports(ev, out)
@@ -339,10 +304,10 @@ def main(argv=None):
             f"difference from raw {100 * e['min']:.2f}-{100 * e['max']:.2f} (x100)"
         )
     print(f"\nreports: {', '.join(files)}")
-    backends = sorted({r.get("backend") for r in ev.records} - {None})
+    backends = sorted({r.values.get("backend") for r in ev.records} - {None})
     meta = {
         "date": time.strftime("%Y-%m-%d"),
-        "machine": _machine(),
+        "machine": machine_line(date=False, load=False, cpu_model=True),
         "load_before": load_before,
         "load_after": load_after,
         "lock": args.lock,
@@ -359,8 +324,12 @@ def main(argv=None):
         ),
     }
     if not args.no_readme:
-        _write_readme(_readme_section(ev, centring, meta, figures, noise))
-        print("tables written to benchmarks/retrieval.md")
+        replace_section(
+            PAGE,
+            SECTION,
+            _readme_section(ev, centring, meta, figures, noise),
+            blank_lines=False,
+        )
     return 0
 
 

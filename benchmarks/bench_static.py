@@ -50,40 +50,36 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import platform
-import sys
 import tempfile
 import time
 import warnings
 from pathlib import Path
 
 import numpy as np
-from _sts_sets import sts1214_dir  # noqa: E402  (sibling module)
-from _stsb import REPO, stsb_dir  # noqa: E402  (sibling module)
-from bench_encoder import _timed_rounds  # noqa: E402  (sibling module)
-from bench_noise import _table  # noqa: E402  (sibling module)
-from bench_quality import _encode_cached  # noqa: E402  (sibling module)
+from _common import REPO, load_average, machine_line, replace_section
+from _sts_sets import sts1214_dir
+from _stsb import stsb_dir
+from bench_encoder import _timed_rounds
+from bench_noise import _table
+from bench_quality import _encode_cached
+from sklearn.pipeline import make_pipeline
 
-sys.path.insert(0, str(REPO))
-
-from sklearn.pipeline import make_pipeline  # noqa: E402
-
-from sklearn_isotropy import (  # noqa: E402
+from sklearn_isotropy import (
     StaticEmbeddingVectorizer,
     WhiteningTransformer,
 )
-from sklearn_isotropy._defaults import DEFAULT_MODEL_DESCRIPTION  # noqa: E402
-from sklearn_isotropy.datasets import get_data_home, load_sts  # noqa: E402
-from sklearn_isotropy.metrics import (  # noqa: E402
+from sklearn_isotropy._defaults import DEFAULT_MODEL_DESCRIPTION
+from sklearn_isotropy.datasets import get_data_home, load_sts
+from sklearn_isotropy.metrics import (
     cosine_spearman_score,
+    paired_cosine_similarity,
     pairs_to_qrels,
     retrieval_scores,
 )
 
 DOCS = REPO / "docs" / "user_guide" / "static.rst"
-START, END = ".. bench_static:start", ".. bench_static:end"
-PEERS_START = ".. bench_static_model2vec:start"
-PEERS_END = ".. bench_static_model2vec:end"
+# the two sections of DOCS, each between its start and end markers
+SECTION, PEERS_SECTION = "bench_static", "bench_static_model2vec"
 # STS12-14 beside STS-B (``shared/data/sts12-14``), or $SKLEARN_ISOTROPY_STS1X
 STS1X = ("STS12", "STS13", "STS14")
 WEIGHTINGS = [
@@ -182,7 +178,7 @@ def _fit_times(args, cache):
     ]
     times = {}
     for label, params in runs:
-        load = os.getloadavg()[0]
+        load = load_average()
         start, start_cpu = time.perf_counter(), time.process_time()
         vec = StaticEmbeddingVectorizer(args.model, **params).fit(fit_texts)
         wall, cpu = time.perf_counter() - start, time.process_time() - start_cpu
@@ -218,38 +214,31 @@ def main(argv=None):
         help="part 6 alone: model2vec's distill and the to_model2vec folders",
     )
     args = parser.parse_args(argv)
-    load_before = os.getloadavg()[0]
+    load_before = load_average()
     if args.peers_only:
         with tempfile.TemporaryDirectory(prefix="bench_static_") as tmp:
             lines = _peers(args, tmp, memory=_cache_dir(args) / "static_memory")
-        _publish(args, lines, load_before, PEERS_START, PEERS_END)
+        _publish(args, lines, load_before, PEERS_SECTION)
         return
     with tempfile.TemporaryDirectory(prefix="bench_static_") as tmp:
         fit_times, table_shape = _fit_times(args, tmp)
         if args.times_only:
-            print(
-                f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after"
-            )
+            print(f"load average {load_before:.1f} before, {load_average():.1f} after")
             return
         lines = _quality_and_speed(args, fit_times, table_shape, tmp)
-        _publish(args, lines, load_before, START, END)
-        load_before = os.getloadavg()[0]
+        _publish(args, lines, load_before, SECTION)
+        load_before = load_average()
         lines = _peers(args, tmp, memory=f"{tmp}/memory")
-    _publish(args, lines, load_before, PEERS_START, PEERS_END)
+    _publish(args, lines, load_before, PEERS_SECTION)
 
 
-def _publish(args, lines, load_before, start, end):
+def _publish(args, lines, load_before, section):
     """Print a block of tables, and write it between its markers in the docs."""
-    lines[-3] += (
-        f" Load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after."
-    )
+    lines[-1] += f" Load average {load_before:.1f} before, {load_average():.1f} after."
     text = "\n".join(lines)
     print(text)
-    if args.no_docs:
-        return
-    before, rest = DOCS.read_text(encoding="utf-8").split(start, 1)
-    DOCS.write_text(before + text + rest.split(end, 1)[1], encoding="utf-8")
-    print(f"wrote {DOCS}", file=sys.stderr)
+    if not args.no_docs:
+        replace_section(DOCS, section, text)
 
 
 def _cache_dir(args):
@@ -348,8 +337,6 @@ def _quality_and_speed(args, fit_times, table_shape, tmp):
     ]
     post_names = list(POSTS)
     return [
-        START,
-        "",
         f"Wall seconds of ``fit`` on the {len(fit_texts):,} train sentences "
         f"(vocabulary of {table_shape[0]:,} tokens, table {table_shape[0]:,} x "
         f"{table_shape[1]}), the CPU seconds of the process (all its threads) "
@@ -391,10 +378,8 @@ def _quality_and_speed(args, fit_times, table_shape, tmp):
         f"Encoder: {model}; retrieval queries: pairs rated >= 4 (dev "
         f"{len(dev.queries)}, test {len(test.queries)}) over all "
         f"{len(sentences):,} STS-B sentences. Measured {time.strftime('%Y-%m-%d')} "
-        f"on {platform.machine()} Linux, {os.cpu_count()} logical CPUs "
+        f"on {machine_line(date=False, versions=False, load=False)} "
         "(`python benchmarks/bench_static.py`).",
-        "",
-        END,
     ]
 
 
@@ -457,12 +442,11 @@ def _speed_and_parity(args, fitted, fit_texts, data, tmp):
     expected = pipe.transform(texts)
     got = exported.encode(texts)
 
-    def cos(a, b):
-        a, b = a.astype(np.float64), b.astype(np.float64)
-        return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
-
     cos_error = np.max(
-        np.abs(cos(got[:-1], got[1:]) - cos(expected[:-1], expected[1:]))
+        np.abs(
+            paired_cosine_similarity(got[:-1], got[1:])
+            - paired_cosine_similarity(expected[:-1], expected[1:])
+        )
     )
     onnx_error = np.max(np.abs(onnx_run(texts) - expected))
     parity_rows = [
@@ -702,21 +686,18 @@ def _peers(args, tmp, memory):
         for name, t in times.items()
     ]
 
-    # parity: each folder against the pipeline's output at unit length
-    expected = pipe.transform(texts).astype(np.float64)
-    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    # parity: each folder against the pipeline's output
+    expected = pipe.transform(texts)
     unk = vec.tokenizer_.token_to_id(str(vec.tokenizer_.model.unk_token))
     with_unk = sum(
         unk in vec.tokenizer_.encode(t, add_special_tokens=False).ids for t in texts
     )
     parity_rows = []
     for dtype, model in loaded.items():
-        got = model.encode(texts).astype(np.float64)
-        cos = (got * expected).sum(1) / np.linalg.norm(got, axis=1)
-        pairs_got = (got[:-1] * got[1:]).sum(1) / (
-            np.linalg.norm(got[:-1], axis=1) * np.linalg.norm(got[1:], axis=1)
-        )
-        pairs_expected = (expected[:-1] * expected[1:]).sum(1)
+        got = model.encode(texts)
+        cos = paired_cosine_similarity(got, expected)
+        pairs_got = paired_cosine_similarity(got[:-1], got[1:])
+        pairs_expected = paired_cosine_similarity(expected[:-1], expected[1:])
         parity_rows.append(
             [
                 dtype,
@@ -743,8 +724,6 @@ def _peers(args, tmp, memory):
         distill_note = f"{version} took {distill_seconds:.0f} s."
     pipe_speed = len(texts) / base
     return [
-        PEERS_START,
-        "",
         "Spearman x100 on STS-B test and STS12 to STS14 (each year's pairs "
         "pooled), their mean (4-set), and the size in MB of what is served "
         "(the folder, for model2vec); everything fitted or distilled from "
@@ -779,15 +758,13 @@ def _peers(args, tmp, memory):
         *_table(["dtype", "cosine difference", "1 - cos"], parity_rows),
         "",
         f"{distill_note} The pipeline: {pipe_speed:,.0f} sentences/s. Measured "
-        f"{time.strftime('%Y-%m-%d')} on {platform.machine()} Linux, "
-        f"{os.cpu_count()} logical CPUs "
+        f"{time.strftime('%Y-%m-%d')} on "
+        f"{machine_line(date=False, versions=False, load=False)} "
         + (
             "(`python benchmarks/bench_static.py --peers-only`)."
             if args.peers_only
             else "(part 6 of `python benchmarks/bench_static.py`)."
         ),
-        "",
-        PEERS_END,
     ]
 
 

@@ -33,26 +33,27 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
-import sys
 import tempfile
 import time
 import warnings
 from pathlib import Path
 
 import numpy as np
-from _sts_sets import sts1214_dir  # noqa: E402  (sibling module)
-from _stsb import REPO, stsb_dir  # noqa: E402  (sibling module)
-from bench_noise import _table  # noqa: E402  (sibling module)
+from _common import load_average, machine_line
+from _sts_sets import sts1214_dir
+from _stsb import stsb_dir
+from bench_noise import _table
 
-sys.path.insert(0, str(REPO))
-
-from sklearn_isotropy import (  # noqa: E402
+from sklearn_isotropy import (
     StaticEmbeddingVectorizer,
     WhiteningTransformer,
 )
-from sklearn_isotropy.datasets import get_data_home, load_sts  # noqa: E402
-from sklearn_isotropy.metrics import cosine_spearman_score  # noqa: E402
+from sklearn_isotropy.datasets import get_data_home, load_sts
+from sklearn_isotropy.metrics import (
+    cosine_spearman_score,
+    paired_cosine_similarity,
+    spearman_score,
+)
 
 SETS = ("test", "sts12", "sts13", "sts14")  # the 4-set
 POSTS = {
@@ -139,7 +140,7 @@ def part_time(args, fit_texts):
                 rows.append([f"{backend}: first export", f"{seconds:.1f}", "", ""])
                 print(rows[-1], flush=True)
             for _ in range(args.repeats):
-                load = os.getloadavg()[0]
+                load = load_average()
                 start, start_cpu = time.perf_counter(), time.process_time()
                 _quiet(
                     StaticEmbeddingVectorizer(args.model, refine_backend=backend).fit,
@@ -357,8 +358,6 @@ def part_tried(args, fit_texts, pairs):
     Returns ``(rows, analysis rows)``: each idea's scores, and the static
     pipeline against the encoder on each kind of dev pair.
     """
-    from scipy.stats import spearmanr
-
     from sklearn_isotropy.text._static_refine import one_word_deleted
 
     refit = Refitter(args, fit_texts)
@@ -454,19 +453,18 @@ def part_tried(args, fit_texts, pairs):
         ),
     }
 
-    def cosines(u, v):
-        return (u * v).sum(1) / np.linalg.norm(u, axis=1) / np.linalg.norm(v, axis=1)
-
-    columns = [cosines(encoded_a, encoded_b)]
+    columns = [paired_cosine_similarity(encoded_a, encoded_b)]
     for key in (0.0, default_k, ("deleted", default_k)):
         encode = refit.encoder_of(tables[key])
         post = _quiet(POSTS['noise_variance="auto"']().fit, encode(fit_texts))
-        columns.append(cosines(post.transform(encode(a)), post.transform(encode(b))))
+        columns.append(
+            paired_cosine_similarity(
+                post.transform(encode(a)), post.transform(encode(b))
+            )
+        )
     analysis = []
     for kind, mask in kinds.items():
-        cells = [
-            f"{100 * spearmanr(c[mask], gold[mask]).statistic:.2f}" for c in columns
-        ]
+        cells = [f"{100 * spearman_score(gold[mask], c[mask]):.2f}" for c in columns]
         analysis.append([kind, f"{mask.sum():,}", *cells])
     return rows, analysis
 
@@ -495,7 +493,7 @@ def main(argv=None):
     )
     args = parser.parse_args(argv)
     fit_texts, pairs = _data()
-    load_before = os.getloadavg()[0]
+    load_before = load_average()
     lines = []
     if args.part in (None, "time"):
         rows = part_time(args, fit_texts)
@@ -541,9 +539,9 @@ def main(argv=None):
             "",
         ]
     lines.append(
-        f"Measured {time.strftime('%Y-%m-%d')} on {platform.machine()} Linux, "
-        f"{os.cpu_count()} logical CPUs, load average {load_before:.1f} before, "
-        f"{os.getloadavg()[0]:.1f} after "
+        f"Measured {time.strftime('%Y-%m-%d')} on "
+        f"{machine_line(date=False, versions=False, load=False)}, load average "
+        f"{load_before:.1f} before, {load_average():.1f} after "
         "(`python benchmarks/bench_static_quality.py`)."
     )
     print("\n".join(lines))

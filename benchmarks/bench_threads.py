@@ -30,11 +30,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+from _common import load_average, machine_line
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from sklearn_isotropy import WhiteningTransformer
@@ -88,8 +88,7 @@ def main():
     n, d = args.n_samples, args.n_features
     blas = max(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
     print(
-        f"machine: {platform.machine()}, {os.cpu_count()} logical CPUs, BLAS "
-        f"default {blas} threads; numpy {np.__version__}; {n:,} x {d} float32; "
+        f"{machine_line()}; BLAS default {blas} threads; {n:,} x {d} float32; "
         f"{args.repeat} interleaved rounds, {args.settle:g} s idle before each call"
     )
     X = embeddings(n, d)
@@ -109,7 +108,7 @@ def main():
             "fit WhiteningTransformer": lambda: WhiteningTransformer().fit(X),
         }
     )
-    load_before = os.getloadavg()[0]
+    load_before = load_average()
     times = {name: [] for name in candidates}
     for _ in range(args.repeat):
         for name, fn in candidates.items():
@@ -118,7 +117,7 @@ def main():
             fn()
             times[name].append(time.perf_counter() - t0)
     times = {name: np.array(t) for name, t in times.items()}
-    print(f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after\n")
+    print(f"load average {load_before:.1f} before, {load_average():.1f} after\n")
     for name, t in times.items():
         print(f"{name:28s} best {t.min():7.3f} s   median {np.median(t):7.3f} s")
     pairs = [(f"eigh {k}, 1 thread", f"eigh {k}, default threads") for k in covs]

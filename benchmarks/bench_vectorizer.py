@@ -26,18 +26,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
-import sys
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from _stsb import REPO, load_sentences  # noqa: E402  (sibling module)
-
-sys.path.insert(0, str(REPO))
-
-import numpy as np  # noqa: E402
+import numpy as np
+from _common import machine_line
+from _stsb import load_sentences
 
 
 def main():
@@ -101,9 +97,8 @@ def main():
 
     n = len(texts)
     print(
-        f"machine: {platform.machine()}, {os.cpu_count()} logical CPUs, "
-        f"torch {torch.__version__}, {torch.get_num_threads()} torch threads, "
-        f"load average {os.getloadavg()[0]:.2f} (other agents share the CPU)"
+        f"{machine_line()}; torch {torch.__version__}, {torch.get_num_threads()} "
+        "torch threads (other agents share the CPU)"
     )
     print(
         f"{n} distinct STS-B train sentences, batch_size={args.batch_size}, "
@@ -175,9 +170,8 @@ def bench_cache_key(args):
         encoding.append(time.perf_counter() - start)
     hash_s, check_s, enc_s = map(np.median, (hashing, checking, encoding))
     print(
-        f"machine: {platform.machine()}, {os.cpu_count()} logical CPUs, "
-        f"torch {torch.__version__}, {torch.get_num_threads()} torch threads, "
-        f"load average {os.getloadavg()[0]:.2f}"
+        f"{machine_line()}; torch {torch.__version__}, {torch.get_num_threads()} "
+        "torch threads"
     )
     print(f"model: all-MiniLM-L6-v2, {n_bytes / 1e6:.1f} MB of weights and buffers")
     print(

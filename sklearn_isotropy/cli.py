@@ -104,12 +104,12 @@ def _names(registry, what, normalize=None):
     return parse
 
 
-def _argument_types():
-    """Return what each ``parser`` name of the settings' metadata means."""
+def _argument_types(task):
+    """Return what each ``parser`` name of the settings' metadata means for ``task``."""
     from .datasets import SENTEVAL_TASKS, STS_FORMATS
-    from .evaluation import QUANTIZATIONS
     from .text import POOLING_PRESETS
 
+    quantizations = getattr(task, "quantizations", {})
     return {
         "int": {"type": lambda t: _number(t, integer=True)},
         "positive_int": {"type": lambda t: _number(t, integer=True, low=1)},
@@ -118,7 +118,7 @@ def _argument_types():
         "number>=0": {"type": lambda t: _number(t, low=0)},
         "ints": {"type": _ints},
         "pooling": {"action": "append", "choices": list(POOLING_PRESETS)},
-        "quantizations": {"type": _names(QUANTIZATIONS, "precision(s)")},
+        "quantizations": {"type": _names(quantizations, "precision(s)")},
         "sts_format": {"choices": list(STS_FORMATS)},
         "senteval_tasks": {
             "type": _names(SENTEVAL_TASKS, "task(s)", normalize=str.upper)
@@ -134,7 +134,7 @@ def _default_text(value):
 
 def _add_task_parser(sub, task):
     """Add the subcommand of ``task``: its data, methods, protocol and settings."""
-    from .evaluation import METHODS, EvaluationSettings, Report
+    from .evaluation import METHODS, EvaluationSettings
     from .text import POOLING_PRESETS
 
     command, description = _COMMANDS.get(task.name, (task.name, task.name))
@@ -145,11 +145,9 @@ def _add_task_parser(sub, task):
     )
     options = EvaluationSettings.options(task.name)
     if any(f.metadata["cli"]["parser"] == "quantizations" for f in options):
-        from .evaluation import QUANTIZATIONS
-
         epilog += "\n\nprecisions:\n" + "\n".join(
             f"  {q.name:<17} {textwrap.shorten(q.help, 60)}"
-            for q in QUANTIZATIONS.values()
+            for q in task.quantizations.values()
         )
     epilog += "\n\npoolings:\n" + "\n".join(
         f"  {p.name:<15} {p.description}" for p in POOLING_PRESETS.values()
@@ -199,7 +197,7 @@ def _add_task_parser(sub, task):
         help="what the transforms are fitted on: "
         + "; ".join(f"{name}: {text}" for name, text in task.protocols.items()),
     )
-    types = _argument_types()
+    types = _argument_types(task)
     for f in options:
         cli = f.metadata["cli"]
         flag = "--" + f.name.replace("_", "-") if cli["flag"] is True else cli["flag"]
@@ -213,7 +211,7 @@ def _add_task_parser(sub, task):
         parser.add_argument(
             flag, dest=f.name, help=f"{help_text} (default: {shown})", **parser_kwargs
         )
-    stem = Report.for_task(task).stem
+    stem = task.report.stem
     parser.add_argument(
         "--out",
         default="results",
@@ -298,13 +296,7 @@ def _check_out(out, names):
 def _run(args):
     """Load the task, run its methods, print the tables, write the reports."""
     from ._defaults import DEFAULT_MODEL_DESCRIPTION
-    from .evaluation import (
-        EvaluationSettings,
-        Report,
-        evaluate,
-        format_table,
-        write_reports,
-    )
+    from .evaluation import EvaluationSettings, evaluate, format_table, write_reports
 
     task_class = args.task
     values = {
@@ -316,7 +308,7 @@ def _run(args):
         values["poolings"] = tuple(dict.fromkeys(values["poolings"]))
     # bars only where someone watches (a terminal); step lines always
     settings = EvaluationSettings(**values, progress=False if args.quiet else None)
-    report = Report.for_task(task_class)
+    report = task_class.report
     names = [f"{report.stem}.md", f"{report.stem}.json"]
     figures = [n.format(p) for p in settings.poolings for n in report.figure_names]
     figures = [] if args.no_figures else figures
@@ -333,7 +325,7 @@ def _run(args):
     print(f"Model: {settings.model or DEFAULT_MODEL_DESCRIPTION}", flush=True)
     ev = evaluate(task, methods=args.methods, settings=settings, log=log)
     print(f"\n{report.title}\n\n{format_table(ev)}\n")
-    for line in Report.of(ev).console_lines():
+    for line in report(ev).console_lines():
         print(line)
     print(f"Fitting protocol: {ev.protocol}.")
     try:

@@ -86,7 +86,15 @@ def test_scores_match_an_independent_computation(method, transformer):
         else:
             folds = StratifiedKFold(5, shuffle=True, random_state=0).split(X, y)
         expected = _independent(transformer, X, y, folds)
-        got = {r["estimator"]: r for r in ev.records if r["task"] == name}
+        got = {
+            r.values["estimator"]: {
+                **r.values,
+                "method": r.method,
+                "pooling": r.pooling,
+            }
+            for r in ev.records
+            if r.values["task"] == name
+        }
         assert list(got) == ["logistic", "knn", "kmeans"]
         for kind, value in expected.items():
             np.testing.assert_allclose(got[kind]["score"], value, atol=1e-9)
@@ -101,13 +109,13 @@ def test_grid_searches_inside_each_training_fold():
     ev = evaluate(
         task, methods=["grid"], settings=settings, embeddings={"m": embeddings}
     )
-    assert [(r["task"], r["estimator"]) for r in ev.records] == [
+    assert [(r.values["task"], r.values["estimator"]) for r in ev.records] == [
         ("bin", "logistic"),
         ("bin", "knn"),
         ("three", "logistic"),
         ("three", "knn"),
     ]
-    rec = ev.records[0]
+    rec = ev.records[0].values
     assert len(rec["chosen"]) == 5 and all("transformer" in c for c in rec["chosen"])
     # the first fold's choice, recomputed: the same search on the same rows
     from sklearn.model_selection import GridSearchCV
@@ -162,7 +170,7 @@ def test_senteval_protocol_has_ten_folds_and_chooses_c(monkeypatch):
     ev = evaluate(
         task, methods=["raw"], settings=settings, embeddings={"m": embeddings}
     )
-    logistic = ev.records[0]
+    logistic = ev.records[0].values
     assert logistic["estimator"] == "logistic" and len(logistic["fold_scores"]) == 10
     from sklearn.model_selection import GridSearchCV
 

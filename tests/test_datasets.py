@@ -253,8 +253,10 @@ def test_get_data_home(monkeypatch, tmp_path):
     assert get_data_home(tmp_path / "x") == tmp_path / "x"
     monkeypatch.delenv("SKLEARN_ISOTROPY_DATA")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    if os.name == "posix" and os.uname().sysname == "Linux":
-        assert get_data_home() == tmp_path / "xdg" / "sklearn_isotropy"
+    # on every platform, the directory of the package's other caches
+    assert get_data_home() == tmp_path / "xdg" / "sklearn_isotropy"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert get_data_home() == Path.home() / ".cache" / "sklearn_isotropy"
 
 
 # -------------------------------------------------------------- download

@@ -16,8 +16,8 @@ from sklearn_isotropy.evaluation import (
     STSTask,
     evaluate,
     format_table,
-    to_json,
 )
+from sklearn_isotropy.evaluation._report import to_json
 from sklearn_isotropy.exceptions import EvaluationWarning, RankDeficiencyWarning
 
 
@@ -91,7 +91,7 @@ def test_each_run_logs_the_score_the_task_names():
         embeddings={"mean": {"test": emb}},
         log=lines.append,
     )
-    rho = [r["spearman_x100"] for r in ev.records]
+    rho = [r.values["spearman_x100"] for r in ev.records]
     assert lines == [
         f"[mean] raw: {rho[0]:.2f}",
         f"[mean] whitening-6: {rho[1]:.2f}",
@@ -118,8 +118,8 @@ def test_run_warnings_are_raised_once_with_their_origin():
     assert str(ours[1].message).startswith("[cls] whitening: RankDeficiencyWarning")
     assert ours[0].filename == __file__  # the caller's line
     record = ev.record("whitening", "mean")
-    assert len(record["warnings"]) == 1 and "numerical rank" in record["warnings"][0]
-    assert ev.record("raw", "mean")["warnings"] == []
+    assert len(record.warnings) == 1 and "numerical rank" in record.warnings[0]
+    assert ev.record("raw", "mean").warnings == []
 
 
 def test_table_blocks_per_pooling_fit_100_columns():
@@ -137,7 +137,7 @@ def test_table_blocks_per_pooling_fit_100_columns():
         assert f"{p} pooling:" in text
     md = format_table(ev, markdown=True)
     assert md.count("### ") == len(poolings)
-    assert f"{ev.record('sn', 'mean')['spearman_x100']:.2f}" in md
+    assert f"{ev.record('sn', 'mean').values['spearman_x100']:.2f}" in md
 
 
 def test_grid_search_shows_a_progress_bar(capfd):
@@ -149,7 +149,7 @@ def test_grid_search_shows_a_progress_bar(capfd):
     embeddings = {"mean": {"test": emb, "dev": dev}}
     ev = evaluate(task, methods=["grid"], settings=settings, embeddings=embeddings)
     err = capfd.readouterr().err
-    n_fits = ev.record("grid", "mean")["params"]["n_candidates"] * 3
+    n_fits = ev.record("grid", "mean").params["n_candidates"] * 3
     assert "grid search" in err and f"{n_fits}/{n_fits}" in err
     settings.progress = False
     evaluate(task, methods=["grid"], settings=settings, embeddings=embeddings)
@@ -221,7 +221,7 @@ def test_a_warning_several_methods_raise_is_shown_once_per_pooling():
     shown = [str(w.message) for w in caught if w.category is EvaluationWarning]
     assert len(shown) == 1, shown
     assert shown[0].startswith("[mean] pca: RankDeficiencyWarning: The covariance")
-    kept = [ev.record(m, "mean")["warnings"] for m in ("pca", "whitening")]
+    kept = [ev.record(m, "mean").warnings for m in ("pca", "whitening")]
     assert kept[0] == kept[1] and "numerical rank" in kept[0][0]
 
 
@@ -244,7 +244,8 @@ def test_a_report_write_that_fails_keeps_the_previous_reports(tmp_path):
     import resource
     import signal
 
-    from sklearn_isotropy.evaluation import to_markdown, write_reports
+    from sklearn_isotropy.evaluation import write_reports
+    from sklearn_isotropy.evaluation._report import to_markdown
 
     before, after = _two_runs()
     write_reports(before, tmp_path, figures=False)

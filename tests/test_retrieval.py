@@ -30,10 +30,12 @@ from sklearn_isotropy import WhiteningTransformer
 from sklearn_isotropy.cli import main
 from sklearn_isotropy.evaluation import (
     METHODS,
-    QUANTIZATIONS,
     EvaluationSettings,
     RetrievalTask,
     evaluate,
+)
+from sklearn_isotropy.evaluation._quantization import (
+    QUANTIZATIONS,
     register_quantization,
 )
 from sklearn_isotropy.exceptions import (
@@ -66,10 +68,10 @@ def score_retrieval(
 
 
 def run_study(queries, docs, task, *, fit_emb, settings, **kwargs):
-    """The records of a retrieval evaluation of precomputed embeddings."""
+    """The records of a retrieval evaluation, as dicts (their JSON form)."""
     embeddings = {"queries": queries, "corpus": docs, "fit": fit_emb}
     ev = evaluate(task, settings=settings, embeddings={"mean": embeddings}, **kwargs)
-    return ev.records
+    return [r.to_dict() for r in ev.records]
 
 
 def _has_faiss():

@@ -32,7 +32,7 @@ from sklearn_isotropy import (  # noqa: E402
     WhiteningTransformer,
 )
 from sklearn_isotropy.text import _static_refine  # noqa: E402
-from sklearn_isotropy.text._static import token_probabilities  # noqa: E402
+from sklearn_isotropy.text._static_weighting import token_probabilities  # noqa: E402
 
 TEXTS = [
     "the cat sat on the mat",
@@ -262,7 +262,7 @@ def test_zipf_frequencies_are_model2vecs_rank_estimate(tiny_bert, hf):
 
 def test_zipf_frequencies_leave_out_unused_placeholders():
     tokenizers = pytest.importorskip("tokenizers")
-    from sklearn_isotropy.text._static import token_probabilities, zipf_counts
+    from sklearn_isotropy.text._static_weighting import token_probabilities, zipf_counts
 
     words = ["[PAD]", "[unused0]", "[UNK]", "the", "[unused1]", "cat", "sat"]
     model = tokenizers.models.WordPiece(
@@ -531,7 +531,7 @@ def test_memory_keeps_the_encoders_embeddings(tiny_bert, fitted, tmp_path, monke
 def test_auto_refine_backend(monkeypatch):
     import importlib.util
 
-    from sklearn_isotropy.text._static import AUTO_ONNX_BACKEND, refine_backend
+    from sklearn_isotropy.text._static_refine import AUTO_ONNX_BACKEND, refine_backend
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     installed = all(importlib.util.find_spec(n) for n in ("onnx", "onnxruntime"))
@@ -552,8 +552,7 @@ def test_refine_encodes_with_the_onnx_backends(tiny_bert, hf, fitted, backend):
     pytest.importorskip("onnx")
     pytest.importorskip("onnxruntime")
     from sklearn_isotropy import BertPoolingVectorizer
-    from sklearn_isotropy.text._static import AUTO_ONNX_BACKEND
-    from sklearn_isotropy.text._static_refine import refine_table
+    from sklearn_isotropy.text._static_refine import AUTO_ONNX_BACKEND, refine_table
 
     vec = StaticEmbeddingVectorizer(tiny_bert, refine_backend=backend).fit(FIT_TEXTS)
     torch_table = fitted["sif"].embeddings_
@@ -649,10 +648,10 @@ def test_refine_pseudo_tokens_is_bounded(tiny_bert, k, monkeypatch):
 
     from sklearn_isotropy.text import _static_table
 
-    def distil(*args, **kwargs):
+    def distill(*args, **kwargs):
         raise AssertionError("distilled before the parameters were checked")
 
-    monkeypatch.setattr(_static_table, "distil", distil)
+    monkeypatch.setattr(_static_table, "distill", distill)
     match = r"'refine_pseudo_tokens'.* in the range \[0(\.0)?, 10000(\.0)?\]"
     with pytest.raises(InvalidParameterError, match=match):
         StaticEmbeddingVectorizer(tiny_bert, refine_pseudo_tokens=k).fit(FIT_TEXTS)
@@ -1292,7 +1291,7 @@ def _no_distillation(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("distilled although the table was cached")
 
-    monkeypatch.setattr(_static_table, "distil", fail)
+    monkeypatch.setattr(_static_table, "distill", fail)
 
 
 def test_a_second_fit_reads_the_verified_cache(tiny_bert, static_cache, monkeypatch):

@@ -524,13 +524,13 @@ def test_overflow_is_an_error(make_cone):
 # ------------------------------------------------------ lazy fitted map
 def _count_eighs(monkeypatch):
     calls = []
-    original = sklearn_isotropy.linear._whitening._sorted_eigh
+    original = sklearn_isotropy.linear._whitening.sorted_eigh
 
     def counting(a, *args, **kwargs):
         calls.append(a.shape)
         return original(a, *args, **kwargs)
 
-    monkeypatch.setattr(sklearn_isotropy.linear._whitening, "_sorted_eigh", counting)
+    monkeypatch.setattr(sklearn_isotropy.linear._whitening, "sorted_eigh", counting)
     return calls
 
 
@@ -1070,6 +1070,24 @@ def test_auto_noise_variance_is_the_eigenvalue_at_the_effective_rank():
     # a flat spectrum keeps its leading direction
     flat = WhiteningTransformer(noise_variance="auto").fit(rng.normal(size=(50, 2)))
     assert flat.n_components_ == 1
+
+
+@pytest.mark.parametrize("n_rows", [4000, 40])  # the primal and the dual form
+def test_auto_rule_and_diagnostics_agree_on_the_effective_rank(n_rows):
+    # one definition: the floor of "auto" is the covariance eigenvalue at the
+    # effective rank that diagnostics.effective_rank reports for the same rows
+    from sklearn_isotropy.diagnostics import effective_rank
+
+    rng = np.random.default_rng(11)
+    d = 60
+    basis = np.linalg.qr(rng.normal(size=(d, 6)))[0]
+    X = rng.normal(size=(n_rows, 6)) * [9.0, 7.0, 5.0, 4.0, 3.0, 2.0] @ basis.T
+    X += np.sqrt(0.5) * rng.normal(size=(n_rows, d)) + 1.0
+    rank = effective_rank(X)
+    assert 0.05 < rank - int(rank) < 0.95  # no floor decided by round-off
+    evals = np.sort(np.linalg.eigvalsh(np.cov(X, rowvar=False)))[::-1]
+    est = WhiteningTransformer(noise_variance="auto").fit(X)
+    assert est.noise_variance_ == pytest.approx(evals[int(rank)], rel=1e-9)
 
 
 ROTATION = np.linalg.qr(np.random.default_rng(5).normal(size=(3, 3)))[0]

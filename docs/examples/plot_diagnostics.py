@@ -31,12 +31,12 @@ import tempfile
 import matplotlib.pyplot as plt
 
 from sklearn_isotropy import BertPoolingVectorizer, WhiteningTransformer
+from sklearn_isotropy.datasets import load_sts_splits
 from sklearn_isotropy.diagnostics import (
     anisotropy_report,
     plot_cosine_histogram,
     plot_eigenvalue_spectrum,
 )
-from sklearn_isotropy.evaluation import load_sts_splits
 
 # ``load_sts_splits("stsb", ...)`` reads the STS Benchmark from the data
 # cache (see ``sklearn_isotropy.datasets.get_data_home``), downloading it

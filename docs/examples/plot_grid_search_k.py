@@ -34,7 +34,7 @@ from sklearn_isotropy import (
     PairedCosineSimilarity,
     WhiteningTransformer,
 )
-from sklearn_isotropy.evaluation import load_sts_splits
+from sklearn_isotropy.datasets import load_sts_splits
 
 # ``load_sts_splits("stsb", ...)`` reads the STS Benchmark from the data
 # cache (see ``sklearn_isotropy.datasets.get_data_home``), downloading it

@@ -8,9 +8,12 @@ without importing dask (:func:`is_dask_collection`), progress bars that
 cost nothing when off (:func:`progress_bar`), warning at the user's line
 (:func:`warn`), keeping a step's warnings with its result
 (:func:`record_warnings`, :func:`reraise_once`), the caches' homes
-(:func:`cache_home`) and writing a directory all at once with the user's
-permissions (:func:`publish_directory`, :func:`new_directory`); the doc
-links and output names of the estimators (:class:`DocLinkMixin`,
+(:func:`cache_home`), writing files all or nothing (:func:`write_files`)
+and a directory all at once with the user's permissions
+(:func:`publish_directory`, :func:`new_directory`); eigenpairs
+with deterministic signs and the effective rank of a spectrum
+(:func:`sorted_eigh`, :func:`fix_signs`, :func:`spectrum_effective_rank`);
+the doc links and output names of the estimators (:class:`DocLinkMixin`,
 :class:`PrefixedFeatureNamesMixin`).
 """
 
@@ -18,10 +21,17 @@ from __future__ import annotations
 
 from ._conventions import DocLinkMixin, PrefixedFeatureNamesMixin
 from ._device import resolve_device
-from ._files import cache_home, check_target, new_directory, publish_directory
+from ._files import (
+    cache_home,
+    check_target,
+    new_directory,
+    publish_directory,
+    write_files,
+)
 from ._optional import import_optional, is_dask_collection
 from ._progress import interactive_stderr, progress_bar
 from ._rows import normalize_rows
+from ._spectrum import fix_signs, sorted_eigh, spectrum_effective_rank
 from ._warnings import record_warnings, reraise_once, warn
 
 __all__ = [
@@ -29,6 +39,7 @@ __all__ = [
     "PrefixedFeatureNamesMixin",
     "cache_home",
     "check_target",
+    "fix_signs",
     "import_optional",
     "interactive_stderr",
     "is_dask_collection",
@@ -39,5 +50,8 @@ __all__ = [
     "record_warnings",
     "reraise_once",
     "resolve_device",
+    "sorted_eigh",
+    "spectrum_effective_rank",
     "warn",
+    "write_files",
 ]

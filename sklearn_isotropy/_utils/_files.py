@@ -1,6 +1,9 @@
-"""The package's cache homes, and writing a directory all at once.
+"""The package's cache homes, and writing files or a directory all at once.
 
-A directory is written with the permissions the user expects.
+:func:`write_files` writes files so that a reader sees each one whole or
+not at all (the reports, the ONNX cache's graphs, a downloaded file);
+:func:`publish_directory` does the same for a directory, with the
+permissions the user expects.
 """
 
 from __future__ import annotations
@@ -13,21 +16,59 @@ import uuid
 from pathlib import Path
 
 
-def cache_home(env: str, name: str) -> Path:
+def cache_home(env: str, name: str | None = None) -> Path:
     """Return the directory of one of the package's caches, named ``name``.
 
     ``$<env>`` when it is set (``~`` expanded), else ``<name>`` under
     ``$XDG_CACHE_HOME/sklearn_isotropy`` (``~/.cache/sklearn_isotropy`` when
-    that is unset). The exported ONNX encoders (``onnx``,
+    that is unset, on every platform), or that directory itself for
+    ``name=None``. The exported ONNX encoders (``onnx``,
     ``SKLEARN_ISOTROPY_ONNX_CACHE``) and the distilled static tables
-    (``static``, ``SKLEARN_ISOTROPY_STATIC_CACHE``) live there; the
-    embedding cache lives where ``memory=`` says.
+    (``static``, ``SKLEARN_ISOTROPY_STATIC_CACHE``) live there, and the
+    downloaded data sets in the directory itself
+    (``SKLEARN_ISOTROPY_DATA``); the embedding cache lives where ``memory=``
+    says.
     """
     value = os.environ.get(env)
     if value:
         return Path(value).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or Path("~", ".cache").expanduser()
-    return Path(base) / "sklearn_isotropy" / name
+    home = Path(base) / "sklearn_isotropy"
+    return home if name is None else home / name
+
+
+def write_files(directory, files):
+    """Write every file or none: under temporary names, then rename them all.
+
+    ``files`` maps a name in ``directory`` to its content: a str (written
+    as UTF-8), bytes, or ``write(path)``, which writes the file at ``path``
+    (a temporary ``.<name>.<random>.tmp`` beside the destination, on the
+    same file system, so the rename is atomic). Text and bytes are flushed
+    to disk before any rename. A failure while writing leaves every
+    previous file as it was and no temporary file behind.
+
+    Returns the paths written, as str, in the order of ``files``.
+    """
+    directory = Path(directory)
+    staged = {}
+    try:
+        for name, content in files.items():
+            staged[name] = path = directory / f".{name}.{uuid.uuid4().hex[:12]}.tmp"
+            if callable(content):
+                content(path)
+                continue
+            data = content.encode("utf-8") if isinstance(content, str) else content
+            with open(path, "xb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        for name, path in staged.items():
+            os.replace(path, directory / name)
+    finally:
+        for path in staged.values():
+            with contextlib.suppress(OSError):
+                path.unlink()
+    return [str(directory / name) for name in files]
 
 
 def new_directory(parent, prefix):

@@ -5,8 +5,10 @@ sentence-transformers' ``stsbenchmark.tsv.gz``, SemEval STS 2012-2016, SICK)
 and can download the STS Benchmark into a local cache. :data:`STS_FORMATS`
 lists the names its ``format=`` accepts. :func:`load_beir` reads a retrieval
 data set in the BEIR layout (corpus, queries, relevance judgements).
-:func:`load_senteval` reads SentEval's sentence classification tasks (MR,
-CR, SUBJ, MPQA, TREC) from SentEval's own folder layout.
+:func:`load_sts_splits` loads the splits an evaluation needs at once, with
+one clear error. :func:`load_senteval` reads SentEval's sentence
+classification tasks (MR, CR, SUBJ, MPQA, TREC) from SentEval's own folder
+layout.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from . import _sts
 from ._beir import load_beir
 from ._senteval import SENTEVAL_TASKS, load_senteval
+from ._splits import load_sts_splits
 from ._sts import get_data_home, load_sts
 
 #: The names :func:`load_sts` accepts as ``format=``, as a tuple of str in the
@@ -28,4 +31,5 @@ __all__ = [
     "load_beir",
     "load_senteval",
     "load_sts",
+    "load_sts_splits",
 ]

@@ -6,6 +6,19 @@ file, no directory it created), and it ends by a total deadline however the
 server behaves: a watchdog shuts the connection's socket when the deadline
 passes, so a server that trickles the status line, the headers or the body
 a byte at a time cannot hold it (each read also has its own timeout).
+
+Why not :func:`sklearn.datasets.fetch_file` (scikit-learn 1.6, our
+minimum), which checks a sha256 and renames a temporary file into place as
+this does: it downloads with ``urllib.request.urlretrieve``, which takes no
+timeout, so a server that accepts the connection and then says nothing
+holds it for ever (the socket's default timeout is None), and nothing of
+its bounds a server that trickles bytes; it retries three more times on a
+``URLError`` or ``TimeoutError`` (a body cut short included), a second
+apart, each with a ``UserWarning``, which multiplies any wait; it reads a
+body of any size; and it writes into a folder that must exist, which it
+never removes. A thin wrapper cannot reach urlretrieve's connection (only a
+process-wide opener or socket timeout would), so the few lines that give
+the deadline, the size cap and the clean failure stay here.
 """
 
 from __future__ import annotations

@@ -13,7 +13,6 @@ import http.client
 import logging
 import math
 import os
-import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -21,6 +20,7 @@ from pathlib import Path
 import numpy as np
 from sklearn.utils import Bunch
 
+from .._utils import cache_home
 from ..exceptions import NoSplitColumnError
 from ._download import fetch
 from ._files import reading
@@ -69,10 +69,10 @@ def get_data_home(data_home: str | os.PathLike | None = None) -> Path:
     ----------
     data_home : str or path-like, default=None
         Explicit directory. When None, the environment variable
-        ``SKLEARN_ISOTROPY_DATA`` is used if set, otherwise
-        ``sklearn_isotropy`` under the user's cache directory
-        (``$XDG_CACHE_HOME`` or ``~/.cache`` on Linux, ``~/Library/Caches``
-        on macOS, ``%LOCALAPPDATA%`` on Windows).
+        ``SKLEARN_ISOTROPY_DATA`` is used if set, otherwise the package's
+        cache directory, where its other caches live too:
+        ``$XDG_CACHE_HOME/sklearn_isotropy`` (``~/.cache/sklearn_isotropy``
+        when ``XDG_CACHE_HOME`` is unset, on every platform).
 
     Returns
     -------
@@ -87,16 +87,7 @@ def get_data_home(data_home: str | os.PathLike | None = None) -> Path:
     """
     if data_home is not None:
         return Path(data_home).expanduser()
-    env = os.environ.get("SKLEARN_ISOTROPY_DATA")
-    if env:
-        return Path(env).expanduser()
-    if sys.platform == "win32":
-        base = Path(os.environ.get("LOCALAPPDATA", Path.home() / "AppData" / "Local"))
-    elif sys.platform == "darwin":
-        base = Path.home() / "Library" / "Caches"
-    else:
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "sklearn_isotropy"
+    return cache_home("SKLEARN_ISOTROPY_DATA")
 
 
 # ---- low-level readers: each returns (sentences1, sentences2, scores, extra)

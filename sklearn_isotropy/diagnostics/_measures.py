@@ -8,7 +8,7 @@ from scipy.special import logsumexp
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_array
 
-from .._utils import normalize_rows
+from .._utils import normalize_rows, spectrum_effective_rank
 
 
 def _check_X(X, min_samples=2):
@@ -164,12 +164,16 @@ def isotropy_score(X: ArrayLike, *, normalize: bool = False) -> float:
 
 
 def effective_rank(X: ArrayLike, *, center: bool = True) -> float:
-    """Compute the effective rank of Roy & Vetterli (2007).
+    """Compute the effective rank of Roy & Vetterli (2007) of the covariance of `X`.
 
-    ``exp(H(p))`` where ``p_k = s_k / sum(s)`` are the normalised singular
-    values of `X` (centred by default) and ``H`` is the Shannon entropy. It
-    lies between 1 (all variance in one direction) and ``min(n_samples,
-    n_features)`` (a flat spectrum).
+    ``exp(H(p))`` where ``p_k = lambda_k / sum(lambda)`` are the normalised
+    eigenvalues of the covariance of `X` and ``H`` is the Shannon entropy.
+    Roy and Vetterli define the effective rank of a matrix on its singular
+    values; this is that of the covariance matrix, whose singular values are
+    its eigenvalues, the squared singular values of the centred `X`. It is
+    the rank at which ``WhiteningTransformer(noise_variance="auto")`` reads
+    its noise floor, on the same rows. It lies between 1 (all variance in
+    one direction) and ``min(n_samples, n_features)`` (a flat spectrum).
 
     Parameters
     ----------
@@ -177,7 +181,8 @@ def effective_rank(X: ArrayLike, *, center: bool = True) -> float:
         Embeddings.
     center : bool, default=True
         Subtract the column means first (the spread around the mean, not the
-        offset, is measured).
+        offset, is measured). With ``False``, the second-moment matrix
+        ``X.T @ X / n_samples`` takes the covariance's place.
 
     Returns
     -------
@@ -206,9 +211,7 @@ def effective_rank(X: ArrayLike, *, center: bool = True) -> float:
     if scale == 0:
         return 0.0
     s = np.linalg.svd(X / scale, compute_uv=False)
-    s = s[s > s[0] * 1e-12]
-    p = s / s.sum()
-    return float(np.exp(-np.sum(p * np.log(p))))
+    return spectrum_effective_rank(s**2)
 
 
 def top_component_variance_ratio(X: ArrayLike, *, n_components: int = 1) -> float:

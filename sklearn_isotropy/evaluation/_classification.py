@@ -37,6 +37,7 @@ from sklearn.utils import Bunch
 from .._utils import normalize_rows
 from ..exceptions import EvaluationError
 from ._methods import Method, SearchSpace
+from ._report import ClassificationReport
 from ._settings import EvaluationSettings
 from ._task import Task, check_fit_on, encode_once
 
@@ -78,7 +79,7 @@ class ClassificationTask(Task):
     >>> task = ClassificationTask({"toy": Bunch(data=[f"s{i}" for i in range(80)],
     ...                                         target=y)})
     >>> ev = evaluate(task, methods=["raw"], embeddings={"mean": {"toy": X}})
-    >>> [(r["estimator"], round(r["score"])) for r in ev.records]
+    >>> [(r.values["estimator"], round(r.values["score"])) for r in ev.records]
     [('logistic', 100), ('knn', 100), ('kmeans', 100)]
     """
 
@@ -96,6 +97,7 @@ class ClassificationTask(Task):
     }
     default_methods = ("raw", "center", "sn", "natsv", "whitening", "ppca")
     selects_on_labels = True
+    report = ClassificationReport
 
     def __post_init__(self):
         check_fit_on(self, self.fit_on)
@@ -212,10 +214,10 @@ class ClassificationTask(Task):
         return list(cv.split(np.zeros((n, 1)), bunch.target))
 
     @staticmethod
-    def progress(records: list[dict]) -> str:
+    def progress(records: list) -> str:
         mean = {}
         for r in records:
-            mean.setdefault(r["estimator"], []).append(r["score"])
+            mean.setdefault(r.values["estimator"], []).append(r.values["score"])
         return ", ".join(f"{e} {np.mean(v):.2f}" for e, v in mean.items())
 
     def score(

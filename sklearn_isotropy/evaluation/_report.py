@@ -2,7 +2,7 @@
 
 A :class:`Report` renders the records of a run: the columns of its table,
 the Markdown and JSON reports' task-specific parts, the console lines and
-the figures (:data:`REPORTS`, by task). The writers take the evaluation
+the figures (a task's ``report``). The writers take the evaluation
 and return text or write files; none runs anything.
 """
 
@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import platform
-import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -20,15 +19,18 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .._utils import write_files
 from ._quantization import QUANTIZATIONS
 
 if TYPE_CHECKING:
     from ._task import Evaluation, Task
 
 __all__ = [
-    "REPORTS",
+    "ClassificationReport",
     "Column",
     "Report",
+    "RetrievalReport",
+    "STSReport",
     "format_table",
     "to_json",
     "to_markdown",
@@ -45,7 +47,8 @@ class Column:
     header : str
         The column's heading.
     value : callable
-        ``value(record) -> str``, the cell of a record that ran.
+        ``value(values) -> str``, the cell of a record that ran, from the
+        task's values of the record.
     score : bool, default=False
         Whether it is a score: a failed run shows "failed" there, "-" elsewhere.
     left : bool, default=False
@@ -114,11 +117,11 @@ class Report:
         header = ["method", *[c.header for c in columns]]
         rows = []
         for r in self.evaluation.results(pooling):
-            if "error" in r:
+            if r.error:
                 cells = ["failed" if c.score else "-" for c in columns]
             else:
-                cells = [c.value(r) for c in columns]
-            rows.append([r["label"], *cells])
+                cells = [c.value(r.values) for c in columns]
+            rows.append([r.label, *cells])
         return header, rows, [True, *[c.left for c in columns]]
 
     def describe(self) -> str:
@@ -183,7 +186,7 @@ class Report:
 
     @classmethod
     def for_task(cls, task: Task | type[Task]) -> type[Report]:
-        """Return the report class of a task: its entry of :data:`REPORTS`.
+        """Return the report class of a task: its ``report`` attribute.
 
         Parameters
         ----------
@@ -195,7 +198,7 @@ class Report:
         type
             The task's report class; :class:`Report` if it has none.
         """
-        return REPORTS.get(task.name, Report)
+        return getattr(task, "report", Report)
 
     @classmethod
     def of(cls, evaluation: Evaluation) -> Report:
@@ -234,8 +237,10 @@ class STSReport(Report):
     def json_fields(self):
         diagnostics = {}
         for r in self.evaluation.records:
-            if "diagnostics" in r:
-                diagnostics.setdefault(r["pooling"], {})[_name(r)] = r["diagnostics"]
+            if "diagnostics" in r.values:
+                diagnostics.setdefault(r.pooling, {})[_name(r)] = r.values[
+                    "diagnostics"
+                ]
         splits = {s: len(b.scores) for s, b in self.evaluation.task.splits.items()}
         return {"splits": splits, "diagnostics": diagnostics}
 
@@ -248,10 +253,10 @@ class STSReport(Report):
             "|---|---|---:|---:|---:|---:|",
         ]
         for r in self.evaluation.records:
-            if "diagnostics" in r:
-                d = r["diagnostics"]
+            if "diagnostics" in r.values:
+                d = r.values["diagnostics"]
                 md.append(
-                    f"| {r['pooling']} | {_name(r)} | {d['mean_pair_cosine']:.3f} "
+                    f"| {r.pooling} | {_name(r)} | {d['mean_pair_cosine']:.3f} "
                     f"| {d['isotropy_score']:.3g} | {d['effective_rank']:.1f} | "
                     f"{d['top_component_variance_ratio']:.3f} |"
                 )
@@ -262,8 +267,8 @@ class STSReport(Report):
         sizes = ", ".join(f"{s} {len(b.scores)}" for s, b in ev.task.splits.items())
         lines = [f"Pairs: {sizes}"]
         for r in ev.results(method="grid"):
-            if r["params"].get("chosen"):
-                lines.append(f"grid choice for {r['pooling']}: {r['params']['chosen']}")
+            if r.params.get("chosen"):
+                lines.append(f"grid choice for {r.pooling}: {r.params['chosen']}")
         return lines
 
     def figures(self):
@@ -285,7 +290,7 @@ class STSReport(Report):
             }
             if not transformed:
                 continue
-            raw = [r["label"] for r in ev.results(pooling, "raw")][:1]
+            raw = [r.label for r in ev.results(pooling, "raw")][:1]
             where = f"{pooling} pooling, test sentences"
             spectrum = Figure(figsize=(9, 4.8), layout="constrained")
             ax = plot_eigenvalue_spectrum(transformed, ax=spectrum.add_subplot())
@@ -345,7 +350,7 @@ class RetrievalReport(Report):
 
     def header_lines(self):
         ev, s = self.evaluation, self.evaluation.settings
-        backends = sorted({r["backend"] for r in ev.records if "backend" in r})
+        backends = sorted({r.values["backend"] for r in ev.records if not r.error})
         return [
             f"- Whitening power: {s.power:g}; NATSV removes {s.natsv_components} "
             "directions; PCA is whitening with power 0.",
@@ -384,7 +389,7 @@ class RetrievalReport(Report):
         ev, task = self.evaluation, self.evaluation.task
         metric, out = ev.settings.metrics[0], []
         for pooling in ev.poolings:
-            records = ev.results(pooling)
+            records = [r.to_dict() for r in ev.results(pooling)]
             if all("error" in r for r in records):
                 continue
             fig = Figure(figsize=(13, 5.2), layout="constrained")
@@ -421,13 +426,17 @@ class ClassificationReport(Report):
         sets = list(ev.task.datasets)
         header = ["method", "estimator", *sets, "mean"]
         rows = []
-        for label in dict.fromkeys(r["label"] for r in ev.results(pooling)):
-            runs = [r for r in ev.results(pooling) if r["label"] == label]
-            if any("error" in r for r in runs):
+        for label in dict.fromkeys(r.label for r in ev.results(pooling)):
+            runs = [r for r in ev.results(pooling) if r.label == label]
+            if any(r.error for r in runs):
                 rows.append([label, "-", *["failed"] * (len(sets) + 1)])
                 continue
-            for kind in dict.fromkeys(r["estimator"] for r in runs):
-                score = {r["task"]: r["score"] for r in runs if r["estimator"] == kind}
+            for kind in dict.fromkeys(r.values["estimator"] for r in runs):
+                score = {
+                    r.values["task"]: r.values["score"]
+                    for r in runs
+                    if r.values["estimator"] == kind
+                }
                 cells = [f"{score[s]:.2f}" if s in score else "-" for s in sets]
                 mean = np.mean(list(score.values()))
                 rows.append([label, kind, *cells, f"{mean:.2f}"])
@@ -460,13 +469,13 @@ class ClassificationReport(Report):
         ]
 
     def sections(self):
-        chosen = [r for r in self.evaluation.records if r.get("chosen")]
+        chosen = [r for r in self.evaluation.records if r.values.get("chosen")]
         if not chosen:
             return []
         md = ["## What the grid chose, fold by fold", ""]
         md += [
-            f"- {r['pooling']}, {r['task']}, {r['estimator']}: "
-            + "; ".join(_choice_text(c) for c in r["chosen"])
+            f"- {r.pooling}, {r.values['task']}, {r.values['estimator']}: "
+            + "; ".join(_choice_text(c) for c in r.values["chosen"])
             for r in chosen
         ]
         return md
@@ -486,7 +495,11 @@ class ClassificationReport(Report):
 
         ev, out = self.evaluation, []
         for pooling in ev.poolings:
-            records = [r for r in ev.results(pooling) if "error" not in r]
+            records = [
+                {**r.values, "label": r.label, "method": r.method}
+                for r in ev.results(pooling)
+                if not r.error
+            ]
             raw = {
                 (r["task"], r["estimator"]): r["score"]
                 for r in records
@@ -518,20 +531,12 @@ class ClassificationReport(Report):
         return out
 
 
-#: The report of each task, by the task's name.
-REPORTS = {
-    "sts": STSReport,
-    "retrieval": RetrievalReport,
-    "classification": ClassificationReport,
-}
-
-
 def _choice_text(choice):
     return ", ".join(f"{k}={v}" for k, v in choice.items())
 
 
 def _name(record):  # a run's name in the reports (a custom run's is its label)
-    return record["label"] if record["method"] == "custom" else record["method"]
+    return record.label if record.method == "custom" else record.method
 
 
 _NAMES = {"mrr": "MRR", "recall": "R", "ndcg": "nDCG"}
@@ -644,7 +649,7 @@ def to_markdown(
         "",
         format_table(ev, markdown=True),
     ]
-    warned = sorted({w for r in ev.records for w in r.get("warnings", [])})
+    warned = sorted({w for r in ev.records for w in r.warnings})
     if warned:
         md += ["", "Warnings raised while fitting:", ""]
         md += [f"- {w}" for w in warned]
@@ -695,7 +700,7 @@ def to_json(evaluation: Evaluation, figures: Sequence[str | os.PathLike] = ()) -
         "settings": asdict(ev.settings),
         **report.json_fields(),
         "encoding": ev.encodings,
-        report.records_key: ev.records,
+        report.records_key: [r.to_dict() for r in ev.records],
         "figures": [str(f) for f in figures],
         "versions": {
             "sklearn_isotropy": __version__,
@@ -703,32 +708,6 @@ def to_json(evaluation: Evaluation, figures: Sequence[str | os.PathLike] = ()) -
         },
     }
     return json.dumps(payload, indent=2, default=_json_default)
-
-
-def _commit(out_dir, files):
-    """Write every file or none: under temporary names, then rename all.
-
-    ``files`` is ``{name: text or write(path)}``; a failure while writing
-    leaves the previous files as they were.
-    """
-    staged = {}
-    try:
-        for name, content in files.items():
-            staged[name] = path = out_dir / f".{name}.{uuid.uuid4().hex[:12]}.tmp"
-            if not isinstance(content, str):
-                content(path)
-                continue
-            with open(path, "x", encoding="utf-8") as fh:
-                fh.write(content)
-                fh.flush()
-                os.fsync(fh.fileno())
-        for name, path in staged.items():
-            os.replace(path, out_dir / name)
-    finally:
-        for path in staged.values():
-            with contextlib.suppress(OSError):
-                path.unlink()
-    return [str(out_dir / name) for name in files]
 
 
 def _figure_files(evaluation):
@@ -783,7 +762,7 @@ def write_reports(
         earlier = set()
     files[f"{stem}.md"] = to_markdown(evaluation, pngs)
     files[f"{stem}.json"] = to_json(evaluation, pngs)
-    written = _commit(out_dir, files)
+    written = write_files(out_dir, files)
     for name in earlier - set(files):
         with contextlib.suppress(OSError):
             (out_dir / name).unlink()

@@ -24,11 +24,12 @@ from numpy.typing import ArrayLike
 from scipy import sparse
 
 from .._utils import normalize_rows
+from ..datasets import load_sts_splits
 from ..exceptions import EvaluationError
 from ..metrics import exact_index, pairs_to_qrels, search_scores
 from ._quantization import QUANTIZATIONS
+from ._report import RetrievalReport
 from ._settings import EvaluationSettings
-from ._sts import load_sts_splits
 from ._task import Task, check_fit_on, encode_once
 
 __all__ = ["RetrievalTask"]
@@ -107,6 +108,11 @@ class RetrievalTask(Task):
     name = "retrieval"
     protocols = _PROTOCOLS
     default_methods = ("raw", "pca", "whitening", "ppca", "natsv", "truncate")
+    report = RetrievalReport
+    #: The index precisions, by name (``--quantize``), as
+    #: :func:`~sklearn_isotropy.evaluation._quantization.register_quantization`
+    #: fills them.
+    quantizations = QUANTIZATIONS
 
     def __post_init__(self):
         self.queries = [str(q) for q in self.queries]
@@ -424,8 +430,10 @@ class RetrievalTask(Task):
 
     @staticmethod
     def progress(records):
-        head = next(m for m in records[0] if "@" in m)
-        return ", ".join(f"{r['quantization']} {head} {r[head]:.4f}" for r in records)
+        head = next(m for m in records[0].values if "@" in m)
+        return ", ".join(
+            f"{r.values['quantization']} {head} {r.values[head]:.4f}" for r in records
+        )
 
     def score(
         self,

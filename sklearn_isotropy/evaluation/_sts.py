@@ -8,20 +8,19 @@ pairs by :class:`~sklearn_isotropy.metrics.PairedCosineSimilarity`.
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Iterable, Sequence
-from pathlib import Path
+from collections.abc import Iterable
 
 import numpy as np
-from sklearn.utils import Bunch
 
-from ..exceptions import EvaluationError, NoSplitColumnError
+from ..datasets import load_sts_splits
+from ..exceptions import EvaluationError
 from ._methods import METHODS
+from ._report import STSReport
 from ._settings import EvaluationSettings
 from ._task import Task, check_fit_on, encode_once
 
-__all__ = ["STSTask", "load_sts_splits", "required_splits"]
+__all__ = ["STSTask", "required_splits"]
 
 
 def required_splits(
@@ -48,7 +47,7 @@ def required_splits(
 
     Examples
     --------
-    >>> from sklearn_isotropy.evaluation import required_splits
+    >>> from sklearn_isotropy.evaluation._sts import required_splits
     >>> required_splits(["raw", "grid"], fit_on="train")
     ['test', 'train', 'dev']
     """
@@ -58,94 +57,6 @@ def required_splits(
     if any(METHODS[m].needs_dev for m in methods if m in METHODS):
         needed.append("dev")
     return needed
-
-
-def load_sts_splits(
-    data: str | os.PathLike,
-    splits: Sequence[str] = ("test",),
-    *,
-    max_pairs: int | None = None,
-    random_state: int = 0,
-    format: str | None = None,
-) -> dict[str, Bunch]:
-    """Load the named splits of an STS data set.
-
-    Parameters
-    ----------
-    data : str or path-like
-        A directory with one file per split, one file (used as the test
-        split; a file with a split column gives its test rows), or
-        ``"stsb"`` (the STS Benchmark, downloaded once into the cache; see
-        :func:`~sklearn_isotropy.datasets.load_sts`).
-    splits : sequence of {"train", "dev", "test"}, default=("test",)
-        The splits to load.
-    max_pairs : int, default=None
-        Keep a fixed random subset of at most this many pairs per split (for
-        quick runs), in the original order.
-    random_state : int, default=0
-        Seeds the subset.
-    format : str, default=None
-        The file format of every split (see
-        :func:`~sklearn_isotropy.datasets.load_sts`); detected when None.
-
-    Returns
-    -------
-    splits : dict of str to sklearn.utils.Bunch
-        ``{split: load_sts(...)}``, each with ``pairs`` and ``scores``.
-
-    Raises
-    ------
-    EvaluationError
-        If the data cannot be found or read, with what to pass instead.
-
-    Examples
-    --------
-    >>> import tempfile, os
-    >>> from sklearn_isotropy.evaluation import load_sts_splits
-    >>> path = os.path.join(tempfile.mkdtemp(), "pairs.csv")
-    >>> with open(path, "w") as f:
-    ...     _ = f.write("A cat.,A dog.,1.0\\nA man.,A man!,5.0\\nHi.,Bye.,0.5\\n")
-    >>> splits = load_sts_splits(path, max_pairs=2)
-    >>> splits["test"].pairs.shape
-    (2, 2)
-    """
-    from ..datasets import load_sts
-
-    path = Path(data).expanduser()
-    named = str(data) == "stsb"
-    single_file = not named and path.is_file()
-    if not named and not path.exists():
-        raise EvaluationError(
-            f"data not found: {str(data)!r} is neither a file nor a directory; pass "
-            "a directory with train/dev/test files (e.g. path/to/stsb) or 'stsb' "
-            "to download the STS Benchmark"
-        )
-    out = {}
-    for split in splits:
-        if single_file and split != "test":
-            raise EvaluationError(
-                f"{data} is a single file, used as the test split; the requested "
-                f"methods, protocol or encoder also need a {split!r} split: pass "
-                "a directory with train/dev/test files"
-            )
-        try:
-            if not single_file:
-                bunch = load_sts(data, split=split, format=format)
-            else:
-                try:  # a file holding every split (sbert tsv.gz): its test rows
-                    bunch = load_sts(path, split="test", format=format)
-                except NoSplitColumnError:  # a file of pairs: all of it is test
-                    bunch = load_sts(path, format=format)
-        except (OSError, ValueError) as exc:
-            what = data if single_file else f"the {split} split of {data}"
-            raise EvaluationError(f"cannot read {what}: {exc}") from exc
-        if max_pairs is not None and len(bunch.scores) > max_pairs:
-            rng = np.random.RandomState(random_state)
-            keep = np.sort(rng.choice(len(bunch.scores), max_pairs, replace=False))
-            bunch.pairs = bunch.pairs[keep]
-            bunch.scores = bunch.scores[keep]
-        out[split] = bunch
-    return out
 
 
 class STSTask(Task):
@@ -178,6 +89,7 @@ class STSTask(Task):
     }
     default_methods = ("raw", "sn", "natsv", "whitening", "ppca", "flow", "grid")
     has_dev = True
+    report = STSReport
 
     def __init__(self, splits, *, fit_on="target", data_name="splits passed in"):
         check_fit_on(self, fit_on)
@@ -249,7 +161,7 @@ class STSTask(Task):
 
     @staticmethod
     def progress(records):
-        return f"{records[0]['spearman_x100']:.2f}"
+        return f"{records[0].values['spearman_x100']:.2f}"
 
     def score(self, transformer, embeddings, settings):
         from ..diagnostics import anisotropy_report

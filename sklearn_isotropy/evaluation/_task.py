@@ -32,7 +32,7 @@ from ..exceptions import (
 from ._methods import METHODS, Method
 from ._settings import EvaluationSettings
 
-__all__ = ["Evaluation", "Task", "encode_texts", "evaluate"]
+__all__ = ["Evaluation", "Record", "Task", "encode_texts", "evaluate"]
 
 
 class Task(ABC):
@@ -44,6 +44,8 @@ class Task(ABC):
 
     #: The task's name, as the settings' fields list it ("sts", "retrieval").
     name: ClassVar[str]
+    #: How its evaluations are shown: a :class:`~._report.Report` subclass.
+    report: ClassVar[type]
     #: What each fitting protocol (``fit_on``) means, as written in reports.
     protocols: ClassVar[dict]
     #: The methods run when none are named.
@@ -197,7 +199,7 @@ class Task(ABC):
         raise EvaluationError(f"the {self.name} task has no labelled dev pairs")
 
     @staticmethod
-    def progress(records: list[dict]) -> str:
+    def progress(records: list[Record]) -> str:
         """Describe one run's records in a line of progress text.
 
         :func:`evaluate` logs it after each run, behind the run's label; the
@@ -206,7 +208,7 @@ class Task(ABC):
 
         Parameters
         ----------
-        records : list of dict
+        records : list of Record
             The records of one run.
 
         Returns
@@ -234,6 +236,64 @@ def encode_once(encode, *groups):
 
 
 @dataclass
+class Record:
+    """One run's result: a method at one dimension, for one pooling.
+
+    What :func:`evaluate` returns in :attr:`Evaluation.records`, as
+    ``cross_validate`` returns ``cv_results_``. The fields every task has
+    are attributes; what the task measured is in :attr:`values`, by the
+    task's own names (``spearman_x100``; ``ndcg@10`` and ``quantization``;
+    ``task``, ``estimator`` and ``score``). The JSON report holds each
+    record as :meth:`to_dict` flattens it.
+
+    Parameters
+    ----------
+    method : str
+        The method's name in :data:`METHODS` (``"custom"`` for a transformer
+        passed in by label).
+    label : str
+        The method's table label at this run (``"whitening-256"``).
+    k : int or None
+        The output dimension asked for; None is the full width.
+    params : dict
+        What the method reports about itself (its ``n_components``, what a
+        grid chose...).
+    pooling : str, default=""
+        The pooling the embeddings came from.
+    values : dict, default={}
+        The task's measurements (scores, times, sizes).
+    warnings : list of str, default=[]
+        What the run warned, one line each.
+    error : str or None, default=None
+        Why the run failed; None when it ran (then :attr:`values` holds its
+        scores).
+    """
+
+    method: str
+    label: str
+    k: int | None
+    params: dict
+    pooling: str = ""
+    values: dict = field(default_factory=dict)
+    warnings: list = field(default_factory=list)
+    error: str | None = None
+
+    def to_dict(self) -> dict:
+        """Return the record as one flat dict, as the JSON report holds it.
+
+        Returns
+        -------
+        dict
+            ``method``, ``label``, ``k``, ``params``, the task's values (or
+            ``error``), ``pooling`` and ``warnings``.
+        """
+        head = {"method": self.method, "label": self.label, "k": self.k}
+        head["params"] = self.params
+        body = self.values if self.error is None else {"error": self.error}
+        return {**head, **body, "pooling": self.pooling, "warnings": self.warnings}
+
+
+@dataclass
 class Evaluation:
     """Everything one :func:`evaluate` run measured.
 
@@ -245,12 +305,10 @@ class Evaluation:
         The options.
     methods, poolings : list of str
         Methods and poolings run, in order.
-    records : list of dict
+    records : list of Record
         One per (pooling, method, dimension) and whatever the task scores
-        per run (a precision of the retrieval index), in run order: the
-        ``method``, its table ``label``, ``k``, ``pooling``, ``params``, the
-        task's scores, ``fit_seconds`` and the ``warnings`` the fit raised;
-        a failed run has an ``error`` instead of scores.
+        per run (a precision of the retrieval index), in run order; a failed
+        run has an ``error`` instead of values.
     encodings, artifacts : dict
         Per pooling, distinct texts encoded and seconds; per ``(pooling,
         label)``, what the task keeps for its figures.
@@ -306,9 +364,7 @@ class Evaluation:
     @property
     def failures(self) -> list:
         """``(label, pooling, error)`` of every run that failed."""
-        return [
-            (r["label"], r["pooling"], r["error"]) for r in self.records if "error" in r
-        ]
+        return [(r.label, r.pooling, r.error) for r in self.records if r.error]
 
     def results(self, pooling: str | None = None, method: str | None = None) -> list:
         """Return the records of one pooling and/or one method, in run order.
@@ -320,17 +376,17 @@ class Evaluation:
 
         Returns
         -------
-        records : list of dict
+        records : list of Record
             The records that match.
         """
         return [
             r
             for r in self.records
-            if (pooling is None or r["pooling"] == pooling)
-            and (method is None or r["method"] == method)
+            if (pooling is None or r.pooling == pooling)
+            and (method is None or r.method == method)
         ]
 
-    def record(self, method: str, pooling: str) -> dict:
+    def record(self, method: str, pooling: str) -> Record:
         """Return the first record of ``method`` for ``pooling``.
 
         Parameters
@@ -340,7 +396,7 @@ class Evaluation:
 
         Returns
         -------
-        record : dict
+        record : Record
             The record; a ``KeyError`` if there is none.
         """
         found = self.results(pooling, method)
@@ -464,11 +520,60 @@ def _run(task, method, k, bundle, n_features, settings):
     found, artifact = task.score(transformer, bundle, settings)
     if method.uses_k and k is None:  # the full width may be capped (rank)
         params["n_components"] = found[0]["dimensions"]
-    base = {"method": method.name, "label": method.format_label(params)}
-    base.update(k=k, params=params)
-    for record in found:
-        record["fit_seconds"] += build_seconds
-    return [{**base, **record} for record in found], artifact
+    label = method.format_label(params)
+    records = []
+    for values in found:
+        values["fit_seconds"] += build_seconds
+        records.append(Record(method.name, label, k, params, values=values))
+    return records, artifact
+
+
+def _encode(task, settings, pooling, encoded, log):
+    """Encode the task's texts for one pooling: what ``task.embed`` returns."""
+    fit_texts = task.encoder_texts() if settings.encoder == "static" else None
+    if fit_texts is not None:
+        encoded["fit_texts"] = len(fit_texts)
+
+    def encode(texts):
+        encoded["texts"] = len(texts)
+        E, encoded["seconds"] = encode_texts(
+            texts, settings, pooling, fit_texts=fit_texts
+        )
+        return E
+
+    bundle = task.embed(encode)
+    aside = (
+        f" (the vectorizer fitted on {encoded['fit_texts']} texts set apart for it)"
+        if "fit_texts" in encoded
+        else ""
+    )
+    log(
+        f"[{pooling}] encoded {encoded['texts']} distinct texts in "
+        f"{encoded['seconds']:.1f} s{aside}"
+    )
+    return bundle
+
+
+def _run_recorded(task, run, bundle, d, settings, pooling, shown, log):
+    """One run, its failure and its warnings recorded: ``(records, artifact)``."""
+    name, method, k, n_ks = run
+    # what messages call the run: its name, or its label at this k
+    where = method.format_label({"n_components": k or d}) if n_ks > 1 else name
+    with record_warnings() as caught:
+        try:
+            records, artifact = _run(task, method, k, bundle, d, settings)
+        except (ValueError, RuntimeError, np.linalg.LinAlgError) as exc:
+            # a numerical failure of one method is a result, not a crash
+            msg = " ".join(str(exc).split())
+            log(f"[{pooling}] {where} failed: {msg}")
+            records, artifact = [Record(name, where, k, {}, error=msg)], None
+    where = records[0].label if n_ks > 1 else name  # k may be capped
+    messages = reraise_once(caught, f"[{pooling}] {where}", EvaluationWarning, shown)
+    for record in records:
+        record.pooling, record.warnings = pooling, messages
+    if records[0].error is None:
+        log(f"[{pooling}] {records[0].label}: {task.progress(records)}")
+    return records, artifact
 
 
 def evaluate(
@@ -491,7 +596,8 @@ def evaluate(
     Parameters
     ----------
     task : Task
-        An :class:`STSTask` or a :class:`RetrievalTask` (or any task).
+        An :class:`STSTask`, a :class:`RetrievalTask` or a
+        :class:`ClassificationTask` (or any task).
     methods : sequence of str, default=None
         Names in :data:`METHODS`; the task's ``default_methods`` when None.
     settings : EvaluationSettings, default=None
@@ -500,7 +606,8 @@ def evaluate(
         Precomputed embeddings instead of encoding: ``{pooling: what
         task.embed returns}`` (for STS, a dict of split to array of shape
         (n_pairs, 2, d); for retrieval, ``{"queries", "corpus", "fit"}``
-        arrays in the task's order). Its keys are the poolings run.
+        arrays in the task's order; for classification, a dict of set name
+        to array). Its keys are the poolings run.
     transformers : dict of str to estimator, default=None
         More transformers to score, by label (each at its own width).
     log : callable, default=None
@@ -515,64 +622,23 @@ def evaluate(
     log = log or (lambda line: None)
     methods = _check_methods(task, task.default_methods if methods is None else methods)
     settings.check(task.name)
-    poolings = list(
-        dict.fromkeys(settings.poolings if embeddings is None else embeddings)
-    )
+    poolings = list(dict.fromkeys(embeddings or settings.poolings))
     if embeddings is None and settings.encoder == "static":
         poolings = ["static"]  # one table, whatever the poolings
     ev = Evaluation(task, settings, methods, poolings)
     for pooling in poolings:
         if embeddings is None:
-            encoded = ev.encodings[pooling] = {}
-
-            fit_texts = task.encoder_texts() if settings.encoder == "static" else None
-
-            if fit_texts is not None:
-                encoded["fit_texts"] = len(fit_texts)
-
-            def encode(texts, pooling=pooling, encoded=encoded, fit_texts=fit_texts):
-                encoded["texts"] = len(texts)
-                E, encoded["seconds"] = encode_texts(
-                    texts, settings, pooling, fit_texts=fit_texts
-                )
-                return E
-
-            bundle = task.embed(encode)
-            fitted = (
-                f" (the vectorizer fitted on {encoded['fit_texts']} texts set "
-                "apart for it)"
-                if "fit_texts" in encoded
-                else ""
-            )
-            log(
-                f"[{pooling}] encoded {encoded['texts']} distinct texts in "
-                f"{encoded['seconds']:.1f} s{fitted}"
-            )
+            ev.encodings[pooling] = {}
+            bundle = _encode(task, settings, pooling, ev.encodings[pooling], log)
         else:
             bundle = embeddings[pooling]
         d = np.shape(next(iter(bundle.values())))[-1]
         shown = set()  # a warning several methods raise is shown once
-        for name, method, k, n_ks in _runs(task, methods, transformers, d, settings):
-            # what messages call the run: its name, or its label at this k
-            where = method.format_label({"n_components": k or d}) if n_ks > 1 else name
-            with record_warnings() as caught:
-                try:
-                    records, artifact = _run(task, method, k, bundle, d, settings)
-                except (ValueError, RuntimeError, np.linalg.LinAlgError) as exc:
-                    # a numerical failure of one method is a result, not a crash
-                    msg = " ".join(str(exc).split())
-                    log(f"[{pooling}] {where} failed: {msg}")
-                    failed = {"method": name, "label": where, "k": k, "params": {}}
-                    records, artifact = [{**failed, "error": msg}], None
-            where = records[0]["label"] if n_ks > 1 else name  # k may be capped
-            messages = reraise_once(
-                caught, f"[{pooling}] {where}", EvaluationWarning, shown
+        for run in _runs(task, methods, transformers, d, settings):
+            records, artifact = _run_recorded(
+                task, run, bundle, d, settings, pooling, shown, log
             )
-            for record in records:
-                record.update(pooling=pooling, warnings=messages)
             ev.records += records
             if artifact is not None:
-                ev.artifacts[(pooling, records[0]["label"])] = artifact
-            if "error" not in records[0]:
-                log(f"[{pooling}] {records[0]['label']}: {task.progress(records)}")
+                ev.artifacts[(pooling, records[0].label)] = artifact
     return ev

@@ -215,9 +215,9 @@ def to_model2vec(
         How the rows are stored. ``"float16"`` halves the folder (cosines
         within about 1e-3 of the pipeline's); ``"int8"`` quarters it, with
         one scale for the whole table as model2vec quantises (cosines
-        within about 2e-2). On the default pipeline neither moved a
-        Spearman score by more than 0.05 (see :ref:`static_model2vec` for
-        the measured sizes and scores).
+        within about 2e-2). On the default pipeline neither moved the
+        Spearman scores measurably (see :ref:`static_model2vec` for the
+        measured sizes and scores).
     overwrite : bool, default=False
         Whether an existing ``path`` may be replaced, with all it holds (as
         for :func:`to_sentence_transformers`: links, the working directory
@@ -304,7 +304,7 @@ def to_model2vec(
             f"{_WHAT} writes a static token table, so the pipeline must start with "
             f"a StaticEmbeddingVectorizer; it starts with {type(first).__name__}. "
             "Export a contextual encoder's pipeline with to_sentence_transformers "
-            "or save_onnx_pipeline, or distil it into a table with "
+            "or save_onnx_pipeline, or distill it into a table with "
             "StaticEmbeddingVectorizer(model)."
         )
     m2v = import_optional("model2vec", purpose=_WHAT, extra="export")

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._utils import check_target, import_optional, publish_directory
-from ..text import StaticEmbeddingVectorizer
+from ..text import ONNX_OUTPUT_NAME, StaticEmbeddingVectorizer
 from ._affine import (
     _exportable_names,
     check_fitted,
@@ -56,7 +56,8 @@ __all__ = [
     "vocabulary_texts",
 ]
 
-OUTPUT = "sentence_embedding"
+# the output the encoder graphs have too (and sentence-transformers' name)
+OUTPUT = ONNX_OUTPUT_NAME
 INPUTS = ("input_ids", "attention_mask")
 # ReduceSum, Squeeze and Unsqueeze take their axes as an input from opset 13
 _MIN_OPSET = 13
@@ -325,9 +326,9 @@ def _graph(onnx, folded, opset):
     return _finish(
         onnx,
         model,
-        "sentence_embedding = the weighted mean of table rows over a text's "
-        "tokens (attention_mask 1), with the post-processors folded into the "
-        "rows; the row `empty` for a text without tokens",
+        f"{OUTPUT} = the weighted mean of table rows over a text's tokens "
+        "(attention_mask 1), with the post-processors folded into the rows; "
+        "the row `empty` for a text without tokens",
     )
 
 

@@ -7,7 +7,7 @@ from numbers import Integral
 import numpy as np
 from sklearn.utils._param_validation import Interval
 
-from .._utils import warn
+from .._utils import sorted_eigh, warn
 from ..exceptions import RankDeficiencyWarning
 from ._base import (
     LinearMap,
@@ -17,7 +17,7 @@ from ._base import (
 )
 from ._moments import MomentAccumulator
 from ._scatter_kernels import unscale
-from ._spectrum import _dual_spectrum, _numerical_rank, _sorted_eigh
+from ._spectrum import _dual_spectrum, _numerical_rank
 
 __all__ = ["NATSVTransformer"]
 
@@ -126,7 +126,7 @@ class NATSVTransformer(_StreamingMomentsMixin):
             )
         else:
             matrix, e = moments.scaled_covariance(center=center)
-            evals, evecs = _sorted_eigh(matrix)
+            evals, evecs = sorted_eigh(matrix)
         rank = _numerical_rank(evals, e, moments, center=center)
         if k > rank:
             warn(

@@ -16,8 +16,8 @@ Threads: the products run on one BLAS thread (:func:`one_blas_thread`, as
 the map's factorisations do), and the product of a large batch of numpy
 rows is split by rows into one share per CPU, each converted and
 multiplied in its own Python thread (:func:`accumulate`). On the 2-core
-benchmark machine, loaded, the split took 0.56x to 0.72x the time of the
-same product on BLAS's own two threads (``benchmarks/bench_threads.py``).
+benchmark machine, loaded, the split was faster than the same product on
+BLAS's own two threads (:ref:`scaling`, ``benchmarks/bench_threads.py``).
 """
 
 from __future__ import annotations
@@ -297,9 +297,9 @@ def _run_shares(shares, threads, args):
     """``_accumulate_rows`` of every share, in order, on ``threads`` threads.
 
     With several threads every share runs in a pool thread while the caller
-    waits: a share run in the calling thread itself was up to 30% slower
-    than the other on the benchmark machine, and the fit waits for the
-    slowest. The caller's floating-point error state is passed on (numpy
+    waits: a share run in the calling thread itself was slower than the
+    others on the benchmark machine (:ref:`scaling`), and the fit waits for
+    the slowest. The caller's floating-point error state is passed on (numpy
     keeps it per thread). At interpreter shutdown, when no thread may start,
     the shares run here.
     """

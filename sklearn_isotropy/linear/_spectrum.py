@@ -1,46 +1,22 @@
 """The spectrum of a fitted covariance, shared by whitening and NATSV.
 
 Eigenpairs largest first with deterministic signs, from the ``d x d``
-covariance (:func:`_sorted_eigh`) or, with fewer kept rows than features,
-from the rows themselves (:func:`_dual_spectrum`); and the number of
-directions the data actually span (:func:`_numerical_rank`), above the
-round-off of the eigenproblem and of the input rows. Both forms give
-the same components, so an estimator fitted on the same statistics gives
-the same map whichever form its moments are in.
+covariance (:func:`~sklearn_isotropy._utils.sorted_eigh`, which the other
+families share) or, with fewer kept rows than features, from the rows
+themselves (:func:`_dual_spectrum`); and the number of directions the data
+actually span (:func:`_numerical_rank`), above the round-off of the
+eigenproblem and of the input rows. Both forms give the same components, so
+an estimator fitted on the same statistics gives the same map whichever
+form its moments are in.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from scipy import linalg
-from sklearn.utils.extmath import svd_flip
 
+from .._utils import fix_signs
 from ._moments import MomentAccumulator
 from ._scatter_kernels import unscale
-
-
-def _sorted_eigh(cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Eigenpairs of a symmetric matrix, largest first, with deterministic signs."""
-    # LAPACK syevd (divide and conquer); scipy's wrapper is about 10% faster
-    # than numpy's on a 768 x 768 covariance
-    evals, evecs = linalg.eigh(cov, driver="evd", check_finite=False)
-    return evals[::-1], _fix_signs(evecs[:, ::-1])
-
-
-def _fix_signs(vectors: np.ndarray) -> np.ndarray:
-    """Make the entry of largest magnitude of every column positive.
-
-    An eigenvector is defined up to its sign, and LAPACK's choice depends on
-    the routine and the input's round-off. Two fits on the same statistics,
-    primal (eigenvectors of the covariance) or dual (right singular vectors
-    of the rows), then give the same components, and so the same map.
-    scikit-learn's ``svd_flip`` makes the same choice for PCA (on a copy:
-    the input is left as it is).
-    """
-    if not vectors.size:
-        return vectors
-    flipped, _ = svd_flip(np.array(vectors, copy=True), None)
-    return flipped
 
 
 def _eigen_tolerance(evals: np.ndarray, n_features: int) -> float:
@@ -124,4 +100,4 @@ def _dual_spectrum(
     if not Y.size:
         return np.zeros(0), np.zeros((moments.n_features, 0)), 0
     _, sv, Vt = np.linalg.svd(Y, full_matrices=False)
-    return sv**2 / denom, _fix_signs(Vt.T), e
+    return sv**2 / denom, fix_signs(Vt.T), e

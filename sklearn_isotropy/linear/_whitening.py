@@ -14,7 +14,7 @@ from scipy import linalg
 from sklearn.utils._param_validation import Interval, RealNotInt, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._utils import warn
+from .._utils import sorted_eigh, spectrum_effective_rank, warn
 from ..exceptions import RankDeficiencyWarning
 from ._array_api import (
     check_fitted_namespace,
@@ -33,12 +33,7 @@ from ._base import (
 )
 from ._moments import MomentAccumulator
 from ._scatter_kernels import unscale
-from ._spectrum import (
-    _dual_spectrum,
-    _eigen_tolerance,
-    _numerical_rank,
-    _sorted_eigh,
-)
+from ._spectrum import _dual_spectrum, _eigen_tolerance, _numerical_rank
 
 __all__ = ["WhiteningTransformer"]
 
@@ -298,8 +293,10 @@ class WhiteningTransformer(_StreamingMomentsMixin):
     ``method="pca"`` then works in the dual form, from the SVD of the
     centred rows, never building a ``d x d`` matrix (:ref:`scaling`).
     ``noise_variance="auto"`` sets ``s2`` to the eigenvalue at the
-    spectrum's effective rank (Roy and Vetterli, 2007), chosen on STS-B dev
-    with two encoders (:ref:`without_labels`).
+    spectrum's effective rank (Roy and Vetterli, 2007), taken on the
+    eigenvalues of ``covariance_`` (what
+    :func:`~sklearn_isotropy.diagnostics.effective_rank` measures), chosen on
+    STS-B dev with two encoders (:ref:`without_labels`).
     :meth:`partial_fit` only merges statistics; the map is computed, and
     errors that need it are raised, at its first use.
 
@@ -461,7 +458,7 @@ class WhiteningTransformer(_StreamingMomentsMixin):
                 mu = np.trace(cov) / d
                 cov = (1.0 - shrinkage) * cov
                 cov[np.diag_indices(d)] += shrinkage * mu
-            evals, evecs = _sorted_eigh(cov)
+            evals, evecs = sorted_eigh(cov)
         rank = _numerical_rank(evals, e, moments, shrunk=shrinkage > 0)
         if rank == 0:
             raise ValueError(
@@ -735,7 +732,12 @@ def _auto_noise_variance(evals: np.ndarray, n_features: int) -> float:
     The eigenvalue at the spectrum's effective rank (Roy and Vetterli,
     2007): ``r = exp(H)`` with ``H`` the Shannon entropy of the eigenvalues
     normalised to sum to one, the number of equally strong directions that
-    would spread the variance as evenly. The ``floor(r)`` leading directions
+    would spread the variance as evenly. ``evals`` are the eigenvalues of the
+    covariance that is whitened (the singular values of that matrix, as Roy
+    and Vetterli define the rank; the squared singular values of the centred
+    rows), down to its numerical rank: ``r`` is what
+    :func:`~sklearn_isotropy.diagnostics.effective_rank` gives for the same
+    rows. The ``floor(r)`` leading directions
     carry the signal; the next eigenvalue is the noise floor. A spectrum
     that concentrates its variance in a few directions gets a high floor,
     an already flat one a low floor (and the posterior stays near plain
@@ -750,9 +752,7 @@ def _auto_noise_variance(evals: np.ndarray, n_features: int) -> float:
     """
     if evals.size < 2:
         return 0.0  # one eigenvalue: no spectrum to tell noise from
-    p = evals / np.sum(evals)
-    p = p[p > 0]
-    rank = float(np.exp(-np.sum(p * np.log(p))))
+    rank = spectrum_effective_rank(evals)
     index = min(max(int(rank), 1), evals.size - 1)
     # evals are sorted, so the ties with the largest are a prefix
     tied = int(

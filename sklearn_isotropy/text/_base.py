@@ -1,13 +1,30 @@
-"""Helpers shared by the text vectorizers: input checks and cloning."""
+"""What the text vectorizers share: input checks, cloning, the text API.
+
+:class:`TextVectorizerMixin` writes once what both vectorizers
+(:class:`~sklearn_isotropy.BertPoolingVectorizer` and
+:class:`~sklearn_isotropy.StaticEmbeddingVectorizer`) do alike:
+``fit_transform`` reading its texts once, the tags of an estimator of
+texts, and clones that share a model object.
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import KeysView, Mapping, Set
+from collections.abc import Iterable, KeysView, Mapping, Set
+from typing import TYPE_CHECKING
 
+import numpy as np
 from sklearn.base import BaseEstimator, clone
 
-__all__ = ["clone_sharing_model", "is_model_name", "validate_texts"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "TextVectorizerMixin",
+    "clone_sharing_model",
+    "is_model_name",
+    "validate_texts",
+]
 
 
 def validate_texts(X):
@@ -104,3 +121,45 @@ def clone_sharing_model(estimator):
     if hasattr(estimator, "_sklearn_output_config"):
         new._sklearn_output_config = dict(estimator._sklearn_output_config)
     return new
+
+
+class TextVectorizerMixin:
+    """``fit_transform``, tags and cloning of a vectorizer of texts.
+
+    Put it before scikit-learn's ``TransformerMixin`` among the bases, whose
+    ``fit_transform`` it replaces. The vectorizer has a ``model`` parameter
+    (see :func:`clone_sharing_model`).
+    """
+
+    def fit_transform(self, X: Iterable[str], y=None) -> np.ndarray | torch.Tensor:
+        """Fit, then encode ``X``; same as ``fit(X).transform(X)``.
+
+        ``X`` is read once, so a generator or ``map`` works as a list does.
+
+        Parameters
+        ----------
+        X : iterable of str
+            Texts.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        X_new : ndarray or torch.Tensor of shape (n_texts, n_features)
+            The encoded texts, as :meth:`transform` returns them (a tensor
+            only from :class:`~sklearn_isotropy.BertPoolingVectorizer` with
+            ``output="torch"``).
+        """
+        texts = validate_texts(X)
+        return self.fit(texts, y).transform(texts)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.string = True
+        tags.input_tags.two_d_array = False
+        tags.requires_fit = True
+        tags.transformer_tags.preserves_dtype = []
+        return tags
+
+    def __sklearn_clone__(self):
+        return clone_sharing_model(self)

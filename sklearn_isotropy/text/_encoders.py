@@ -12,7 +12,10 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextlib
+import hashlib
+import json
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from typing import Protocol
 
 import numpy as np
@@ -27,14 +30,51 @@ BACKENDS = {"torch": None, "onnx": "fp32", "onnx-int8": "int8"}
 #: Most padded tokens (rows x width) of one onnxruntime run: a larger batch
 #: runs in row slices, each trimmed of the padding it does not need.
 #: onnxruntime's matrix products slow down as their operands outgrow the
-#: CPU's L2 cache; on the default encoder, 2,000 STS-B sentences in batches
-#: of 32 (the longest 46 tokens) ran 2 to 4% faster in float32 and 5 to 6%
-#: in int8 than in whole batches (``benchmarks/bench_encoder.py
-#: --ablation``). Caps from 320 to 512 tokens ran as fast; int8's STS-B
-#: correlation moves by a few hundredths with the grouping of its rows (a
-#: run shares the scale of each product's input), and is 81.91 with this cap
-#: (``bench_encoder.py``).
+#: CPU's L2 cache; on the default encoder, STS-B sentences in batches of 32
+#: ran faster in slices than in whole batches, in int8 above all, and caps
+#: from 320 to 512 tokens ran as fast (the ablation notes of
+#: :ref:`onnx_runtime`, ``benchmarks/bench_encoder.py --ablation``). int8's
+#: embeddings move in the last digits with the grouping of its rows (a run
+#: shares the scale of each product's input).
 TOKENS_PER_RUN = 384
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    """What the encoder computes, beside the model's weights, on any backend.
+
+    The pooling (``reader``, ``layers`` of ``n_layers``), whether the model
+    takes token types, and the precision of an ONNX backend's graph
+    (``"fp32"`` for torch, whose graph :func:`onnx_graph` exports).
+    """
+
+    reader: str
+    layers: tuple[int, ...]
+    n_layers: int
+    token_types: bool
+    precision: str
+
+    def stem(self, fingerprint):
+        """The start of the graph's file name (see ``_onnx_cache.py``)."""
+        spec = dict(asdict(self), model=fingerprint, format=_onnx.FORMAT_VERSION)
+        spec["opset"] = _onnx.OPSET
+        spec["attention"] = _onnx.EXPORT_ATTENTION
+        digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode())
+        return f"encoder-{digest.hexdigest()[:32]}"
+
+    @classmethod
+    def of(cls, loaded, reader, layers, n_layers, precision):
+        # the inputs the vectorizer feeds: token types when the tokenizer
+        # makes them
+        names = getattr(loaded.tokenizer, "model_input_names", ())
+        return cls(
+            reader, tuple(layers), n_layers, "token_type_ids" in names, precision
+        )
+
+    def input_names(self):
+        """The graph's inputs: token types only for a model that takes them."""
+        names = _onnx.INPUT_NAMES
+        return names if self.token_types else names[:2]
 
 
 class Encoder(Protocol):
@@ -61,7 +101,7 @@ class Encoder(Protocol):
 def make_encoder(backend, loaded, spec):
     """Return the :class:`Encoder` of ``backend`` for ``loaded``.
 
-    ``spec`` (an :class:`~._onnx.EncoderSpec`) says what the encoder computes:
+    ``spec`` (an :class:`EncoderSpec`) says what the encoder computes:
     the pooling and, for an ONNX backend, the precision of its graph, which
     is exported now (once per model), so that a failure shows at ``fit``.
     """

@@ -12,21 +12,19 @@ deepest one it reads out of the graph.
 
 :func:`export` checks each export against the torch model on probe
 batches of other shapes; :func:`quantize` makes the int8 graph of
-``backend="onnx-int8"``. Graphs are kept by ``_onnx_cache.py`` and run by
-``_encoders.py``.
+``backend="onnx-int8"``. What a graph computes (the pooling, the
+precision) is the ``spec`` (:class:`~._encoders.EncoderSpec`); graphs are
+kept by ``_onnx_cache.py`` and run by ``_encoders.py``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import inspect
-import json
 import logging
 import os
 import threading
 import warnings
-from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -48,11 +46,14 @@ FORMAT_VERSION = 5
 #: mask and a NaN guard after the softmax (``IsNaN``, ``Where``) in every
 #: block; the plain ("eager") attention computes the same (each export is
 #: checked against the model as it runs) with fewer operations, and its
-#: graph of the default encoder ran about 1% faster in float32 and 5% in
-#: int8 (``benchmarks/bench_encoder.py --ablation``).
+#: graph of the default encoder ran faster, in int8 above all (the
+#: ablation notes of :ref:`onnx_runtime`, ``benchmarks/bench_encoder.py
+#: --ablation``).
 EXPORT_ATTENTION = "eager"
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+#: The one output of the exported encoder graphs, the pooled embedding
+#: (``sklearn_isotropy.text.ONNX_OUTPUT_NAME``).
 OUTPUT_NAME = "sentence_embedding"
 
 # An export must reproduce the torch forward to this, relative to the
@@ -67,37 +68,6 @@ def import_onnx_deps():
     onnx = import_optional("onnx", purpose=_PURPOSE, extra="onnx")
     ort = import_optional("onnxruntime", purpose=_PURPOSE, extra="onnx")
     return onnx, ort
-
-
-@dataclass(frozen=True)
-class EncoderSpec:
-    """What an exported graph computes, beside the model's weights."""
-
-    reader: str
-    layers: tuple[int, ...]
-    n_layers: int
-    token_types: bool
-    precision: str
-
-    def stem(self, fingerprint):
-        """The start of the graph's file name (see ``_onnx_cache.py``)."""
-        spec = dict(asdict(self), model=fingerprint, format=FORMAT_VERSION)
-        spec["opset"] = OPSET
-        spec["attention"] = EXPORT_ATTENTION
-        digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode())
-        return f"encoder-{digest.hexdigest()[:32]}"
-
-    @classmethod
-    def of(cls, loaded, reader, layers, n_layers, precision):
-        # the inputs the vectorizer feeds: token types when the tokenizer
-        # makes them
-        names = getattr(loaded.tokenizer, "model_input_names", ())
-        return cls(
-            reader, tuple(layers), n_layers, "token_type_ids" in names, precision
-        )
-
-    def input_names(self):
-        return INPUT_NAMES if self.token_types else INPUT_NAMES[:2]
 
 
 # --------------------------------------------------------------- export
@@ -319,12 +289,15 @@ def quantize(source, target):
 
 
 # ------------------------------------------------------------- opening
-# onnxruntime's fusion of the residual Add into its SkipLayerNormalization
-# kernel made the int8 graph slower: 2,513 texts/s with it, 3,151 without
-# (float32: 974 and 997;
-# ``benchmarks/bench_encoder.py --ablation``). An int8 graph is reproduced
-# exactly only with the same fusions, so every session of an exported graph
-# (the pipeline export's check, its README) takes these options.
+#: The keyword arguments of ``onnxruntime.InferenceSession`` that run an
+#: exported graph as the vectorizer does
+#: (``sklearn_isotropy.text.ONNX_SESSION_OPTIONS``). onnxruntime's fusion of
+#: the residual Add into its SkipLayerNormalization kernel made the int8
+#: graph slower, and float32 no faster (the ablation notes of
+#: :ref:`onnx_runtime`, ``benchmarks/bench_encoder.py --ablation``). An int8
+#: graph is reproduced exactly only with the same fusions, so every session
+#: of an exported graph (the pipeline export's check, its README) takes
+#: these options.
 SESSION_OPTIONS = {
     "providers": ["CPUExecutionProvider"],
     "disabled_optimizers": ["SkipLayerNormFusion"],
@@ -340,11 +313,9 @@ class EncoderSession:
     operations (layer norms, activations, the attention of short texts)
     that gain little from splitting each across threads and pay a
     synchronisation at each; whole batches on separate threads scale
-    better. On 2 CPUs, the default encoder ran 2,000 STS-B sentences in
-    batches of 32 at 974 texts/s in float32 and 2,513 in int8, against 926
-    and 2,075 on one session of two intra-op threads (best of 5 rounds;
-    ``benchmarks/bench_encoder.py --ablation``). ``model`` is the graph's
-    bytes, ``path`` where they were read from.
+    better, in float32 and in int8, than one session of several intra-op
+    threads (measured in the ablation notes of :ref:`onnx_runtime`).
+    ``model`` is the graph's bytes, ``path`` where they were read from.
     """
 
     def __init__(self, model, input_names, path=None):

@@ -2,7 +2,7 @@
 
 A graph's file is ``<stem>-<sha256>-<precision>.onnx``: the stem hashes the
 model's fingerprint (every weight, the configuration, the tokenizer), the
-pooling and the format version (:meth:`~._onnx.EncoderSpec.stem`), so a
+pooling and the format version (:meth:`~._encoders.EncoderSpec.stem`), so a
 graph is exported once per model and machine and again when the model
 changes; the sha256 is that of the file's bytes. A file is served only if
 its bytes match it, and the bytes checked are the bytes run, so a damaged,

@@ -120,7 +120,7 @@ def cached_table(spec, shape, compute):
         warn(
             f"The cache of distilled tables, {folder.parent}, is a file, not a "
             "directory: the table is distilled without being cached, and every "
-            f"fit distils again. Set {CACHE_ENV} to a directory (or move the "
+            f"fit distills again. Set {CACHE_ENV} to a directory (or move the "
             "file away).",
             CacheWarning,
         )
@@ -146,7 +146,7 @@ def cached_table(spec, shape, compute):
             return table  # another process stored it meanwhile
         warn(
             f"Cannot store the distilled table in {folder} ({exc}); it is used "
-            f"without being cached, so the next fit distils again. Set "
+            f"without being cached, so the next fit distills again. Set "
             f"{CACHE_ENV} to a writable directory.",
             CacheWarning,
         )

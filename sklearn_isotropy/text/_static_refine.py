@@ -39,18 +39,49 @@ does to the encoder's embedding in that context, which is what a pair of
 similar sentences in an STS set differs by. Random spans of the fit texts
 (fragments rather than sentences) did not help
 (``benchmarks/bench_static_quality.py``).
+
+:func:`refine_on_encoder` is what the vectorizer's ``fit`` runs: it fits
+the encoder of the targets (:func:`fit_encoder`, on the backend of
+:func:`refine_backend`), adds the copies, encodes and calls
+:func:`refine_table`.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import logging
 import re
+import time
+import warnings
 import zlib
 
 import numpy as np
+from scipy import sparse
 from sklearn.exceptions import ConvergenceWarning
 
 from .._utils import warn
-from ..exceptions import IsotropyWarning
+from ..exceptions import IsotropyWarning, TruncationWarning
+from ._static_means import mixing_matrix, token_ids
+
+logger = logging.getLogger(__name__)
+
+#: The largest ``refine_pseudo_tokens``. ``k`` counts positions of zeros
+#: averaged with a text's tokens, and no encoder pools that many (BERT 512,
+#: long-context ones 8192); once ``k`` is well beyond the longest fit text,
+#: ``(n + k) / n`` is ``k / n`` and a larger ``k`` no longer weighs texts
+#: differently, it only scales the targets up against the ridge penalties
+#: (at 1e40 the table overflowed float32 to infinity).
+MAX_PSEUDO_TOKENS = 1e4
+
+#: ``refine_backend`` values: how :meth:`StaticEmbeddingVectorizer.fit`
+#: encodes its texts for the refinement (``BertPoolingVectorizer``'s
+#: ``backend``), or ``"auto"``.
+REFINE_BACKENDS = ("auto", "torch", "onnx", "onnx-int8")
+
+#: The ONNX backend ``refine_backend="auto"`` picks when onnx and
+#: onnxruntime are installed and the encoder runs on the CPU (see
+#: ``benchmarks/bench_static_quality.py``).
+AUTO_ONNX_BACKEND = "onnx-int8"
 
 
 class RefinementWarning(IsotropyWarning, ConvergenceWarning):
@@ -241,3 +272,129 @@ def refine_table(
         D, _ = token_refinement(mixing, targets - mixing @ refined, alpha)
         refined += D
     return refined.astype(np.float32)
+
+
+# ----------------------------------------------------- what fit runs
+def refine_backend(requested, device):
+    """Choose the backend that encodes the fit texts.
+
+    ``requested``, or for ``"auto"`` :data:`AUTO_ONNX_BACKEND` where onnx and
+    onnxruntime are installed and ``device`` is the CPU, else ``"torch"``.
+    """
+    if requested != "auto":
+        return requested
+    if device.type != "cpu":
+        return "torch"
+    for name in ("onnx", "onnxruntime"):
+        if importlib.util.find_spec(name) is None:
+            return "torch"
+    return AUTO_ONNX_BACKEND
+
+
+def fit_encoder(vectorizer, texts, device):
+    """The encoder of the refinement's targets, fitted.
+
+    Returns ``(encoder, backend)``: the :class:`BertPoolingVectorizer` of
+    ``vectorizer.model`` (mean pooling, on its ``device`` and ``memory``)
+    and the backend it runs (see ``refine_backend``; ``"auto"`` falls back
+    to torch when the encoder does not export to ONNX).
+    """
+    from ._vectorizer import BertPoolingVectorizer
+
+    backend = refine_backend(vectorizer.refine_backend, device)
+
+    def fit(backend):
+        encoder = BertPoolingVectorizer(
+            vectorizer.model,
+            pooling="mean",
+            device=vectorizer.device,
+            backend=backend,
+            memory=vectorizer.memory,
+            show_progress_bar=bool(vectorizer.verbose),
+        )
+        return encoder.fit(texts)
+
+    if vectorizer.refine_backend != "auto" or backend == "torch":
+        return fit(backend), backend
+    try:
+        return fit(backend), backend
+    except ValueError as exc:  # the model does not export to ONNX
+        logger.info("Encoding the fit texts with torch: %s", exc)
+        return fit("torch"), "torch"
+
+
+def refine_on_encoder(
+    vectorizer, table, weights, mixing, texts, lengths, tokenizer, device
+):
+    """The distilled table fitted to the encoder's embeddings of ``texts``.
+
+    And of their copies with a word deleted (``vectorizer.refine_deletions``;
+    :func:`one_word_deleted`), with the vectorizer's ``refine_alpha`` and
+    ``refine_pseudo_tokens``.
+
+    Parameters
+    ----------
+    vectorizer : StaticEmbeddingVectorizer
+        Whose parameters say how to refine.
+    table : ndarray of shape (n_tokens, d)
+        The distilled table.
+    weights : ndarray of shape (n_tokens,)
+        The token weights of the vectorizer's ``weighting``.
+    mixing : sparse matrix of shape (n_texts, n_tokens)
+        The texts' normalised token weights (:func:`mixing_matrix`).
+    texts : list of str
+        The fit texts that have tokens.
+    lengths : ndarray of shape (n_texts,)
+        Their numbers of tokens (positive).
+    tokenizer : tokenizers.Tokenizer
+        The table's tokenizer.
+    device : torch.device
+        Where the encoder runs.
+
+    Returns
+    -------
+    table : ndarray of shape (n_tokens, d), float32
+    """
+    start = time.perf_counter()
+    encoder, backend = fit_encoder(vectorizer, texts, device)
+    # A text the encoder truncates gets no copy: the word deleted could be
+    # one the encoder never sees, and the copy would teach the table that
+    # the word changes nothing.
+    window = encoder.max_length_ - len(tokenizer.encode("").ids)
+    whole = [text for text, n in zip(texts, lengths) if n <= window]
+    copies = one_word_deleted(whole, vectorizer.refine_deletions)
+    texts, n_copies = list(texts), 0
+    if copies:
+        copy_ids, copy_lengths = token_ids(tokenizer, copies)
+        # a word can be all characters the tokenizer drops (controls)
+        kept = np.flatnonzero(copy_lengths)
+        copy_mixing = mixing_matrix(copy_ids, copy_lengths, weights, len(table))
+        mixing = sparse.vstack([mixing, copy_mixing[kept]], format="csr")
+        texts += [copies[i] for i in kept]
+        lengths = np.concatenate([lengths, copy_lengths[kept]])
+        n_copies = len(kept)
+    with warnings.catch_warnings():
+        # the targets are the encoder's embeddings as it gives them
+        # (truncated at its max_length); the static means are not
+        warnings.simplefilter("ignore", TruncationWarning)
+        targets = encoder.transform(texts)
+    encoded = time.perf_counter()
+    refined = refine_table(
+        table,
+        mixing,
+        targets,
+        vectorizer.refine_alpha,
+        lengths=lengths,
+        pseudo_tokens=vectorizer.refine_pseudo_tokens,
+    )
+    if vectorizer.verbose:
+        logger.info(
+            "Encoded %d texts (%d with a word deleted; backend=%r) in %.2f s "
+            "and refined the table in %.2f s",
+            len(texts),
+            n_copies,
+            backend,
+            encoded - start,
+            time.perf_counter() - encoded,
+        )
+    return refined

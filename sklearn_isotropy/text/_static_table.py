@@ -2,7 +2,7 @@
 
 A table is one float32 row per token id of a fast tokenizer. It is either
 distilled from a Hugging Face encoder (every vocabulary token run alone
-through the model, in batches; :func:`distil`) or read from a folder that
+through the model, in batches; :func:`distill`) or read from a folder that
 already holds one: a model2vec model (``model.safetensors`` with an
 ``embeddings`` tensor, ``tokenizer.json``) or a sentence-transformers
 ``StaticEmbedding`` module (``model.safetensors`` with ``embedding.weight``,
@@ -540,7 +540,7 @@ def _template(tokenizer):
     return ids[: inner[0]], ids[inner[-1] + 1 :]
 
 
-def distil(loaded, pooling, batch_size, *, verbose=0):
+def distill(loaded, pooling, batch_size, *, verbose=0):
     """Run each vocabulary token alone through the encoder.
 
     Returns the ``(n_tokens, hidden_size)`` float32 table of
@@ -625,7 +625,7 @@ def load_table(model, pooling, batch_size, device, *, verbose=0):
     }
 
     def compute():
-        return distil(loaded, pooling, batch_size, verbose=verbose)[0]
+        return distill(loaded, pooling, batch_size, verbose=verbose)[0]
 
     shape = (vocabulary_size(tokenizer), loaded.model.config.hidden_size)
     rows = cached_table(spec, shape, compute)

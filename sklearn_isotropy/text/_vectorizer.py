@@ -25,8 +25,8 @@ from .._utils import (
     warn,
 )
 from ..exceptions import DeviceWarning, ModelChangedWarning, TruncationWarning
-from . import _cache, _encoders, _loading, _onnx
-from ._base import clone_sharing_model, validate_texts
+from . import _cache, _encoders, _loading
+from ._base import TextVectorizerMixin, validate_texts
 from ._pooling import POOLING_PRESETS
 from ._static_table import static_folder
 
@@ -48,7 +48,9 @@ def _resolve_device(device):
     return resolve_device(device, owner="BertPoolingVectorizer", extra="text")[0]
 
 
-class BertPoolingVectorizer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEstimator):
+class BertPoolingVectorizer(
+    TextVectorizerMixin, PrefixedFeatureNamesMixin, TransformerMixin, BaseEstimator
+):
     """Encode texts as pooled hidden states of a Hugging Face encoder.
 
     The first step of a sentence-embedding pipeline: a list of ``n`` texts
@@ -141,11 +143,11 @@ class BertPoolingVectorizer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEst
         The resolved device.
     model_fingerprint_ : str
         sha256 of the encoder's weights, configuration and tokenizer at
-        :meth:`fit` (the key of ``memory=``; about 0.15 s for the default
-        encoder, once per model and process). After unpickling, the encoder
-        is loaded again on first use and compared with it, once: another
-        one (the folder saved again, a hub revision that moved) warns with
-        :class:`~sklearn_isotropy.exceptions.ModelChangedWarning`. In the
+        :meth:`fit` (the key of ``memory=``; a fraction of a second, once
+        per model and process, see :ref:`reliability`). After unpickling,
+        the encoder is loaded again on first use and compared with it, once:
+        another one (the folder saved again, a hub revision that moved) warns
+        with :class:`~sklearn_isotropy.exceptions.ModelChangedWarning`. In the
         process that fitted it the vectorizer keeps the encoder it loaded
         and hashes nothing again, so a model object changed in place after
         fit is not checked there.
@@ -445,12 +447,12 @@ class BertPoolingVectorizer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEst
         return self._backend
 
     def _encoder_spec(self):
-        """Return what the encoder computes, as an :class:`~._onnx.EncoderSpec`.
+        """Return what the encoder computes, as an :class:`~._encoders.EncoderSpec`.
 
         The fitted pooling, and the precision of the backend's graph (the
         float32 one for torch, whose graph ``onnx_graph`` exports).
         """
-        return _onnx.EncoderSpec.of(
+        return _encoders.EncoderSpec.of(
             self._get_loaded(),
             POOLING_PRESETS[self.pooling].reader,
             self.layers_,
@@ -526,26 +528,6 @@ class BertPoolingVectorizer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEst
             torch, _ = _loading.import_text_deps()
             return torch.from_numpy(result).to(self.device_)
         return result
-
-    def fit_transform(self, X: Iterable[str], y=None) -> np.ndarray | torch.Tensor:
-        """Fit, then encode ``X``; same as ``fit(X).transform(X)``.
-
-        ``X`` is read once, so a generator or ``map`` works as a list does.
-
-        Parameters
-        ----------
-        X : iterable of str
-            Texts.
-        y : None
-            Ignored.
-
-        Returns
-        -------
-        X_new : ndarray or torch.Tensor of shape (n_texts, hidden_size_)
-            The encoded texts, as :meth:`transform` returns them.
-        """
-        texts = validate_texts(X)
-        return self.fit(texts, y).transform(texts)
 
     def _open_store(self):
         """Open the embedding cache of ``memory=`` (a null context without)."""
@@ -653,20 +635,13 @@ class BertPoolingVectorizer(PrefixedFeatureNamesMixin, TransformerMixin, BaseEst
 
     # --------------------------------------------------------- conventions
     # output names: the pooling's, e.g. mean0, mean1, ... (get_feature_names_out)
-    _n_features_out = property(lambda self: self.hidden_size_)
-    _feature_name_prefix = property(lambda self: self.pooling)
+    @property
+    def _n_features_out(self):
+        return self.hidden_size_
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.string = True
-        tags.input_tags.two_d_array = False
-        tags.requires_fit = True
-        tags.transformer_tags.preserves_dtype = []
-        tags.non_deterministic = False
-        return tags
-
-    def __sklearn_clone__(self):
-        return clone_sharing_model(self)
+    @property
+    def _feature_name_prefix(self):
+        return self.pooling
 
     def __getstate__(self):
         state = dict(super().__getstate__())  # object.__getstate__ is __dict__
