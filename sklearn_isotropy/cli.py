@@ -211,7 +211,7 @@ def _add_task_parser(sub, task):
         parser.add_argument(
             flag, dest=f.name, help=f"{help_text} (default: {shown})", **parser_kwargs
         )
-    stem = task.report.stem
+    stem = task.report_class().stem
     parser.add_argument(
         "--out",
         default="results",
@@ -308,7 +308,7 @@ def _run(args):
         values["poolings"] = tuple(dict.fromkeys(values["poolings"]))
     # bars only where someone watches (a terminal); step lines always
     settings = EvaluationSettings(**values, progress=False if args.quiet else None)
-    report = task_class.report
+    report = task_class.report_class()
     names = [f"{report.stem}.md", f"{report.stem}.json"]
     figures = [n.format(p) for p in settings.poolings for n in report.figure_names]
     figures = [] if args.no_figures else figures

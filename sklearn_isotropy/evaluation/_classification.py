@@ -97,7 +97,6 @@ class ClassificationTask(Task):
     }
     default_methods = ("raw", "center", "sn", "natsv", "whitening", "ppca")
     selects_on_labels = True
-    report = ClassificationReport
 
     def __post_init__(self):
         check_fit_on(self, self.fit_on)
@@ -177,6 +176,10 @@ class ClassificationTask(Task):
         return cls(datasets, data_name=str(data), fit_on=fit_on or "train")
 
     # ---------------------------------------------------- the Task protocol
+    @classmethod
+    def report_class(cls) -> type:
+        return ClassificationReport
+
     def embed(self, encode: Callable[[list[str]], np.ndarray]) -> dict:
         groups = [b.data for b in self.datasets.values()]
         return dict(zip(self.datasets, encode_once(encode, *groups)))
@@ -229,7 +232,7 @@ class ClassificationTask(Task):
         ----------
         transformer : estimator, "passthrough" or SearchSpace
             The unfitted transformer of a method; a
-            :class:`~sklearn_isotropy.evaluation._methods.SearchSpace` is
+            ``SearchSpace`` (a selecting method's candidates) is
             searched inside each training fold, for ``logistic`` and ``knn``.
         embeddings : dict
             ``{set name: array of shape (n_texts, d)}`` in the set's order.

@@ -186,7 +186,7 @@ class Report:
 
     @classmethod
     def for_task(cls, task: Task | type[Task]) -> type[Report]:
-        """Return the report class of a task: its ``report`` attribute.
+        """Return the report class of a task: its ``report_class()``.
 
         Parameters
         ----------
@@ -198,7 +198,7 @@ class Report:
         type
             The task's report class; :class:`Report` if it has none.
         """
-        return getattr(task, "report", Report)
+        return task.report_class()
 
     @classmethod
     def of(cls, evaluation: Evaluation) -> Report:

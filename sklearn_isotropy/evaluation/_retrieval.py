@@ -51,7 +51,8 @@ class RetrievalTask(Task):
     """Queries, a corpus, relevance judgements, and the sentences to fit on.
 
     :meth:`load` reads a BEIR folder (one that holds ``corpus.jsonl``;
-    :meth:`from_beir`) or STS data (:func:`load_sts_splits` with the
+    :meth:`from_beir`) or STS data
+    (:func:`~sklearn_isotropy.datasets.load_sts_splits` with the
     settings' ``max_pairs``, ``seed`` and ``format``): the pairs of the
     settings' ``query_splits`` rated at least ``min_score`` give the queries
     (:meth:`from_pairs`), every distinct sentence read the corpus, and
@@ -108,9 +109,8 @@ class RetrievalTask(Task):
     name = "retrieval"
     protocols = _PROTOCOLS
     default_methods = ("raw", "pca", "whitening", "ppca", "natsv", "truncate")
-    report = RetrievalReport
     #: The index precisions, by name (``--quantize``), as
-    #: :func:`~sklearn_isotropy.evaluation._quantization.register_quantization`
+    #: ``register_quantization`` (in ``evaluation/_quantization.py``)
     #: fills them.
     quantizations = QUANTIZATIONS
 
@@ -417,6 +417,10 @@ class RetrievalTask(Task):
             The train split's sentences, or the corpus.
         """
         return list(self.fit_texts)
+
+    @classmethod
+    def report_class(cls) -> type:
+        return RetrievalReport
 
     def embed(self, encode):
         Q, C, F = encode_once(encode, self.queries, self.corpus, self.fit_texts)

@@ -2,10 +2,11 @@
 
 :class:`EvaluationSettings` is the only place an evaluation default is
 written. Each field's metadata says which tasks read it and, for the fields
-the command line exposes, its flag and help line, from which ``sklearn-isotropy
-evaluate --help`` and ``sklearn-isotropy retrieval --help`` are generated. The
-class docstring documents the fields; ``tests/test_evaluation.py`` checks that
-it names each field with its type, default and tasks.
+the command line exposes, its flag and help line, from which the ``--help``
+of ``sklearn-isotropy evaluate``, ``retrieval`` and ``classify`` is
+generated. The class docstring documents the fields;
+``tests/evaluation/test_settings.py`` checks that it names each field with
+its type, default and tasks.
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ class EvaluationSettings:
         :class:`~sklearn_isotropy.StaticEmbeddingVectorizer` of ``model`` with
         its defaults, fitted on texts the task sets apart for it (STS: the
         train split's sentences, under every protocol; see
-        :meth:`~sklearn_isotropy.evaluation.Task.encoder_texts`); the
+        the task's ``encoder_texts``); the
         poolings are not used.
     poolings : tuple of str, default=("mean", "embeddings_avg")
         Pooling presets to evaluate, in order.
@@ -137,7 +138,9 @@ class EvaluationSettings:
         chosen from 2^-2 to 2^3 by an inner 10-fold search. Classification
         only.
     quantizations : tuple of str, default=("float32", "int8", "binary")
-        Index precisions, names in :data:`QUANTIZATIONS`. Retrieval only.
+        Index precisions, names in
+        :attr:`~sklearn_isotropy.evaluation.RetrievalTask.quantizations`.
+        Retrieval only.
     metrics : tuple of str, default=("mrr@10", "recall@1", "recall@10", "ndcg@10")
         Retrieval scores to report (``"mrr@10"``...). Retrieval only.
     min_score : float, default=4.0

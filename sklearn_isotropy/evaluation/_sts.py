@@ -63,13 +63,15 @@ class STSTask(Task):
     """Rated sentence pairs: Spearman's rho x100 of cosines on the test split.
 
     :meth:`load` reads the splits the methods need with
-    :func:`load_sts_splits` (the settings' ``max_pairs``, ``seed`` and
-    ``format``). See :mod:`sklearn_isotropy.evaluation` for an example.
+    :func:`~sklearn_isotropy.datasets.load_sts_splits` (the settings'
+    ``max_pairs``, ``seed`` and ``format``). See
+    :mod:`sklearn_isotropy.evaluation` for an example.
 
     Parameters
     ----------
     splits : dict of str to Bunch
-        ``{split: Bunch(pairs, scores)}`` as :func:`load_sts_splits` returns;
+        ``{split: Bunch(pairs, scores)}`` as
+        :func:`~sklearn_isotropy.datasets.load_sts_splits` returns;
         ``"test"`` always, ``"train"`` for ``fit_on="train"``, ``"dev"`` for
         a method that selects on it.
     fit_on : {"target", "train"}, default="target"
@@ -89,7 +91,6 @@ class STSTask(Task):
     }
     default_methods = ("raw", "sn", "natsv", "whitening", "ppca", "flow", "grid")
     has_dev = True
-    report = STSReport
 
     def __init__(self, splits, *, fit_on="target", data_name="splits passed in"):
         check_fit_on(self, fit_on)
@@ -117,6 +118,10 @@ class STSTask(Task):
             format=settings.format,
         )
         return cls(splits, fit_on=fit_on, data_name=str(data))
+
+    @classmethod
+    def report_class(cls) -> type:
+        return STSReport
 
     def embed(self, encode):
         pairs = [b.pairs.ravel() for b in self.splits.values()]

@@ -44,8 +44,6 @@ class Task(ABC):
 
     #: The task's name, as the settings' fields list it ("sts", "retrieval").
     name: ClassVar[str]
-    #: How its evaluations are shown: a :class:`~._report.Report` subclass.
-    report: ClassVar[type]
     #: What each fitting protocol (``fit_on``) means, as written in reports.
     protocols: ClassVar[dict]
     #: The methods run when none are named.
@@ -55,7 +53,7 @@ class Task(ABC):
     has_dev: ClassVar[bool] = False
     #: Whether the task selects with its own labels, inside its folds: a
     #: selecting method (``needs_dev``) then builds a
-    #: :class:`~sklearn_isotropy.evaluation._methods.SearchSpace` that
+    #: ``SearchSpace`` of candidates that
     #: :meth:`score` searches.
     selects_on_labels: ClassVar[bool] = False
 
@@ -133,6 +131,22 @@ class Task(ABC):
         -------
         dimensions : list of int or None
             One run per entry; None is the full width.
+        """
+
+    @classmethod
+    @abstractmethod
+    def report_class(cls) -> type:
+        """Return the class that renders this task's evaluations.
+
+        Its tables, Markdown, JSON and figures; the command line reads the
+        names of the files it writes (``stem``, ``figure_names``) before
+        any work. The task module imports it from ``evaluation/_report.py``;
+        the loop here never does (it hands records to its caller).
+
+        Returns
+        -------
+        type
+            A subclass of the report base class of ``evaluation/_report.py``.
         """
 
     def encoder_texts(self) -> list[str] | None:
@@ -239,9 +253,9 @@ def encode_once(encode, *groups):
 class Record:
     """One run's result: a method at one dimension, for one pooling.
 
-    What :func:`evaluate` returns in :attr:`Evaluation.records`, as
+    What :func:`evaluate` returns in an evaluation's ``records``, as
     ``cross_validate`` returns ``cv_results_``. The fields every task has
-    are attributes; what the task measured is in :attr:`values`, by the
+    are attributes; what the task measured is in ``values``, by the
     task's own names (``spearman_x100``; ``ndcg@10`` and ``quantization``;
     ``task``, ``estimator`` and ``score``). The JSON report holds each
     record as :meth:`to_dict` flattens it.
@@ -265,7 +279,7 @@ class Record:
     warnings : list of str, default=[]
         What the run warned, one line each.
     error : str or None, default=None
-        Why the run failed; None when it ran (then :attr:`values` holds its
+        Why the run failed; None when it ran (then ``values`` holds its
         scores).
     """
 
@@ -426,7 +440,7 @@ def encode_texts(
     fit_texts : sequence of str, default=None
         The texts a ``static`` encoder is fitted on (its token frequencies
         and its refinement; see
-        :meth:`~sklearn_isotropy.evaluation.Task.encoder_texts`); ``texts``
+        the task's ``encoder_texts``); ``texts``
         when None. A ``transformer`` encoder learns nothing and ignores them.
 
     Returns
