@@ -362,7 +362,11 @@ def _cli_help(command: str) -> str | None:
     return buffer.getvalue() or None
 
 
-for _command, _name in (("evaluate", "cli_help"), ("retrieval", "cli_help_retrieval")):
+for _command, _name in (
+    ("evaluate", "cli_help"),
+    ("retrieval", "cli_help_retrieval"),
+    ("classify", "cli_help_classify"),
+):
     _help = _cli_help(_command)
     if _help:
         _cli_inc = ".. code-block:: text\n\n" + "".join(
