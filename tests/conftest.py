@@ -10,25 +10,37 @@
   STS directory written in the tiny model's vocabulary.
 - ``senteval_dir``: the shipped SentEval tasks, or skip; ``tiny_senteval_dir``:
   SentEval's layout (MR and TREC) in the tiny model's vocabulary.
+- ``run_cli``: the ``sklearn-isotropy`` command run in-process, its exit
+  status and what it printed.
+- ``fresh_process``: forget the embedding cache's warnings given so far.
+- ``static_cache``, ``hf``, ``fitted``, ``word_texts``: what the tests of the
+  static vectorizer and of its exports share (``text/test_static*.py``,
+  ``export/test_static.py``).
+
+The data the tests share (texts, words, folder writers) is in ``_data.py``;
+the independent computations several modules compare with, in
+``_references.py``.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import os
-from pathlib import Path
+from contextlib import redirect_stderr, redirect_stdout
+from typing import NamedTuple
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # scipy reads SCIPY_ARRAY_API once, when it is first imported, and
 # scikit-learn's Array API dispatch needs it: set it before anything below
-# imports scipy (tests/test_array_api.py checks it took effect)
+# imports scipy (tests/linear/test_array_api.py checks it took effect)
 os.environ.setdefault("SCIPY_ARRAY_API", "1")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+from tests._data import FIT_TEXTS, SHARED_DATA, TINY_WORDS, find_stsb  # noqa: E402
 
 # A small WordPiece vocabulary: special tokens, whole words and "##" pieces.
 TINY_VOCAB = [
@@ -142,26 +154,13 @@ def make_cone():
     return _cone
 
 
-def _find_stsb():
-    candidates = [REPO.parent / "shared" / "data" / "stsb"]
-    if os.environ.get("SKLEARN_ISOTROPY_STSB"):
-        candidates.append(Path(os.environ["SKLEARN_ISOTROPY_STSB"]))
-    return next((c for c in candidates if (c / "test.csv").is_file()), None)
-
-
 @pytest.fixture(scope="session")
 def stsb_dir():
     """The STS Benchmark beside the repository (or $SKLEARN_ISOTROPY_STSB)."""
-    found = _find_stsb()
+    found = find_stsb()
     if found is None:
         pytest.skip("STS-B not found (../shared/data/stsb or SKLEARN_ISOTROPY_STSB)")
     return found
-
-
-TINY_WORDS = (
-    "the a cat dog sat on mat ran fast slow man woman is was big small red blue "
-    "play read walk"
-).split()
 
 
 @pytest.fixture(scope="session")
@@ -183,7 +182,7 @@ def tiny_sts_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def senteval_dir():
     """SentEval's five tasks beside the repository, or skip."""
-    found = REPO.parent / "shared" / "data" / "senteval"
+    found = SHARED_DATA / "senteval"
     if not (found / "MR" / "rt-polarity.pos").is_file():
         pytest.skip("SentEval not found (../shared/data/senteval)")
     return found
@@ -216,3 +215,110 @@ def tiny_senteval_dir(tmp_path_factory):
         lines = [f"{labels[i % 4]} {sentence()} ?" for i in range(n)]
         (out / "TREC" / name).write_bytes(("\n".join(lines) + "\n").encode("latin-1"))
     return out
+
+
+# ------------------------------------------------------------ the command line
+class CliRun(NamedTuple):
+    """One run of the command line: its exit status and what it printed."""
+
+    status: int
+    out: str
+    err: str
+
+
+@pytest.fixture(scope="session")
+def run_cli():
+    """Run ``sklearn-isotropy`` in-process: ``run_cli(argv) -> (status, out, err)``.
+
+    ``status`` is what ``sklearn_isotropy.cli.main(argv)`` returns, or the
+    code of the ``SystemExit`` argparse raises (2 for bad arguments, 0 after
+    ``--help`` and ``--version``); ``out`` and ``err`` are what the run wrote
+    to stdout and stderr. Session-scoped, so that a module's fixture can run
+    the command once for several tests.
+    """
+    from sklearn_isotropy.cli import main
+
+    def run(argv):
+        out, err = io.StringIO(), io.StringIO()
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                status = main(argv)
+            except SystemExit as exc:
+                status = exc.code
+        return CliRun(status, out.getvalue(), err.getvalue())
+
+    return run
+
+
+# ---------------------------------------------------------- the embedding cache
+@pytest.fixture
+def fresh_process(monkeypatch):
+    """Forget the cache warnings given so far, as a new process would."""
+    from sklearn_isotropy.text import _cache
+
+    monkeypatch.setattr(_cache, "_WARNED", set(), raising=False)
+
+    def reset():
+        _cache._WARNED.clear()
+
+    return reset
+
+
+# ---------------------------------------------------- the static vectorizer
+@pytest.fixture
+def static_cache(tmp_path, monkeypatch):
+    """Distilled tables go to a fresh directory per test, never ~/.cache."""
+    directory = tmp_path / "static_cache"
+    monkeypatch.setenv("SKLEARN_ISOTROPY_STATIC_CACHE", str(directory))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def hf(tiny_bert):
+    """``(model, tokenizer)`` of the tiny BERT, as transformers loads them.
+
+    The static tests' references, and a model object they hand to the
+    vectorizer and to sentence-transformers: each test module loads its own,
+    apart from ``tiny_bert_objects``.
+    """
+    from transformers import AutoModel, AutoTokenizer
+
+    return AutoModel.from_pretrained(tiny_bert).eval(), AutoTokenizer.from_pretrained(
+        tiny_bert
+    )
+
+
+@pytest.fixture(scope="module")
+def fitted(tiny_bert, tmp_path_factory):
+    """One fitted vectorizer per weighting, refined, and an unrefined one.
+
+    Refined (the default) on the encoder's embeddings in torch; the unrefined
+    one is shared (do not modify). Each test module gets its own, as when
+    they were one module: an export test refits the unrefined one on other
+    texts, and the tests after it in its module see that.
+    """
+    from sklearn_isotropy import StaticEmbeddingVectorizer
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(
+            "SKLEARN_ISOTROPY_STATIC_CACHE", str(tmp_path_factory.mktemp("cache"))
+        )
+        out = {
+            w: StaticEmbeddingVectorizer(
+                tiny_bert, weighting=w, refine_backend="torch"
+            ).fit(FIT_TEXTS)
+            for w in ("uniform", "sif", "zipf")
+        }
+        out["unrefined"] = StaticEmbeddingVectorizer(tiny_bert, refine=False).fit(
+            FIT_TEXTS
+        )
+        return out
+
+
+@pytest.fixture(scope="session")
+def word_texts():
+    """120 texts of 3 to 8 of the one-token words ``TINY_WORDS``."""
+    rng = np.random.RandomState(0)
+    return [
+        " ".join(rng.choice(TINY_WORDS, size=rng.randint(3, 9))) for _ in range(120)
+    ]

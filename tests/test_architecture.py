@@ -4,6 +4,8 @@
   registry) and shows up everywhere, the command line included.
 - Every warning of the package is an ``IsotropyWarning`` and points at the
   caller's line, however deep the call chain.
+- Optional dependencies are imported where they are used: importing the
+  package and fitting on numpy imports none of them.
 - No module imports a private name from a sibling family's module.
 - Imports run one way: no module imports, even lazily, one that imports it
   back (directly or through others).
@@ -14,6 +16,8 @@ from __future__ import annotations
 import ast
 import inspect
 import pickle
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -23,7 +27,7 @@ from numpy.testing import assert_allclose
 
 import sklearn_isotropy
 from sklearn_isotropy import exceptions
-from sklearn_isotropy.cli import main
+from tests._data import REPO
 
 PACKAGE_DIR = Path(sklearn_isotropy.__file__).parent
 HERE = str(Path(__file__).resolve())
@@ -55,17 +59,16 @@ def temporary_method():
     del METHODS["l2norm"]
 
 
-def _help(capsys):
-    with pytest.raises(SystemExit) as exc:
-        main(["evaluate", "--help"])
-    assert exc.value.code == 0
-    return capsys.readouterr().out
+def _help(run_cli):
+    status, out, _ = run_cli(["evaluate", "--help"])
+    assert status == 0
+    return out
 
 
-def test_a_registered_preset_is_everywhere(temporary_preset, tiny_bert, capsys):
+def test_a_registered_preset_is_everywhere(temporary_preset, tiny_bert, run_cli):
     from sklearn_isotropy import BertPoolingVectorizer
 
-    help_text = _help(capsys)
+    help_text = _help(run_cli)
     assert "emb_last_avg" in help_text and "embeddings and last block" in help_text
     # the vectorizer accepts it and pools what it says: the same as layers=
     texts = ["the cat sat", "a dog ran fast"]
@@ -82,31 +85,17 @@ def test_a_preset_is_rejected_once_unregistered(tiny_bert):
 
 
 def test_a_registered_method_is_everywhere(
-    temporary_method, tiny_sts_dir, tiny_bert, tmp_path, capsys
+    temporary_method, tiny_sts_dir, tiny_bert, tmp_path, run_cli
 ):
     import json
 
-    help_text = _help(capsys)
+    help_text = _help(run_cli)
     assert "l2norm" in help_text and "unit-norm rows, a test method" in help_text
-    status = main(
-        [
-            "evaluate",
-            "--data",
-            str(tiny_sts_dir),
-            "--model",
-            str(tiny_bert),
-            "--pooling",
-            "mean",
-            "--methods",
-            "raw,l2norm",
-            "--out",
-            str(tmp_path),
-            "--no-figures",
-            "--quiet",
-        ]
-    )
+    argv = ["evaluate", "--data", str(tiny_sts_dir), "--model", str(tiny_bert)]
+    argv += ["--pooling", "mean", "--methods", "raw,l2norm", "--out", str(tmp_path)]
+    status, out, _ = run_cli([*argv, "--no-figures", "--quiet"])
     assert status == 0
-    assert "L2 rows" in capsys.readouterr().out
+    assert "L2 rows" in out
     results = json.loads((tmp_path / "results.json").read_text())["results"]
     by_method = {r["method"]: r["spearman_x100"] for r in results}
     # cosine is scale-invariant: unit-norm rows score exactly like raw rows
@@ -228,6 +217,28 @@ def test_device_fallback_points_at_the_callers_line(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     caught = _record(lambda: pickle.loads(blob))
     _assert_points_here(caught, exceptions.DeviceWarning)
+
+
+# --------------------------------------------- optional dependencies
+def test_optional_dependencies_are_imported_lazily():
+    # importing the modules, and a fit and transform on numpy, import no
+    # plotting, torch or dask (one fresh process checks them all)
+    code = (
+        "import sys, numpy as np, sklearn_isotropy, sklearn_isotropy.diagnostics, "
+        "sklearn_isotropy.metrics, sklearn_isotropy.datasets\n"
+        "X = np.random.default_rng(0).normal(size=(50, 4))\n"
+        "sklearn_isotropy.WhiteningTransformer().fit(X).transform(X)\n"
+        "heavy = ('matplotlib', 'torch', 'transformers', 'dask', 'distributed')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    )
+    assert out.stdout.strip() == "[]"
 
 
 # ------------------------------------------------- imports between families

