@@ -26,13 +26,13 @@ from __future__ import annotations
 import hashlib
 import http.client
 import logging
-import os
 import socket
-import tempfile
 import threading
 import time
 import urllib.request
 from pathlib import Path
+
+from .._utils import write_files
 
 logger = logging.getLogger(__name__)
 
@@ -202,33 +202,28 @@ def fetch(url: str, target: Path, sha256: str) -> Path:
     """
     created = _make_dirs(target.parent)
     logger.info("downloading %s to %s", url, target)
+
+    def download(tmp):  # write_files renames it into place once it returns
+        with open(tmp, "xb") as out, _Deadline(DOWNLOAD_DEADLINE) as deadline:
+            try:
+                with _opener(deadline).open(url, timeout=DOWNLOAD_TIMEOUT) as response:
+                    _copy_response(response, out, url, deadline)
+            except TimeoutError:
+                raise
+            except (OSError, http.client.HTTPException):
+                deadline.check()  # a cut by the watchdog is a timeout
+                raise
+        got = sha256_of(tmp)
+        if got != sha256:
+            raise OSError(
+                f"the file downloaded from {url} has sha256 {got}, expected "
+                f"{sha256}; it was discarded. The source may have changed or "
+                "the download was corrupted: retry, or pass a local copy to "
+                "load_sts"
+            )
+
     try:
-        fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=target.name + ".part")
-        tmp = Path(tmp_name)
-        try:
-            with os.fdopen(fd, "wb") as out, _Deadline(DOWNLOAD_DEADLINE) as deadline:
-                try:
-                    with _opener(deadline).open(
-                        url, timeout=DOWNLOAD_TIMEOUT
-                    ) as response:
-                        _copy_response(response, out, url, deadline)
-                except TimeoutError:
-                    raise
-                except (OSError, http.client.HTTPException):
-                    deadline.check()  # a cut by the watchdog is a timeout
-                    raise
-            got = sha256_of(tmp)
-            if got != sha256:
-                raise OSError(
-                    f"the file downloaded from {url} has sha256 {got}, expected "
-                    f"{sha256}; it was discarded. The source may have changed or "
-                    "the download was corrupted: retry, or pass a local copy to "
-                    "load_sts"
-                )
-            os.replace(tmp, target)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
+        write_files(target.parent, {target.name: download})
     except BaseException:
         _remove_empty(created)
         raise

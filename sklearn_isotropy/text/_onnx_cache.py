@@ -23,9 +23,10 @@ import tempfile
 import threading
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
-from .._utils import cache_home, warn
+from .._utils import cache_home, warn, write_files
 from ..exceptions import CacheWarning
 from . import _onnx
 
@@ -107,8 +108,8 @@ def _build(loaded, spec, stem):
             data = _onnx.quantize(fp32, staging / "model.onnx")
         name = f"{stem}-{hashlib.sha256(data).hexdigest()}-{spec.precision}.onnx"
         path = directory / name
-        try:
-            os.replace(staging / "model.onnx", path)
+        try:  # renamed in from the staging folder, then into place
+            write_files(directory, {name: partial(os.replace, staging / "model.onnx")})
         except OSError as exc:  # a directory in the way, say
             warn(
                 f"Cannot keep the exported encoder as {path} ({exc.strerror}); it "
