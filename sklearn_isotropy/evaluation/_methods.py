@@ -127,8 +127,9 @@ def register_method(
     name : str
         The name, not taken yet.
     label : str or callable, default=None
-        The table label (see :class:`Method`); the name when None.
-    help, uses_k, full_width, needs_dev : see :class:`Method`
+        The table label (see ``Method`` in ``evaluation/_methods.py``); the
+        name when None.
+    help, uses_k, full_width, needs_dev : see ``Method``
         The other fields of the method.
 
     Returns
