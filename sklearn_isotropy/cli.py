@@ -16,8 +16,12 @@ Exit status: 0 when every requested method ran; 1 when the run cannot start
 (missing data or model, an output directory that cannot be written) or when
 a method failed (the results of the others are still written, and each
 failure is one line on stderr); 2 for bad arguments (a report's name in
-``--out`` taken by a directory included); 130 when interrupted (Ctrl-C),
-with the previous reports unchanged.
+``--out`` taken by a directory, or by another command's report, included);
+130 when interrupted (Ctrl-C), with the previous reports unchanged.
+
+Each command writes its own reports (``evaluate``: ``results.md`` and
+``results.json``; ``retrieval``: ``retrieval.*``; ``classify``:
+``classify.*``), so several can share one ``--out``.
 """
 
 from __future__ import annotations
@@ -66,18 +70,23 @@ _COMMANDS = {
 _DEFAULT_DATA = {"sts": "stsb", "retrieval": "stsb", "classification": None}
 
 
-def _number(text, *, integer=False, low=None):
-    """Parse a finite int or float, at least ``low`` (an argparse type)."""
+def _number(text, *, integer=False, low=None, high=None):
+    """Parse a finite int or float from ``low`` to ``high`` (an argparse type)."""
     try:
         value = int(text) if integer else float(text)
     except ValueError:
         kind = "an integer" if integer else "a number"
         raise argparse.ArgumentTypeError(f"expected {kind}, got {text!r}") from None
-    if not math.isfinite(value) or (low is not None and value < low):
-        bound = "" if low is None else f" >= {low}"
-        raise argparse.ArgumentTypeError(
-            f"expected a finite value{bound}, got {text!r}"
-        )
+    too_low = low is not None and value < low
+    too_high = high is not None and value > high
+    # an int is finite (and math.isfinite overflows on one past float's range)
+    if (not integer and not math.isfinite(value)) or too_low or too_high:
+        kind = "an integer" if integer else "a finite value"
+        if high is not None:
+            bound = f" from {low} to {high}"
+        else:
+            bound = "" if low is None else f" >= {low}"
+        raise argparse.ArgumentTypeError(f"expected {kind}{bound}, got {text!r}")
     return value
 
 
@@ -111,9 +120,10 @@ def _argument_types(task):
 
     quantizations = getattr(task, "quantizations", {})
     return {
-        "int": {"type": lambda t: _number(t, integer=True)},
         "positive_int": {"type": lambda t: _number(t, integer=True, low=1)},
         "int>=0": {"type": lambda t: _number(t, integer=True, low=0)},
+        "int>=2": {"type": lambda t: _number(t, integer=True, low=2)},
+        "seed": {"type": lambda t: _number(t, integer=True, low=0, high=2**32 - 1)},
         "number": {"type": _number},
         "number>=0": {"type": lambda t: _number(t, low=0)},
         "ints": {"type": _ints},
@@ -265,12 +275,14 @@ def _check_combinations(args):
         )
 
 
-def _check_out(out, names):
+def _check_out(out, names, task):
     """Create ``out`` and check that the files ``names`` can be written there.
 
     A probe file is written before any work is done; a name taken by a
-    directory (or anything but a file) is a usage error.
+    directory (or anything but a file), or by another task's report, is a
+    usage error.
     """
+    report = task.report_class()
     out_dir = Path(out).expanduser()
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -287,6 +299,18 @@ def _check_out(out, names):
         error = _CLIError(
             f"--out {str(out)!r} holds {', '.join(taken)}, which is not a file, "
             "where a report is to be written; remove it or pass another --out"
+        )
+        error.status = 2
+        raise error
+    # another command's report under this one's name (an earlier version's
+    # classify wrote results.json): replacing it would lose that run
+    owner = report.previous_task(out_dir)
+    if owner is not None and owner != task.name:
+        mine, theirs = (_COMMANDS.get(t, (t,))[0] for t in (task.name, owner))
+        error = _CLIError(
+            f"--out {str(out)!r} holds {report.stem}.json, the report of "
+            f"`{PROG} {theirs}`, which `{PROG} {mine}` would replace; pass "
+            "another --out, or move that report and its figures away first"
         )
         error.status = 2
         raise error
@@ -312,7 +336,7 @@ def _run(args):
     names = [f"{report.stem}.md", f"{report.stem}.json"]
     figures = [n.format(p) for p in settings.poolings for n in report.figure_names]
     figures = [] if args.no_figures else figures
-    out_dir = _check_out(args.out, names + figures)
+    out_dir = _check_out(args.out, names + figures, task_class)
     task = task_class.load(
         args.data, settings, fit_on=args.fit_on, methods=args.methods
     )
@@ -409,7 +433,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         0 when every requested method ran; 1 when the run cannot start
         (missing data or model, an output directory that cannot be written)
         or when a method failed; 2 when a report's name in ``--out`` is
-        taken by a directory; 130 when interrupted. Bad arguments exit with
+        taken by a directory or by another command's report; 130 when
+        interrupted. Bad arguments exit with
         status 2 through :class:`SystemExit`, as argparse does.
 
     Examples

@@ -16,6 +16,7 @@ __all__ = [
     "CacheWarning",
     "DensityUnderflowWarning",
     "DeviceWarning",
+    "DoubleWeightingWarning",
     "EvaluationError",
     "EvaluationWarning",
     "FlowTrainingWarning",
@@ -27,6 +28,7 @@ __all__ = [
     "NoSplitColumnError",
     "RankDeficiencyWarning",
     "TruncationWarning",
+    "UncheckedModelWarning",
     "UndefinedCorrelationWarning",
 ]
 
@@ -116,6 +118,32 @@ class ModelChangedWarning(IsotropyWarning):
     the pipeline, or restore the model it was fitted with. Escalate it with
     ``warnings.simplefilter("error", ModelChangedWarning)`` to refuse such
     a pickle.
+    """
+
+
+class UncheckedModelWarning(IsotropyWarning):
+    """An unpickled vectorizer cannot check that its encoder is the fitted one.
+
+    Raised once per process and encoder by
+    :class:`~sklearn_isotropy.BertPoolingVectorizer` unpickled from a
+    version that recorded no ``model_fingerprint_``: it encodes with the
+    encoder it loads, unchecked. Refit it (or fit and pickle it again) to
+    have the check; escalate the warning with
+    ``warnings.simplefilter("error", UncheckedModelWarning)`` to refuse
+    such a pickle.
+    """
+
+
+class DoubleWeightingWarning(IsotropyWarning):
+    """A static folder written by this package is read with a token weighting.
+
+    Raised by :class:`~sklearn_isotropy.StaticEmbeddingVectorizer` given an
+    explicit ``weighting`` other than ``"uniform"`` for a folder that
+    :func:`~sklearn_isotropy.export.to_model2vec` or
+    :func:`~sklearn_isotropy.export.to_sentence_transformers` wrote: its
+    rows carry their token weights already, so the weighting applies them a
+    second time and the output is no longer the exported pipeline's. The
+    default ``weighting="auto"`` reads such a folder uniformly.
     """
 
 

@@ -913,7 +913,7 @@ def test_cli_encodes_each_text_once_and_writes_records(
     ]
     # each distinct text once per pooling, whatever the methods and folds
     assert len(seen) == 2 * len(set(texts)) and set(seen) == set(texts)
-    report = json.loads((out / "results.json").read_text())
+    report = json.loads((out / "classify.json").read_text())
     records = report["records"]
     keys = {"task", "method", "estimator", "pooling", "score"}
     assert all(keys <= set(r) for r in records)
@@ -923,8 +923,10 @@ def test_cli_encodes_each_text_once_and_writes_records(
     assert (out / "classify_mean.png").is_file() and (
         out / "classify_cls.png"
     ).is_file()
-    md = (out / "results.md").read_text()
+    md = (out / "classify.md").read_text()
+    assert md.startswith("# sklearn-isotropy classify\n")
     assert "| method | estimator | MR | TREC | mean |" in md
+    assert not (out / "results.json").exists()  # the name of evaluate's report
     assert "centring" in printed and "kmeans" in printed
 
 
@@ -935,3 +937,104 @@ def test_cli_needs_data_and_knows_the_tasks(run_cli):
     status, _, err = run_cli(["classify", "--data", ".", "--tasks", "MR,SST5"])
     assert status == 2
     assert "unknown task(s) ['SST5']" in err
+
+
+def test_classify_leaves_the_sts_report_in_the_same_out_alone(
+    tiny_bert, tiny_senteval_dir, tmp_path, run_cli
+):
+    # issue 50, item 6: classify wrote results.md/json over evaluate's and
+    # deleted the figures its results.json named
+    pytest.importorskip("matplotlib")
+    from sklearn_isotropy.evaluation import STSTask, evaluate, write_reports
+    from tests._data import sts_pairs
+
+    emb, bunch = sts_pairs(np.random.default_rng(0), 30, 6)
+    sts = evaluate(
+        STSTask({"test": bunch}), methods=["raw"], embeddings={"mean": {"test": emb}}
+    )
+    write_reports(sts, tmp_path)  # what `evaluate --pooling mean` writes
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert {"results.json", "mean_spectrum.png", "mean_cosines.png"} <= set(before)
+    argv = ["classify", "--data", str(tiny_senteval_dir), "--tasks", "MR"]
+    argv += ["--methods", "raw", "--model", str(tiny_bert), "--pooling", "mean"]
+    status, printed, _ = run_cli([*argv, "--out", str(tmp_path), "--no-figures", "-q"])
+    assert status == 0
+    assert f"Wrote {tmp_path / 'classify.md'}, {tmp_path / 'classify.json'}." in printed
+    after = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert {n: after[n] for n in before} == before
+    assert sorted(set(after) - set(before)) == ["classify.json", "classify.md"]
+
+
+def test_another_commands_report_under_the_same_name_fails_before_encoding(
+    tiny_sts_dir, tiny_bert, tmp_path, run_cli, monkeypatch
+):
+    # results.json written by an earlier version's classify: evaluate would
+    # replace it; refused as a usage error before any work
+    _no_encoding(monkeypatch)
+    (tmp_path / "results.json").write_text('{"task": "classification", "figures": []}')
+    status, _, err = run_cli(_argv(tiny_sts_dir, tmp_path, "--quiet", model=tiny_bert))
+    err = err.strip()
+    assert status == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith(
+        f"sklearn-isotropy: error: --out {str(tmp_path)!r} holds results.json, "
+        "the report of `sklearn-isotropy classify`, which `sklearn-isotropy "
+        "evaluate` would replace; pass another --out"
+    )
+    assert [p.name for p in tmp_path.iterdir()] == ["results.json"]
+
+
+def test_a_one_class_set_is_one_line_and_exit_1(tmp_path, run_cli, monkeypatch):
+    # issue 50, item 7: the task's ValueError escaped as a traceback
+    _no_encoding(monkeypatch)
+    (tmp_path / "TREC").mkdir()
+    for name in ("train_5500.label", "TREC_10.label"):
+        lines = ["HUM:ind who is he ?", "HUM:gr who are they ?"]
+        (tmp_path / "TREC" / name).write_text("\n".join(lines) + "\n")
+    argv = ["classify", "--data", str(tmp_path), "--tasks", "TREC", "--quiet"]
+    status, _, err = run_cli([*argv, "--out", str(tmp_path / "out")])
+    assert status == 1 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("sklearn-isotropy: error: the set 'TREC' (data: ")
+    assert "has one class, 'HUM', in all 4 texts" in err and "--tasks" in err
+
+
+@pytest.mark.parametrize(
+    "flag, value, expected",
+    [
+        ("--seed", "-1", "an integer from 0 to 4294967295, got '-1'"),
+        ("--seed", str(2**32), "an integer from 0 to 4294967295, got '4294967296'"),
+        # beyond float's range: the parser's message, not an OverflowError
+        ("--seed", "1" + "0" * 400, "an integer from 0 to 4294967295"),
+        ("--cv", "1", "an integer >= 2, got '1'"),
+    ],
+)
+@pytest.mark.parametrize("command", ["evaluate", "classify"])
+def test_seed_and_cv_are_bounded_by_the_parser(
+    command, flag, value, expected, tmp_path, run_cli
+):
+    # issue 50, item 8: they failed every method after encoding everything,
+    # and the all-failed report replaced the previous one
+    (tmp_path / "results.json").write_text("{}")
+    argv = [
+        command,
+        "--data",
+        str(tmp_path / "none"),
+        flag,
+        value,
+        "--out",
+        str(tmp_path),
+    ]
+    status, _, err = run_cli(argv)
+    assert status == 2
+    assert f"error: argument {flag}: expected {expected}" in err
+    assert [p.name for p in tmp_path.iterdir()] == ["results.json"]
+
+
+def test_the_bounds_of_seed_and_cv_are_accepted():
+    from sklearn_isotropy.cli import build_parser
+
+    for command in ("evaluate", "classify"):
+        argv = [command, "--data", "x", "--seed", "0", "--cv", "2"]
+        args = build_parser().parse_args(argv)
+        assert (args.seed, args.cv) == (0, 2)
+        args = build_parser().parse_args([*argv[:3], "--seed", str(2**32 - 1)])
+        assert args.seed == 2**32 - 1

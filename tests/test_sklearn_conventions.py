@@ -1,7 +1,9 @@
 """scikit-learn conventions every public estimator follows.
 
-Pandas output with named columns, HTML reprs that link to this package's API
-reference, and a version read from the installed metadata.
+Pandas output with named columns and the input's index (so that a
+ColumnTransformer puts it beside scikit-learn's own columns), HTML reprs
+that link to this package's API reference, and a version read from the
+installed metadata.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from sklearn_isotropy import (
     NATSVTransformer,
     PairedCosineSimilarity,
     StandardNormalizer,
+    StaticEmbeddingVectorizer,
     WhiteningTransformer,
 )
 
@@ -81,6 +84,118 @@ def test_pandas_output_is_the_numpy_transform_with_named_columns(
         assert list(frame.index) == list(X.index)
         assert_allclose(frame.to_numpy(), expected, rtol=1e-6, atol=1e-8)
     assert list(pandas_est.get_feature_names_out()) == names.split()
+
+
+POST_PROCESSORS = {
+    "whitening": lambda: WhiteningTransformer(n_components=3),
+    "natsv": lambda: NATSVTransformer(n_components=2),
+    "sn": lambda: StandardNormalizer(),
+    "flow": lambda: GlowFlowTransformer(
+        depth=1, hidden_size=4, max_iter=2, random_state=0
+    ),
+}
+
+
+@pytest.mark.parametrize("name", [*POST_PROCESSORS, "bert", "static"])
+@pytest.mark.usefixtures("static_cache")  # distilled tables: never ~/.cache
+def test_pandas_output_carries_the_inputs_index(name, make_cone, tiny_bert):
+    """Every transformer's DataFrame has its input's index, as StandardScaler's.
+
+    The vectorizers' ``fit_transform`` used to return a new RangeIndex for
+    a Series of texts (``transform`` kept it); the post-processors keep the
+    index of a DataFrame.
+    """
+    rng = np.random.default_rng(0)
+    if name in POST_PROCESSORS:
+        X = _embeddings(make_cone)
+        X.index = pd.Index(rng.permutation(10 * len(X))[: len(X)], name="id")
+        est = POST_PROCESSORS[name]()
+    else:
+        texts = TEXTS * 3
+        X = pd.Series(texts, index=[f"review-{i}" for i in rng.permutation(12)])
+        if name == "bert":
+            est = BertPoolingVectorizer(tiny_bert)
+        else:
+            est = StaticEmbeddingVectorizer(tiny_bert, refine=False)
+    expected = clone(est).fit(X).transform(X)
+    assert isinstance(expected, np.ndarray)
+    pandas_est = clone(est).set_output(transform="pandas")
+    for frame in (pandas_est.fit_transform(X), pandas_est.transform(X)):
+        assert isinstance(frame, pd.DataFrame)
+        assert frame.index.equals(X.index)
+        assert_allclose(frame.to_numpy(), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_text_pipeline_in_a_column_transformer_with_pandas_output(
+    tiny_bert, word_texts
+):
+    """A text column beside numeric and categorical ones, cross-validated.
+
+    The columns' blocks are those of each step alone (StandardScaler's and
+    OneHotEncoder's formulas written out), and ``cross_val_score`` gives
+    the scores of the numpy output. Its folds' rows have indices that are
+    not a RangeIndex: the text block used to get a new one, and pandas
+    output failed with "Concatenating DataFrames ... Pandas Indexes that do
+    not match".
+    """
+    from sklearn.compose import ColumnTransformer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import KFold, cross_val_score
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
+    rng = np.random.default_rng(0)
+    n = 60
+    reviews = pd.DataFrame(
+        {
+            "review": word_texts[:n],
+            "stars": rng.integers(1, 6, size=n).astype(float),
+            "category": rng.choice(["book", "film", "game"], size=n),
+        },
+        index=pd.Index(rng.permutation(1000)[:n], name="review_id"),
+    )
+    y = (reviews["stars"] >= 3).to_numpy()
+
+    def features():
+        text = make_pipeline(
+            BertPoolingVectorizer(tiny_bert), WhiteningTransformer(n_components=4)
+        )
+        return ColumnTransformer(
+            [
+                ("text", text, "review"),
+                ("num", StandardScaler(), ["stars"]),
+                ("cat", OneHotEncoder(sparse_output=False), ["category"]),
+            ]
+        )
+
+    frame = features().set_output(transform="pandas").fit_transform(reviews)
+    assert frame.index.equals(reviews.index)
+    assert list(frame.columns) == [
+        *(f"text__whitening{i}" for i in range(4)),
+        "num__stars",
+        "cat__category_book",
+        "cat__category_film",
+        "cat__category_game",
+    ]
+    embeddings = BertPoolingVectorizer(tiny_bert).fit_transform(list(reviews.review))
+    stars = reviews["stars"].to_numpy()
+    category = reviews["category"].to_numpy()
+    expected = np.hstack(
+        [
+            WhiteningTransformer(n_components=4).fit_transform(embeddings),
+            ((stars - stars.mean()) / stars.std())[:, None],
+            (category[:, None] == np.array(["book", "film", "game"])).astype(float),
+        ]
+    )
+    assert_allclose(frame.to_numpy(), expected, rtol=1e-5, atol=1e-5)
+
+    cv = KFold(3, shuffle=True, random_state=0)
+    model = make_pipeline(features(), LogisticRegression())
+    scores = cross_val_score(
+        clone(model).set_output(transform="pandas"), reviews, y, cv=cv
+    )
+    assert_allclose(scores, cross_val_score(model, reviews, y, cv=cv))
+    assert np.all((scores >= 0) & (scores <= 1))
 
 
 def test_numpy_input_gets_generated_names(make_cone):

@@ -14,12 +14,17 @@ and a directory all at once with the user's permissions
 with deterministic signs and the effective rank of a spectrum
 (:func:`sorted_eigh`, :func:`fix_signs`, :func:`spectrum_effective_rank`);
 the doc links and output names of the estimators (:class:`DocLinkMixin`,
-:class:`PrefixedFeatureNamesMixin`).
+:class:`PrefixedFeatureNamesMixin`), and the key of an exported folder's
+record (:data:`EXPORT_RECORD_KEY`).
 """
 
 from __future__ import annotations
 
-from ._conventions import DocLinkMixin, PrefixedFeatureNamesMixin
+from ._conventions import (
+    EXPORT_RECORD_KEY,
+    DocLinkMixin,
+    PrefixedFeatureNamesMixin,
+)
 from ._device import resolve_device
 from ._files import (
     cache_home,
@@ -35,6 +40,7 @@ from ._spectrum import fix_signs, sorted_eigh, spectrum_effective_rank
 from ._warnings import record_warnings, reraise_once, warn
 
 __all__ = [
+    "EXPORT_RECORD_KEY",
     "DocLinkMixin",
     "PrefixedFeatureNamesMixin",
     "cache_home",

@@ -1,4 +1,7 @@
-"""What every public estimator shares: its doc link and its output names."""
+"""What every public estimator shares: its doc link, its output names.
+
+And the key under which an exported folder records where it came from.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +15,13 @@ try:  # the version is written once, in pyproject.toml
     VERSION = metadata.version("sklearn-isotropy")
 except metadata.PackageNotFoundError:  # a source tree that was never installed
     VERSION = "0+unknown"
+
+
+#: The key under which the exporters record themselves in the configuration
+#: of the model folders they write (model2vec's ``config.json``,
+#: sentence-transformers' ``config_sentence_transformers.json``), and by
+#: which ``StaticEmbeddingVectorizer`` knows such a folder when it reads it.
+EXPORT_RECORD_KEY = "sklearn_isotropy"
 
 
 class DocLinkMixin:

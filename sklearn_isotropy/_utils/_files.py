@@ -156,7 +156,10 @@ def publish_directory(path, write, *, overwrite=False, what="export"):
     A new or empty ``path`` that someone else fills while ``write`` works
     (two exports to one path started together) is left as the first to
     finish wrote it; the other fails with the :class:`FileExistsError` of an
-    existing path, and its staging directory is removed.
+    existing path, and its staging directory is removed. The same holds for
+    two that replace one ``path`` (``overwrite=True``): one that finds the
+    old ``path`` already moved away by the other publishes where it was, as
+    into a new path, unless the other has published there first.
     """
     path = Path(os.fspath(path)).expanduser()
     how = check_target(path, overwrite=overwrite, what=what)
@@ -176,7 +179,7 @@ def publish_directory(path, write, *, overwrite=False, what="export"):
         elif how == "new":
             _publish_new(staging, path, what=what)
         else:
-            _replace(path, staging)
+            _replace(path, staging, what=what)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
@@ -251,17 +254,44 @@ def _move_entries(source, target, *, what):
         raise
 
 
-def _replace(path, staging):
-    """Move the directory ``staging`` to ``path``, replacing what is there."""
+def _replace(path, staging, *, what):
+    """Move the directory ``staging`` to ``path``, replacing what is there.
+
+    What is there is renamed aside first, and deleted once ``staging`` is in
+    its place. Another export replacing the same ``path`` at the same time
+    (``overwrite=True`` twice) can rename it aside first: ``path`` is then
+    free, and this one publishes as to a new path (:func:`_publish_new`),
+    unless the other has published there already, which is the
+    :class:`FileExistsError` of :func:`_taken`, as for two new exports. The
+    staged work is never thrown away for a bare :class:`FileNotFoundError`.
+    """
     old = new_directory(path.parent, f".{path.name}.old-")
     old.rmdir()  # reserve a free name next to path
-    os.replace(path, old)
+    try:
+        os.replace(path, old)
+    except FileNotFoundError:
+        if os.path.lexists(path):  # a rename that failed for another reason
+            raise
+        # another export moved the old path aside: it is gone, as this one
+        # was asked; publish where it was, unless the other got there first
+        _publish_new(staging, path, what=what)
+        return
     try:
         os.replace(staging, path)
-    except BaseException:
+    except BaseException as exc:
+        if isinstance(exc, OSError) and os.path.lexists(path):
+            # the other export published at path after this one moved the
+            # old one aside: both replaced it, the first to finish stays
+            _remove(old)
+            raise _taken(what, path) from exc
         os.replace(old, path)  # put the previous content back
         raise
-    if old.is_dir():
-        shutil.rmtree(old)
+    _remove(old)
+
+
+def _remove(path):
+    """Delete the directory or file ``path``."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
     else:
-        old.unlink()
+        path.unlink()

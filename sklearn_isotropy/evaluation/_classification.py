@@ -39,7 +39,7 @@ from ..exceptions import EvaluationError
 from ._methods import Method, SearchSpace
 from ._report import ClassificationReport
 from ._settings import EvaluationSettings
-from ._task import Task, check_fit_on, encode_once
+from ._task import Task, check_finite, check_fit_on, encode_once
 
 __all__ = ["ClassificationTask"]
 
@@ -109,8 +109,21 @@ class ClassificationTask(Task):
                     f"{name}: target has shape {y.shape}; expected one label per "
                     f"text ({len(bunch.data)})"
                 )
-            if np.unique(y).size < 2:
-                raise ValueError(f"{name}: a classification needs two classes or more")
+            labels = np.unique(y)
+            if labels.size < 2:
+                # an EvaluationError: the command line reports it in one line
+                names = bunch.get("target_names")
+                found = (
+                    "no texts"
+                    if labels.size == 0
+                    else f"one class, {_label_name(labels[0], names)!r}, in all "
+                    f"{len(y)} texts"
+                )
+                raise EvaluationError(
+                    f"the set {name!r} (data: {self.data_name}) has {found}; a "
+                    "classification needs two classes or more: pass texts of at "
+                    f"least two classes, or leave {name} out (--tasks)"
+                )
             self.sizes[name] = len(y)
 
     @classmethod
@@ -250,7 +263,7 @@ class ClassificationTask(Task):
         artifact : None
             No figure needs more.
         """
-        records = []
+        sets = {}  # every set checked before any is scored
         for name, bunch in self.datasets.items():
             X = np.asarray(embeddings[name])
             y = np.asarray(bunch.target)
@@ -259,12 +272,26 @@ class ClassificationTask(Task):
                     f"{name}: {X.shape[0]} embeddings for {len(y)} texts; pass them "
                     "in the task's order"
                 )
+            sets[name] = X, y
+        reason = check_finite({name: X for name, (X, _) in sets.items()})
+        if reason is not None:  # the input's fault, not the transformer's
+            raise ValueError(reason)
+        records = []
+        for name, (X, y) in sets.items():
             folds = self.splits(name, settings)
             if isinstance(transformer, SearchSpace):
                 records += _search(name, transformer, X, y, folds, settings)
             else:
                 records += _fixed(name, transformer, X, y, folds, settings)
         return records, None
+
+
+def _label_name(label, names):
+    """The name of an integer label in ``target_names``, or the label itself."""
+    try:
+        return str(names[int(label)])
+    except (TypeError, ValueError, IndexError):
+        return str(label)
 
 
 def _estimator(kind, settings, n_classes=None):
@@ -301,10 +328,11 @@ def _fit_transform(transformer, X, train, test):
         for rows in (train, test)
     ]
     parts = [np.asarray(Z) for Z in parts]
-    if not all(np.isfinite(Z).all() for Z in parts):
+    if fitted is not None and not all(np.isfinite(Z).all() for Z in parts):
+        # the input rows are finite: evaluate checks them before any method
         raise ValueError(
-            f"{type(fitted).__name__}.transform returned NaN or inf; regularise it "
-            "(e.g. shrinkage) or keep fewer components"
+            f"{type(fitted).__name__}.transform returned NaN or inf from finite "
+            "embeddings; regularise it (e.g. shrinkage) or keep fewer components"
         )
     return parts, fit_seconds, time.perf_counter() - start
 

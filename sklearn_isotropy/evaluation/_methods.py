@@ -231,8 +231,17 @@ register_method(
 def _build_natsv(k, n_features, settings, dev=None):
     from ..linear import NATSVTransformer
 
-    k = min(settings.natsv_components, n_features - 1)
+    k = _natsv_components(n_features, settings)
     return NATSVTransformer(n_components=k), {"n_components": k}
+
+
+def _natsv_components(n_features, settings):
+    """The directions NATSV removes: ``natsv_components``, at most ``d - 1``.
+
+    Removing every direction would leave nothing to compare; the ``natsv``
+    method and the grid's NATSV candidate both read the cap here.
+    """
+    return min(settings.natsv_components, n_features - 1)
 
 
 def _first_columns(X, k):
@@ -284,7 +293,7 @@ def _grid_candidates(n_features, settings):
     ]
 
 
-def _classification_candidates(settings):
+def _classification_candidates(n_features, settings):
     """The label-free settings a classifier's own accuracy chooses among."""
     from sklearn.preprocessing import StandardScaler
 
@@ -299,7 +308,7 @@ def _classification_candidates(settings):
                 "passthrough",
                 StandardScaler(with_std=False),
                 StandardNormalizer(),
-                NATSVTransformer(n_components=settings.natsv_components),
+                NATSVTransformer(n_components=_natsv_components(n_features, settings)),
                 WhiteningTransformer(noise_variance="auto"),
                 *whitenings,
             ]
@@ -360,7 +369,7 @@ def _build_grid(k, n_features, settings, dev=None):
     from ..metrics import PairedCosineSimilarity
 
     if dev is None:  # the task searches with its own labels
-        space = SearchSpace(_classification_candidates(settings))
+        space = SearchSpace(_classification_candidates(n_features, settings))
         return space, {"searched": "inside each training fold"}
     dev_pairs, dev_scores = dev
     if len(dev_scores) < 2 * settings.cv:

@@ -72,10 +72,12 @@ class Report:
 
     #: The heading of the results.
     title = "Results"
-    #: The stem of the report files (``<stem>.md``, ``<stem>.json``).
-    stem = "results"
+    #: The stem of the report files (``<stem>.md``, ``<stem>.json``). Each
+    #: task's report names its own, which no other task's report shares,
+    #: so that reports of several tasks can sit in one directory.
+    stem: str
     #: The command named in the Markdown report's heading.
-    command = "evaluate"
+    command: str
     #: The names of a pooling's figures, ``str.format`` ed with the pooling.
     figure_names = ()
     #: Keyword arguments of ``Figure.savefig`` for the task's figures.
@@ -196,9 +198,83 @@ class Report:
         Returns
         -------
         type
-            The task's report class; :class:`Report` if it has none.
+            The task's report class.
         """
         return task.report_class()
+
+    @classmethod
+    def is_figure_name(cls, name: str) -> bool:
+        """Return whether ``name`` is one of this report's figure names.
+
+        Parameters
+        ----------
+        name : str
+            A file name.
+
+        Returns
+        -------
+        bool
+            Whether a pattern of :attr:`figure_names` gives ``name`` for
+            some pooling.
+        """
+        for pattern in cls.figure_names:
+            head, _, tail = pattern.partition("{}")
+            if (
+                len(name) > len(head) + len(tail)
+                and name.startswith(head)
+                and name.endswith(tail)
+            ):
+                return True
+        return False
+
+    @classmethod
+    def previous_task(cls, out_dir: str | os.PathLike) -> str | None:
+        """Return the task whose JSON report holds this report's name in ``out_dir``.
+
+        Parameters
+        ----------
+        out_dir : path-like
+            The directory the reports are to be written to.
+
+        Returns
+        -------
+        str or None
+            The ``task`` of ``<stem>.json`` in ``out_dir``; None if there is
+            no such file, or it is not a report of this package.
+        """
+        owner = _previous_report(Path(out_dir) / f"{cls.stem}.json").get("task")
+        return owner if isinstance(owner, str) else None
+
+    @classmethod
+    def check_destination(cls, out_dir: str | os.PathLike, task: str) -> None:
+        """Raise if ``out_dir`` holds another task's report under this report's name.
+
+        Each task's report has its own :attr:`stem`, so this only finds a
+        report written by another task under the same name (by a version
+        whose ``classify`` wrote ``results.json``, as ``evaluate`` does):
+        replacing it would lose that run.
+
+        Parameters
+        ----------
+        out_dir : path-like
+            The directory the reports are to be written to.
+        task : str
+            The name of the task to be written (``"sts"``...).
+
+        Raises
+        ------
+        FileExistsError
+            If ``<stem>.json`` in ``out_dir`` is the JSON report of another
+            task.
+        """
+        owner = cls.previous_task(out_dir)
+        if owner is not None and owner != task:
+            path = Path(out_dir) / f"{cls.stem}.json"
+            raise FileExistsError(
+                f"{path} is the report of the {owner!r} task, which the report "
+                f"of the {task!r} task would replace; write to another "
+                "directory, or move that report and its figures away first"
+            )
 
     @classmethod
     def of(cls, evaluation: Evaluation) -> Report:
@@ -221,6 +297,8 @@ class STSReport(Report):
     """Spearman's rho per method, anisotropy diagnostics, spectrum and cosines."""
 
     title = "Spearman ρ×100 on the test split (cosine of pair embeddings)"
+    stem = "results"  # the name the README and the user guide document
+    command = "evaluate"
     figure_names = ("{}_spectrum.png", "{}_cosines.png")
 
     def columns(self):
@@ -415,7 +493,7 @@ class ClassificationReport(Report):
         "Downstream scores x100: accuracy (logistic, kNN) and V-measure (KMeans) "
         "per set, mean over folds"
     )
-    command = "classify"
+    stem = command = "classify"
     figure_names = ("classify_{}.png",)
     savefig = {"dpi": 110, "bbox_inches": "tight"}
     records_key = "records"
@@ -710,6 +788,15 @@ def to_json(evaluation: Evaluation, figures: Sequence[str | os.PathLike] = ()) -
     return json.dumps(payload, indent=2, default=_json_default)
 
 
+def _previous_report(path):
+    """Return the JSON report at ``path``; an empty dict if none can be read."""
+    try:
+        payload = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # a UnicodeDecodeError is a ValueError
+        return {}
+    return payload if isinstance(payload, dict) else {}
+
+
 def _figure_files(evaluation):
     """Return ``{name: write(path)}`` of the figures, and why there are none."""
     try:
@@ -728,11 +815,13 @@ def write_reports(
 ) -> tuple[list[str], str | None]:
     """Write ``<name>.md``, ``<name>.json`` and (optionally) the figures.
 
-    ``<name>`` is the report's ``stem`` (``results`` for STS, ``retrieval``
-    for retrieval). Each file is written under a temporary name in
-    ``out_dir``, then all are renamed into place, so a write that fails
-    leaves the previous reports whole. The figures the previous JSON report
-    names and this one does not are removed.
+    ``<name>`` is the report's ``stem``: ``results`` for STS, ``retrieval``
+    for retrieval, ``classify`` for classification, so the reports of
+    several tasks can share ``out_dir``. Each file is written under a
+    temporary name in ``out_dir``, then all are renamed into place, so a
+    write that fails leaves the previous reports whole. The figures that
+    the previous report of the same task names, and this one does not,
+    are removed; no file of another task's report is touched.
 
     Parameters
     ----------
@@ -749,17 +838,30 @@ def write_reports(
         Every file written, reports first.
     note : str or None
         Why figures were skipped, if they were asked for and not written.
+
+    Raises
+    ------
+    FileExistsError
+        If ``out_dir`` holds another task's JSON report under this report's
+        name (written by an earlier version); nothing is written.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    report, task = Report.for_task(evaluation.task), evaluation.task.name
+    report.check_destination(out_dir, task)
     files, note = _figure_files(evaluation) if figures else ({}, None)
-    stem = Report.for_task(evaluation.task).stem
+    stem = report.stem
     pngs = [str(out_dir / name) for name in files]
-    try:  # what the previous report wrote (nothing if it cannot be read)
-        earlier = json.loads((out_dir / f"{stem}.json").read_text())["figures"]
-        earlier = {Path(f).name for f in earlier if str(f).endswith(".png")}
-    except (OSError, ValueError, TypeError, KeyError):
-        earlier = set()
+    # the figures the previous report of this task wrote: only names of this
+    # report's own figures, so a list edited by hand or another task's
+    # report cannot make it delete anything else
+    previous = _previous_report(out_dir / f"{stem}.json")
+    listed = previous.get("figures") if previous.get("task") == task else None
+    earlier = {
+        Path(f).name
+        for f in (listed if isinstance(listed, list) else [])
+        if isinstance(f, str) and report.is_figure_name(Path(f).name)
+    }
     files[f"{stem}.md"] = to_markdown(evaluation, pngs)
     files[f"{stem}.json"] = to_json(evaluation, pngs)
     written = write_files(out_dir, files)

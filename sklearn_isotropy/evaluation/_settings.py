@@ -26,10 +26,10 @@ def _option(default, *, tasks=None, check=None, flag=None, help=None, **cli):
     A field with a ``flag`` (True: ``--`` and the field name with dashes)
     is a command-line option of the ``tasks`` that read it (None: every
     task, a new one included), with the ``help`` line: ``parser`` names how
-    its text is read (``"positive_int"``, ``"ints"``, ``"number>=0"``...) or
-    is a tuple of the choices, and ``shown`` how the help names the default,
-    if not its value. ``check(names)`` raises if a non-empty tuple of names
-    cannot run.
+    its text is read (``"positive_int"``, ``"int>=2"``, ``"seed"`` (0 to
+    2**32 - 1), ``"ints"``, ``"number>=0"``...) or is a tuple of the
+    choices, and ``shown`` how the help names the default, if not its value.
+    ``check(names)`` raises if a non-empty tuple of names cannot run.
     """
     cli = {"flag": flag, "parser": None, "help": help, "shown": None, **cli}
     metadata = {"tasks": tasks, "cli": cli if flag else None, "check": check}
@@ -106,7 +106,8 @@ class EvaluationSettings:
         Keep a fixed random subset of at most this many pairs per STS split.
         STS and retrieval only.
     seed : int, default=0
-        Seeds the subset, the flow, the grid's folds and the timed queries.
+        Seeds the subset, the flow, the grid's folds and the timed queries;
+        0 to 2**32 - 1, as numpy's seeds.
     n_components : int, default=256
         Dimension ``k`` of ``whitening``, ``pca``, ``ppca`` and ``truncate``
         (every dimension when the embeddings are not wider). STS and
@@ -121,8 +122,9 @@ class EvaluationSettings:
     flow_epochs : int, default=1
         Training epochs of ``flow`` (1 is BERT-flow's protocol).
     cv : int, default=5
-        Folds of the ``grid`` search: on the dev pairs (STS), or inside each
-        training fold (classification). STS and classification only.
+        Folds of the ``grid`` search, at least 2: on the dev pairs (STS), or
+        inside each training fold (classification). STS and classification
+        only.
     grid_k : tuple of int, default=(64, 128, 256)
         Whitening dimensions the ``grid`` method searches (with every
         dimension, and no transform). STS only.
@@ -207,8 +209,9 @@ class EvaluationSettings:
     seed: int = _option(
         0,
         flag=True,
-        parser="int",
-        help="seeds the subset, the flow, the grid's folds and the timed queries",
+        parser="seed",
+        help="seeds the subset, the flow, the grid's folds and the timed queries; "
+        "0 to 2**32 - 1",
     )
     n_components: int = _option(
         256,
@@ -240,9 +243,9 @@ class EvaluationSettings:
         5,
         tasks=("sts", "classification"),
         flag=True,
-        parser="positive_int",
+        parser="int>=2",
         help="folds of the grid search (on the dev pairs, or inside each "
-        "training fold)",
+        "training fold), at least 2",
     )
     grid_k: tuple[int, ...] = _option((64, 128, 256), tasks=("sts",))
     grid_power: tuple[float, ...] = _option(

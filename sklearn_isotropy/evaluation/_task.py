@@ -568,6 +568,54 @@ def _encode(task, settings, pooling, encoded, log):
     return bundle
 
 
+def check_finite(embeddings: dict) -> str | None:
+    """Return why ``embeddings`` cannot be post-processed, or None if they can.
+
+    Each array holds one row per text (STS: per pair) in the task's order;
+    a row with NaN or inf is named by its array's key (the set, the split)
+    and its index, so that the blame lands on the encoder, or on the
+    embeddings passed in, and not on the methods after them.
+
+    Parameters
+    ----------
+    embeddings : dict of str to ndarray
+        What the task's ``embed`` returned.
+
+    Returns
+    -------
+    str or None
+        The reason, naming the first rows with NaN or inf; None when every
+        value is finite.
+    """
+    for role, E in embeddings.items():
+        E = np.asarray(E)
+        if E.size == 0:
+            continue
+        finite = np.isfinite(E.reshape(len(E), -1)).all(axis=1)
+        if finite.all():
+            continue
+        rows = np.flatnonzero(~finite)
+        shown = ", ".join(map(str, rows[:5].tolist()))
+        more = f" and {rows.size - 5} more" if rows.size > 5 else ""
+        return (
+            f"the input embeddings of {role!r} hold NaN or inf in row(s) {shown}"
+            f"{more} (of {len(E)}, counted from 0 in the task's order), before "
+            "any post-processing; check those texts and the encoder (a float16 "
+            "model can overflow), or the embeddings passed in"
+        )
+    return None
+
+
+def _skip_all(runs, d, pooling, reason, log):
+    """Record every run of a pooling as failed for ``reason``, running none."""
+    log(f"[{pooling}] {reason}; no method is run on them")
+    records = []
+    for name, method, k, n_ks in runs:
+        label = method.format_label({"n_components": k or d}) if n_ks > 1 else name
+        records.append(Record(name, label, k, {}, pooling=pooling, error=reason))
+    return records
+
+
 def _run_recorded(task, run, bundle, d, settings, pooling, shown, log):
     """One run, its failure and its warnings recorded: ``(records, artifact)``."""
     name, method, k, n_ks = run
@@ -605,7 +653,9 @@ def evaluate(
     ``embeddings`` are given). A method's failure (e.g. a numerical error) is
     recorded and the run goes on; its warnings are recorded with its result
     and raised again once per pooling, as an
-    :class:`~sklearn_isotropy.exceptions.EvaluationWarning`.
+    :class:`~sklearn_isotropy.exceptions.EvaluationWarning`. Embeddings with
+    NaN or inf run no method: each run of that pooling is recorded as
+    failed, with a reason that names the set (or split) and the rows.
 
     Parameters
     ----------
@@ -647,8 +697,13 @@ def evaluate(
         else:
             bundle = embeddings[pooling]
         d = np.shape(next(iter(bundle.values())))[-1]
+        runs = _runs(task, methods, transformers, d, settings)
+        reason = check_finite(bundle)
+        if reason is not None:  # every method would fail on them: say why once
+            ev.records += _skip_all(runs, d, pooling, reason, log)
+            continue
         shown = set()  # a warning several methods raise is shown once
-        for run in _runs(task, methods, transformers, d, settings):
+        for run in runs:
             records, artifact = _run_recorded(
                 task, run, bundle, d, settings, pooling, shown, log
             )

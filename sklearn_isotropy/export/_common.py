@@ -96,7 +96,9 @@ def check_parity(
     only against 1). Apart from that error, the cosine of every row with its
     reference must be at least ``1 - rtol`` (a row within ``rtol`` of its
     norm is), except for rows under 1% of the median row, whose direction
-    is round-off's. A wrong shape is as wrong as a wrong number.
+    is round-off's. The sizes that decide both exemptions are those of
+    ``expected``'s rows as ``transform`` returns them, also where only
+    directions are compared. A wrong shape is as wrong as a wrong number.
 
     Export and ``transform`` compute in another order, and differ by
     round-off only, unless the pipeline amplifies round-off; the message
@@ -120,7 +122,13 @@ def check_parity(
         False for an export whose rows are ``transform``'s times a positive
         number per row (model2vec, sentence-transformers'
         ``StaticEmbedding``): the rows are compared at unit length, their
-        directions alone.
+        directions alone. A row's error in direction then counts in
+        proportion to its length against the median row's (as an error in
+        length does, measured against the median), and rows under 1% of the
+        median have no direction to check. Those lengths are taken before
+        normalising: at unit length every row would count in full, and a
+        row that ``transform`` returns at 1e-7 of the others (the mean of the
+        training rows, after a whitening) would refuse a correct export.
     """
     got, expected = np.asarray(got), np.asarray(expected)
     if np.shape(got) != np.shape(expected) or expected.ndim != 2:
@@ -134,15 +142,14 @@ def check_parity(
         got_rows, _ = normalize_rows(got)
         expected_rows, _ = normalize_rows(expected)
         cosine = np.sum(got_rows * expected_rows, axis=1)
+        # the rows' sizes as transform returns them, before any normalising
+        norms = _row_norms(expected)
+        scale = np.maximum(norms, np.median(norms))
+        scale[scale == 0] = 1.0
         if lengths:
-            norms = _row_norms(expected)
-            error = _row_norms(got.astype(np.float64) - expected)
-        else:
-            norms = _row_norms(expected_rows)
-            error = _row_norms(got_rows - expected_rows)
-    scale = np.maximum(norms, np.median(norms))
-    scale[scale == 0] = 1.0
-    error /= scale
+            error = _row_norms(got.astype(np.float64) - expected) / scale
+        else:  # the error in direction, times the row's size against scale
+            error = _row_norms(got_rows - expected_rows) * (norms / scale)
     # the rows whose direction float32 round-off leaves meaningful
     directed = norms >= 1e-2 * np.median(norms)
     cosine = np.where(directed & (norms > 0), cosine, 1.0)

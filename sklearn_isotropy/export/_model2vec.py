@@ -28,10 +28,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .._utils import check_target, import_optional, publish_directory
+from .._utils import (
+    EXPORT_RECORD_KEY,
+    check_target,
+    import_optional,
+    publish_directory,
+)
 from ._affine import split_steps
 from ._common import check_parity, starts_with
-from ._static import fold_static, vocabulary_texts
+from ._static import export_record, fold_static, vocabulary_texts
 
 if TYPE_CHECKING:
     import model2vec
@@ -95,13 +100,8 @@ def _config(folded, dtype):
         "tokenizer_name": _base_name(vec.model_name_),
         "hidden_dim": int(folded.table.shape[1]),
         "seq_length": 1000000,  # as model2vec writes it: no sequence limit
-        "sklearn_isotropy": {
-            "exporter": _WHAT,
-            "table": vec.table_kind_,
-            "weighting": vec.weighting,
-            "steps": list(folded.steps),
-            "dtype": dtype,
-        },
+        # StaticEmbeddingVectorizer reads a folder with this record uniformly
+        EXPORT_RECORD_KEY: {**export_record(folded, _WHAT), "dtype": dtype},
     }
 
 
@@ -166,7 +166,7 @@ def _model_card(folded, dtype):
     return (
         "\n## Exported from a scikit-learn pipeline (sklearn-isotropy)\n\n"
         "Written by `sklearn_isotropy.export.to_model2vec` from a fitted "
-        f"pipeline: `StaticEmbeddingVectorizer(weighting={vec.weighting!r})` "
+        f"pipeline: `StaticEmbeddingVectorizer(weighting={folded.weighting!r})` "
         f"over a {vec.table_kind_} table of `{vec.model_name_}`, then the "
         f"post-processors: {steps}, folded into the table's rows "
         f"({folded.table.shape[1]} wide), stored as {precision}.\n\n"
@@ -176,8 +176,9 @@ def _model_card(folded, dtype):
         "(with `normalize`, on in `config.json`) returns the pipeline's output "
         "at unit length. Two exceptions: a text without tokens is a row of "
         "zeros here, and model2vec drops the unknown token (`[UNK]`) that the "
-        "pipeline averages. `StaticEmbeddingVectorizer(this_folder, "
-        'weighting="uniform")` reads the folder back.\n'
+        "pipeline averages. `StaticEmbeddingVectorizer(this_folder)` reads the "
+        "folder back (its rows averaged uniformly: `config.json` records the "
+        "export).\n"
     )
 
 
@@ -241,7 +242,10 @@ def to_model2vec(
     sklearn.exceptions.NotFittedError
         If a step is not fitted.
     FileExistsError
-        If ``path`` holds files and ``overwrite`` is False.
+        If ``path`` holds files and ``overwrite`` is False, or another
+        export to ``path`` started at the same time published there first
+        (with ``overwrite=True`` too: an export that finds the folder it
+        replaces already moved away by the other publishes in its place).
     RuntimeError
         If model2vec's ``encode`` of the float32 rows points elsewhere than
         the pipeline's output on a few check texts (a bug to report, or a
@@ -270,8 +274,10 @@ def to_model2vec(
     pipeline returns the post-processors' image of a row of zeros; and
     model2vec removes the tokenizer's unknown token (``[UNK]``, from
     characters outside the vocabulary) from every text, where the pipeline
-    averages its row. ``StaticEmbeddingVectorizer(path,
-    weighting="uniform")`` keeps the unknown token, as the pipeline does.
+    averages its row. ``StaticEmbeddingVectorizer(path)`` keeps the unknown
+    token, as the pipeline does, and reads the rows uniformly (their weights
+    are in them): ``config.json`` records the export under
+    ``"sklearn_isotropy"``, and its default ``weighting="auto"`` reads that.
 
     The export checks model2vec's ``encode`` of the float32 rows against the
     pipeline on a few texts before quantising, text by text in direction:
@@ -328,7 +334,11 @@ def to_model2vec(
         )
 
     model = static_model(_quantize(rows, "float32"))
-    _check_parity(model, pipeline, _CHECK_TEXTS + vocabulary_texts(tokenizer))
+    _check_parity(model, pipeline, _CHECK_TEXTS)
+    # apart: off the fitted support the fixed texts' rows can be far longer,
+    # and the median row sets the scale below which a row's direction counts
+    # less (as for the ONNX graph)
+    _check_parity(model, pipeline, vocabulary_texts(tokenizer))
     if dtype != "float32":
         model = static_model(_quantize(rows, dtype))
 

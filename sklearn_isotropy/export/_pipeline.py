@@ -383,7 +383,9 @@ def save_onnx_pipeline(
     TypeError
         For a step that cannot be exported, naming it.
     FileExistsError
-        If ``path`` holds files and ``overwrite`` is False.
+        If ``path`` holds files and ``overwrite`` is False, or another
+        export to ``path`` started at the same time published there first
+        (with ``overwrite=True`` too).
     ValueError
         If ``path`` would have to be replaced but cannot be (a link, the
         working directory, a mount point); see :ref:`failure_behaviour`.

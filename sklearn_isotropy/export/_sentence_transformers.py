@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import os
 import tempfile
+import warnings
 from typing import TYPE_CHECKING
 
 import numpy as np
+from sklearn.base import clone
 from sklearn.pipeline import Pipeline
 
 from .._utils import check_target, import_optional, publish_directory
+from ..exceptions import TruncationWarning
 from ..text import POOLING_PRESETS, BertPoolingVectorizer
 
 # the exporters this entry point dispatches to (they register themselves)
 from . import _static  # noqa: F401
 from ._affine import fold_affine, split_text_pipeline
-from ._common import exporter, exports
+from ._common import check_parity, exporter, exports
+
+# the parity check's texts, those of the text pipeline's ONNX export
+from ._pipeline import _CHECK_TEXTS
 
 if TYPE_CHECKING:
     import sentence_transformers
@@ -36,6 +42,37 @@ def _import_st():
     )
     import_optional("torch", purpose=_WHAT, extra="export")
     return st, modules
+
+
+def _check_parity(model, vec, post, texts):
+    """Raise unless the model's ``encode`` returns what the pipeline computes.
+
+    Row by row, in direction and relative error (:func:`check_parity`),
+    against the vectorizer's own encoding followed by the post-processors'
+    ``transform``. The vectorizer is a clone on the torch backend, without
+    ``memory=``: the exported model runs the torch encoder in float32 (an
+    ``"onnx-int8"`` vectorizer's quantisation is not exported), and the
+    check texts stay out of the user's embedding cache.
+    """
+    encoder = clone(vec).set_params(
+        backend="torch", memory=None, output="numpy", show_progress_bar=False
+    )
+    with warnings.catch_warnings():
+        # a model with few positions truncates some check texts, as the
+        # exported model then does too
+        warnings.simplefilter("ignore", TruncationWarning)
+        expected = encoder.fit(texts).transform(texts)
+    for _, step in post:
+        expected = step.transform(expected)
+    got = model.encode(list(texts), convert_to_numpy=True, show_progress_bar=False)
+    check_parity(
+        got,
+        np.asarray(expected),
+        what=_WHAT,
+        graph="sentence-transformers' encode of the exported model",
+        n_checked=f"{len(texts)} texts",
+        owner="pipeline",
+    )
 
 
 # ------------------------------------------------------- pooling, by reader
@@ -225,14 +262,19 @@ def to_sentence_transformers(
         :class:`~sklearn_isotropy.GlowFlowTransformer`), naming the step.
     FileExistsError
         If ``path`` holds files and ``overwrite`` is False, or is a link to
-        nothing.
+        nothing, or another export to ``path`` started at the same time
+        published there first (with ``overwrite=True`` too: an export that
+        finds the folder it replaces already moved away by the other
+        publishes in its place).
     ValueError
         If ``overwrite=True`` would have to replace a link, the working
         directory (or one of its parents) or a mount point.
     RuntimeError
-        If the model of a static pipeline points elsewhere than
-        ``transform`` on a few check texts (a bug to report, or a pipeline
-        that amplifies round-off).
+        If the model's ``encode`` of a few check texts differs from the
+        pipeline's output, row by row in direction and relative error
+        (in direction only for a static pipeline, whose lengths differ by a
+        factor per text): a bug to report, or a pipeline that amplifies
+        round-off. Nothing is written.
 
     See Also
     --------
@@ -248,6 +290,17 @@ def to_sentence_transformers(
     ``trust_remote_code``; its model card says how it was made. Poolings
     that read intermediate hidden states need sentence-transformers' default
     ``backend="torch"``. See :ref:`deploying`.
+
+    Before anything is written, the model encodes a few check texts and is
+    compared with the vectorizer's own encoding (a copy on the torch
+    backend, without ``memory=``, so that the user's embedding cache is
+    not written) followed by the post-processors. The model runs the
+    float32 torch encoder: a vectorizer with ``backend="onnx-int8"``
+    exports its float model, not its quantised graph. A static pipeline's
+    folder records the export in ``config_sentence_transformers.json``
+    (under ``"sklearn_isotropy"``), so that
+    :class:`~sklearn_isotropy.StaticEmbeddingVectorizer` reads its rows,
+    which carry their token weights, uniformly.
 
     Examples
     --------
@@ -295,6 +348,7 @@ def text_to_sentence_transformers(pipeline, path, *, overwrite=False):
         chain += _dense_modules(affine)
     model = st.SentenceTransformer(modules=chain, device="cpu")
     model.eval()
+    _check_parity(model, vec, post, _CHECK_TEXTS)
 
     def write(directory):
         model.save(str(directory))

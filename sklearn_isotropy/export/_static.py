@@ -34,7 +34,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._utils import check_target, import_optional, publish_directory
+from .._utils import (
+    EXPORT_RECORD_KEY,
+    check_target,
+    import_optional,
+    publish_directory,
+)
 from ..text import ONNX_OUTPUT_NAME, StaticEmbeddingVectorizer
 from ._affine import (
     _exportable_names,
@@ -48,6 +53,7 @@ from ._onnx_chain import _check_opset, _finish
 
 __all__ = [
     "FoldedTable",
+    "export_record",
     "fold_static",
     "starts_with",
     "static_to_onnx",
@@ -61,6 +67,8 @@ OUTPUT = ONNX_OUTPUT_NAME
 INPUTS = ("input_ids", "attention_mask")
 # ReduceSum, Squeeze and Unsqueeze take their axes as an input from opset 13
 _MIN_OPSET = 13
+# sentence-transformers' configuration file of a saved model
+_ST_CONFIG = "config_sentence_transformers.json"
 # the parity check's texts when none are given: an empty one, words, signs
 # (and the vocabulary's own words, vocabulary_texts)
 _CHECK_TEXTS = ["", "A man is playing a guitar.", "ok", "Two dogs, one ball!"]
@@ -101,6 +109,8 @@ class FoldedTable:
     vectorizer : StaticEmbeddingVectorizer
     steps : tuple of str
         The names of the folded post-processors.
+    weighting : str
+        The vectorizer's weighting, ``"auto"`` resolved (``weighting_``).
     """
 
     table: np.ndarray
@@ -108,6 +118,7 @@ class FoldedTable:
     empty: np.ndarray
     vectorizer: StaticEmbeddingVectorizer
     steps: tuple[str, ...]
+    weighting: str
 
 
 def _check_linear(steps, *, what):
@@ -162,7 +173,27 @@ def fold_static(pipeline, *, what):
             )
         table, empty = affine.apply(table), affine.apply(empty[None])[0]
     weights = vec.token_weights_.astype(np.float64)
-    return FoldedTable(table, weights, empty, vec, tuple(n for n, _ in post))
+    # a vectorizer pickled before weighting_ existed had no "auto" to resolve
+    weighting = getattr(vec, "weighting_", vec.weighting)
+    steps = tuple(n for n, _ in post)
+    return FoldedTable(table, weights, empty, vec, steps, weighting)
+
+
+def export_record(folded, exporter):
+    """What an exporter writes about itself into the configuration of a folder.
+
+    Under ``EXPORT_RECORD_KEY`` (``"sklearn_isotropy"``): its rows carry their
+    token weights, and :class:`~sklearn_isotropy.StaticEmbeddingVectorizer`,
+    which reads the folder back, averages them uniformly by default.
+    """
+    vec = folded.vectorizer
+    return {
+        "exporter": exporter,
+        "table": vec.table_kind_,
+        "weighting": folded.weighting,
+        "steps": list(folded.steps),
+        "rows": "token weight times the post-processed row",
+    }
 
 
 # ---------------------------------------------------- sentence-transformers
@@ -173,7 +204,7 @@ def _model_card(folded):
         "\n## Exported from a scikit-learn pipeline (sklearn-isotropy)\n\n"
         "A `StaticEmbedding` table written by `sklearn_isotropy.export."
         "to_sentence_transformers` from a fitted pipeline: "
-        f"`StaticEmbeddingVectorizer(weighting={vec.weighting!r})` over a "
+        f"`StaticEmbeddingVectorizer(weighting={folded.weighting!r})` over a "
         f"{vec.table_kind_} table of `{vec.model_name_}`, then the "
         f"post-processors: {steps}, folded into the table's rows.\n\n"
         "`StaticEmbedding` returns the plain mean of a text's rows, so each "
@@ -183,7 +214,10 @@ def _model_card(folded):
         "(to about 1e-6); vector lengths are not. A text without tokens (the "
         "empty string, spaces) gets the pipeline's output for it: the "
         "vectorizer's row of zeros through the post-processors, which a "
-        "`Dense` module adds after the mean when it is not zero.\n"
+        "`Dense` module adds after the mean when it is not zero. "
+        "`StaticEmbeddingVectorizer(this_folder)` reads the folder back as the "
+        "pipeline (its rows averaged uniformly: `config_sentence_transformers."
+        "json` records the export).\n"
     )
 
 
@@ -238,13 +272,24 @@ def static_to_sentence_transformers(pipeline, path, *, overwrite=False):
     )
     model = st.SentenceTransformer(modules=[module, *dense], device="cpu")
     model.eval()
-    texts = _CHECK_TEXTS + vocabulary_texts(tokenizer)
-    _check_sentence_transformers_parity(model, pipeline, texts)
+    _check_sentence_transformers_parity(model, pipeline, _CHECK_TEXTS)
+    # apart: off the fitted support the fixed texts' rows can be far longer,
+    # and the median row sets the scale below which a row's direction counts
+    # less (as for the ONNX graph)
+    _check_sentence_transformers_parity(model, pipeline, vocabulary_texts(tokenizer))
 
     def write(directory):
         model.save(str(directory))
         with open(directory / "README.md", "a", encoding="utf-8") as fh:
             fh.write(_model_card(folded))
+        # the record by which StaticEmbeddingVectorizer reads the rows back
+        # uniformly; sentence-transformers loads the file and ignores the key
+        config_file = directory / _ST_CONFIG
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+        config[EXPORT_RECORD_KEY] = export_record(folded, what)
+        config_file.write_text(
+            json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+        )
 
     publish_directory(path, write, overwrite=overwrite, what=what)
     return model
@@ -258,6 +303,8 @@ def _check_sentence_transformers_parity(model, pipeline, texts):
     card), so the rows are compared at unit length.
     """
     texts = list(texts)
+    if not texts:  # a vocabulary without whole words gives no texts
+        return
     got = model.encode(texts, convert_to_numpy=True, show_progress_bar=False)
     expected = texts
     for _, step in split_steps(pipeline, what="to_sentence_transformers"):
@@ -339,7 +386,7 @@ def _settings(folded):
         "output_name": OUTPUT,
         "model": str(vec.model_name_),
         "table": vec.table_kind_,
-        "weighting": vec.weighting,
+        "weighting": folded.weighting,
         "steps": list(folded.steps),
         "add_special_tokens": False,
     }

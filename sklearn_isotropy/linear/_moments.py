@@ -119,8 +119,13 @@ class MomentAccumulator:
     input_eps : float
         Machine epsilon of the coarsest floating type of the rows seen
         (float64's for float64 or integer rows): their relative round-off
-        before they reached the float64 statistics. The estimators' rank
-        tolerance scales with it.
+        before they reached the float64 statistics.
+    input_eps_rms : float
+        Root mean square of the machine epsilons of the rows seen, weighted
+        like the rows: ``sqrt(sum_i w_i eps_i**2 / sum_w)``. Equal to
+        ``input_eps`` when every row has the same dtype; a float16 batch
+        among float32 ones raises it by that batch's share of the weight
+        only. The estimators' rank tolerance scales with it.
     representation : {"rows", "scatter"}
         What is kept: the rows themselves, or the scatter matrix.
 
@@ -173,8 +178,11 @@ class MomentAccumulator:
         self.n_nonzero = 0
         self.sum_weights = 0.0
         self.mean = np.zeros(d)
-        # float32 rows carry float32 round-off into the float64 statistics
+        # float32 rows carry float32 round-off into the float64 statistics:
+        # the coarsest epsilon seen, and sum_i w_i eps_i**2 (each row's
+        # rounding counts with its weight)
         self._input_eps = _FLOAT64_EPS
+        self._eps2_weight = 0.0
         # the second-order statistics are stored divided by 2**(2 * _exp)
         # (norm3 by 2**(3 * _exp), norm4 by 2**(4 * _exp)); 0 for most data
         self._exp = 0
@@ -198,6 +206,13 @@ class MomentAccumulator:
     @property
     def input_eps(self) -> float:
         """Relative round-off of the rows seen: their dtype's machine epsilon."""
+        return self._input_eps
+
+    @property
+    def input_eps_rms(self) -> float:
+        """Relative round-off of the rows seen, the root mean square over the rows."""
+        if self.sum_weights > 0:
+            return math.sqrt(self._eps2_weight / self.sum_weights)
         return self._input_eps
 
     @property
@@ -241,6 +256,13 @@ class MomentAccumulator:
             state["_rows"] = [rows]
             state["_row_weights"] = [weights]
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        # statistics pickled before the weighted epsilon was kept: every row
+        # counted at the coarsest epsilon, as the rank tolerance then did
+        if "_eps2_weight" not in state:
+            self._eps2_weight = self._input_eps**2 * self.sum_weights
 
     # ------------------------------------------------------------------ update
     def update(
@@ -321,6 +343,8 @@ class MomentAccumulator:
             return self
         out = self._with_rows(X, w)  # a new accumulator
         out._input_eps = max(self._input_eps, input_eps)
+        batch_weight = float(n) if w is None else float(w.sum())
+        out._eps2_weight = self._eps2_weight + input_eps**2 * batch_weight
         return out
 
     def _with_rows(self, X, w) -> MomentAccumulator:
@@ -453,6 +477,7 @@ class MomentAccumulator:
         out = self._from_batch(rows, weights)
         out.n_samples, out.n_nonzero = self.n_samples, self.n_nonzero
         out._input_eps = self._input_eps
+        out._eps2_weight = self._eps2_weight
         return out
 
     def _to_scatter(self) -> None:
@@ -537,6 +562,7 @@ class MomentAccumulator:
             self._fourth = False
             self._norm3 = self._norm4 = None
         self._input_eps = max(self._input_eps, other._input_eps)
+        self._eps2_weight += other._eps2_weight
         if self._rows is not None and other._rows is not None:
             if self._n_kept() + other._n_kept() < self.n_features:
                 self._merge_rows(other)

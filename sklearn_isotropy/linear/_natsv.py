@@ -17,7 +17,7 @@ from ._base import (
 )
 from ._moments import MomentAccumulator
 from ._scatter_kernels import unscale
-from ._spectrum import _dual_spectrum, _numerical_rank
+from ._spectrum import _dual_spectrum, _numerical_rank, _spectrum_tolerance
 
 __all__ = ["NATSVTransformer"]
 
@@ -127,7 +127,8 @@ class NATSVTransformer(_StreamingMomentsMixin):
         else:
             matrix, e = moments.scaled_covariance(center=center)
             evals, evecs = sorted_eigh(matrix)
-        rank = _numerical_rank(evals, e, moments, center=center)
+        tolerance = _spectrum_tolerance(evals, e, moments, center=center)
+        rank = _numerical_rank(evals, tolerance, moments, center=center)
         if k > rank:
             warn(
                 f"n_components={k} exceeds the numerical rank {rank} of the "

@@ -5,12 +5,14 @@ covariance (:func:`~sklearn_isotropy._utils.sorted_eigh`, which the other
 families share) or, with fewer kept rows than features, from the rows
 themselves (:func:`_dual_spectrum`); and the number of directions the data
 actually span (:func:`_numerical_rank`), above the round-off of the
-eigenproblem and of the input rows. Both forms give the same components, so
-an estimator fitted on the same statistics gives the same map whichever
-form its moments are in.
+eigenproblem and of the input rows (:func:`_spectrum_tolerance`). Both
+forms give the same components, so an estimator fitted on the same
+statistics gives the same map whichever form its moments are in.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -30,53 +32,85 @@ def _eigen_tolerance(evals: np.ndarray, n_features: int) -> float:
     return max(top, 0.0) * max(n_features, evals.size) * np.finfo(np.float64).eps
 
 
+def _rounding_floor(moments: MomentAccumulator, e: int, *, center: bool) -> float:
+    """Variance the input's rounding can put into one direction, in units of ``4**e``.
+
+    Rows stored in float32 (or float16) were rounded entry by entry to
+    relative precision ``eps``, each with its own mean included: an entry
+    ``x_ij`` is off by at most ``eps * |x_ij| / 2``, a rounding variance of
+    at most ``eps**2 * x_ij**2 / 12``. The errors of different entries are
+    independent, so their covariance is diagonal: feature ``j`` receives at
+    most ``eps**2 * q_j / 12``, with ``q_j = sum_i w_i x_ij**2 / (sum_w -
+    ddof)`` its mean square, and no direction receives more than the
+    largest ``q_j`` does. The sample covariance of ``n`` rows of such noise
+    spreads its eigenvalues up to ``(1 + sqrt(d / n))**2`` times that
+    (Marchenko-Pastur), which the factor 12 covers for ``n >= d / 6`` and
+    the floor includes for fewer rows. The floor is thus ``eps**2 * max_j
+    q_j * (1 + sqrt(d / n))**2``, capped by ``eps**2 * sum_j q_j``, the
+    worst case of all the rounding aligned in one direction (Weyl's bound
+    on the Frobenius norm of the error, the floor used before; about ``d``
+    times what one direction receives). ``eps`` is the rows' weighted root
+    mean square (:attr:`MomentAccumulator.input_eps_rms`), so a float16
+    batch counts with its share of the weight. ``center=False``: the
+    uncentred second moment, divided by ``sum_w``.
+    """
+    sw = moments.sum_weights
+    var, ev = moments.scaled_variances()  # population variances, in 4**ev
+    with np.errstate(over="ignore", under="ignore"):
+        m = unscale(moments.mean, -e)
+        q = unscale(var, 2 * (ev - e)) + m * m
+    if center:
+        q = q * (sw / (sw - 1.0))
+    d, n = moments.n_features, max(moments.n_nonzero, 1)
+    aligned = float(np.sum(q))
+    one_direction = float(np.max(q)) * (1.0 + math.sqrt(d / n)) ** 2
+    return moments.input_eps_rms**2 * min(aligned, one_direction)
+
+
+def _spectrum_tolerance(
+    evals: np.ndarray, e: int, moments: MomentAccumulator, *, center: bool = True
+) -> float:
+    """Round-off level of the eigenvalues ``evals`` (in units of ``4**e``).
+
+    ``evals`` (largest first) are those of the covariance (``ddof=1``) of
+    the rows of ``moments``, or with ``center=False`` of their second
+    moment. Two round-offs limit what they resolve, and the larger applies:
+    the float64 eigenproblem's (:func:`_eigen_tolerance`) and the input's
+    (:func:`_rounding_floor`), which for float64 rows is below the first
+    but for a mean some 1e8 times the spread. An eigenvalue at or below it
+    may be round-off alone: :func:`_numerical_rank` does not count it. In
+    standard deviations the spectrum is resolved to ``sqrt(tolerance)``,
+    which also sets how closely ``noise_variance="auto"`` tells eigenvalues
+    apart from the largest (``_whitening._auto_noise_variance``).
+    """
+    if not evals.size or evals[0] <= 0:
+        return 0.0
+    return max(
+        _eigen_tolerance(evals, moments.n_features),
+        _rounding_floor(moments, e, center=center),
+    )
+
+
 def _numerical_rank(
     evals: np.ndarray,
-    e: int,
+    tolerance: float,
     moments: MomentAccumulator,
     *,
     center: bool = True,
     shrunk: bool = False,
 ) -> int:
-    """Directions the data actually span: eigenvalues above round-off level.
+    """Directions the data actually span: eigenvalues above ``tolerance``.
 
-    ``evals`` (largest first, in units of ``4**e``) are those of the
-    covariance (``ddof=1``) of the rows of ``moments``, or with
-    ``center=False`` of their second moment. Two round-offs limit what they
-    resolve, and the larger tolerance applies:
-
-    - the float64 eigenproblem's (:func:`_eigen_tolerance`);
-    - the input's: rows stored in float32 (or float16) were rounded to
-      relative precision ``eps = moments.input_eps`` before they reached the
-      float64 statistics, and the rounding is relative to the stored values,
-      the mean included. That perturbs the weighted rows by at most ``eps *
-      ||X||_F``, which by Weyl's inequality moves every singular value of the
-      centred rows by as much: an eigenvalue below ``eps**2 * sum_i w_i
-      ||x_i||**2 / (sum_w - ddof)`` may be rounding alone. It is the rule of
-      :func:`numpy.linalg.matrix_rank` (singular values below the data's
-      ``eps`` times their scale), with the scale of the uncentred rows,
-      which is what float32 rounds. For float64 rows it is below the first
-      but for a mean some 1e8 times the spread.
-
-    Without shrinkage, ``n`` rows of positive weight span at most ``n - 1``
-    directions about their mean (``n`` uncentred).
+    ``tolerance`` is :func:`_spectrum_tolerance` of the same ``evals``: an
+    eigenvalue at or below it may be round-off alone (the rule of
+    :func:`numpy.linalg.matrix_rank`, singular values below the data's
+    round-off, with the data's own epsilon). Without shrinkage, ``n`` rows
+    of positive weight span at most ``n - 1`` directions about their mean
+    (``n`` uncentred).
     """
     if not evals.size or evals[0] <= 0:
         return 0
-    # sum_i w_i ||x_i||**2 / (sum_w - ddof), in the units of evals: the trace
-    # (the sum of the eigenvalues, which shrinkage keeps), plus the mean's
-    # part for a centred covariance
-    mean_square = float(np.sum(evals))
-    if center:
-        sw = moments.sum_weights
-        with np.errstate(over="ignore"):
-            m = unscale(moments.mean, -e)
-            mean_square += sw / (sw - 1.0) * float(m @ m)
-    tol = max(
-        _eigen_tolerance(evals, moments.n_features),
-        moments.input_eps**2 * mean_square,
-    )
-    rank = int(np.count_nonzero(evals > tol))
+    rank = int(np.count_nonzero(evals > tolerance))
     if not shrunk:
         rank = min(rank, moments.n_nonzero - 1 if center else moments.n_nonzero)
     return rank

@@ -5,7 +5,12 @@ from __future__ import annotations
 import numpy as np
 from sklearn.base import OneToOneFeatureMixin
 
-from ._base import LinearMap, _MapAttribute, _StreamingMomentsMixin
+from ._base import (
+    LinearMap,
+    _constant_features,
+    _MapAttribute,
+    _StreamingMomentsMixin,
+)
 from ._moments import MomentAccumulator
 from ._scatter_kernels import unscale
 
@@ -40,7 +45,8 @@ class StandardNormalizer(OneToOneFeatureMixin, _StreamingMomentsMixin):
         ``with_std=False``.
     scale_ : ndarray of shape (n_features,) or None
         Divisor of each dimension: the standard deviation, or 1 for
-        (numerically) constant dimensions; None when ``with_std=False``.
+        dimensions constant up to round-off (see Notes); None when
+        ``with_std=False``.
     n_features_in_ : int
         Number of features seen during fit.
     feature_names_in_ : ndarray of shape (n_features_in_,)
@@ -55,6 +61,23 @@ class StandardNormalizer(OneToOneFeatureMixin, _StreamingMomentsMixin):
     --------
     sklearn.preprocessing.StandardScaler : The same map, also for sparse input.
     WhiteningTransformer : Decorrelate the dimensions as well.
+
+    Notes
+    -----
+    A dimension counts as constant, and keeps the scale 1, when its spread
+    is at the round-off level of the rows, ``std_j <= eps * sqrt(sum_k
+    var_k)`` with ``eps`` the machine epsilon of the rows' dtype (float32's
+    for float32 rows): an embedding's coordinates come out of sums over the
+    whole row (matrix products, normalisations, pooling), whose round-off
+    scales with the row, not with the coordinate. Mean pooling leaves such
+    dimensions (all-MiniLM-L6-v2 has two at 1e-32 and one at 2e-9, against
+    a median of 0.27); divided by their spread they would put round-off at
+    unit variance in every row. The rows' scale is that of the centred
+    rows, since an offset shared by every row is rounded per entry: a
+    dimension also counts as constant when its spread is below the rounding
+    of its own values, ``eps * |mean_j|``, or by StandardScaler's rule.
+    Standardising before :class:`WhiteningTransformer` therefore no longer
+    turns them into directions of unit variance.
 
     References
     ----------
@@ -89,15 +112,11 @@ class StandardNormalizer(OneToOneFeatureMixin, _StreamingMomentsMixin):
     scale_ = _MapAttribute()
 
     def _compute_map(self, moments: MomentAccumulator, params: dict) -> dict:
-        n = moments.sum_weights
         mean = moments.mean.copy()
         var_s, e = moments.scaled_variances()
-        # StandardScaler's rule: a variance at round-off level is constant
-        # (in the accumulator's units 4**e, like the variance)
-        eps = np.finfo(np.float64).eps
-        with np.errstate(over="ignore"):
-            mean_s = mean if e == 0 else np.ldexp(mean, -e)
-            constant = var_s <= n * eps * var_s + (n * mean_s * eps) ** 2
+        # a feature constant up to round-off keeps its scale (1): dividing by
+        # its spread would give round-off unit variance in every row
+        constant = _constant_features(moments)
         std = np.sqrt(var_s)
         scale = np.where(constant | (std == 0), 1.0, unscale(std, e))
         with_mean, with_std = params["with_mean"], params["with_std"]

@@ -26,6 +26,7 @@ from ._array_api import (
 from ._base import (
     LinearMap,
     _check_enough_samples,
+    _constant_features,
     _float_dtypes,
     _MapAttribute,
     _on_device_of,
@@ -33,7 +34,7 @@ from ._base import (
 )
 from ._moments import MomentAccumulator
 from ._scatter_kernels import unscale
-from ._spectrum import _dual_spectrum, _eigen_tolerance, _numerical_rank
+from ._spectrum import _dual_spectrum, _numerical_rank, _spectrum_tolerance
 
 __all__ = ["WhiteningTransformer"]
 
@@ -72,13 +73,11 @@ def _rank_deficiency_reason(moments: MomentAccumulator, rank: int) -> tuple[str,
     )
     eps = np.finfo(np.float64).eps
     round_off = _round_off(moments)
-    sw = moments.sum_weights
-    var, e = moments.scaled_variances()
-    # StandardScaler's rule, per feature: a variance at the round-off level
-    # of the feature's own mean is constant (a tiny variance is not)
-    with np.errstate(over="ignore"):
-        mean = unscale(moments.mean, -e)
-        is_constant = var <= sw * eps * var + (sw * mean * eps) ** 2
+    var, _ = moments.scaled_variances()
+    # StandardNormalizer's rule: a feature whose spread is at the round-off
+    # level of its own values or of the rows is constant (a tiny variance
+    # that is neither is not)
+    is_constant = _constant_features(moments)
     constant = int(np.count_nonzero(is_constant))
     varying = var[~is_constant]
     spread = float(varying.max() / varying.min()) if varying.size else 1.0
@@ -88,13 +87,25 @@ def _rank_deficiency_reason(moments: MomentAccumulator, rank: int) -> tuple[str,
     # them without the spread, whose value changes from fit to fit
     tiny = int(np.count_nonzero(varying < varying.max() * d * eps * 1e3))
     few = constant + tiny
-    if tiny and few <= max(1, d // 4) and rank >= d - few:
-        return (
+    # a few of them, or any number of features at round-off level (which no
+    # standardisation rescues either)
+    if few and rank >= d - few and (few <= max(1, d // 4) or not tiny):
+        cause = (
             f"{few} feature(s) are constant up to {round_off} next to "
-            f"the others{rows_allow}",
-            "Harmless if they carry no signal (some encoders have a few such "
-            "dimensions); to keep them, standardise first: "
-            "make_pipeline(StandardNormalizer(), WhiteningTransformer())",
+            f"the others{rows_allow}"
+        )
+        if tiny:
+            return (
+                cause,
+                "Harmless if they carry no signal (some encoders have a few such "
+                "dimensions); to keep them, standardise first: "
+                "make_pipeline(StandardNormalizer(), WhiteningTransformer())",
+            )
+        return (
+            cause,
+            "Harmless: their spread is at the round-off level of the rows, so "
+            "they carry no signal (some encoders have a few such dimensions, "
+            "which StandardNormalizer leaves unscaled as well)",
         )
     if varying.size > 1 and spread * d * eps > 1e-3:
         return (
@@ -239,7 +250,9 @@ class WhiteningTransformer(_StreamingMomentsMixin):
         directions near the noise floor are damped instead of amplified,
         those below it dropped. ``None`` and 0 are plain whitening;
         ``"auto"`` estimates ``s2`` from the spectrum, without labels (see
-        :ref:`without_labels`). ``method="cholesky"`` needs ``None``.
+        :ref:`without_labels`); a flat spectrum, every eigenvalue tied with
+        the largest to the rank's tolerance, gets ``s2 = 0``, plain
+        whitening. ``method="cholesky"`` needs ``None``.
 
     Attributes
     ----------
@@ -265,7 +278,8 @@ class WhiteningTransformer(_StreamingMomentsMixin):
         ``PCA.noise_variance_`` for full-rank data), which only
         :meth:`score_samples` uses.
     rank_ : int
-        Numerical rank of ``covariance_``.
+        Numerical rank of ``covariance_``: its eigenvalues above the
+        round-off of the eigenproblem and of the input rows (see Notes).
     n_components_ : int
         Width of the output.
     n_features_in_ : int
@@ -292,11 +306,24 @@ class WhiteningTransformer(_StreamingMomentsMixin):
     ``shrinkage`` (:ref:`postprocessors`). Without shrinkage,
     ``method="pca"`` then works in the dual form, from the SVD of the
     centred rows, never building a ``d x d`` matrix (:ref:`scaling`).
+
+    The rank counts an eigenvalue only above two round-offs, whichever is
+    larger: float64's in the eigenproblem, ``n_features * eps64`` times the
+    largest eigenvalue, and the input's. Rows stored in float32 (or
+    float16) are rounded entry by entry to their dtype's ``eps``; those
+    independent errors give any one direction at most about ``eps**2 *
+    max_j E[x_j**2]`` of variance (times ``(1 + sqrt(d / n))**2`` for the
+    spread of ``n`` rows' sample covariance), ``eps`` weighted over the rows
+    (:attr:`MomentAccumulator.input_eps_rms`). So float32 rows of mean 1e4
+    and spread 1e-2 keep every direction, as float64 ones do.
     ``noise_variance="auto"`` sets ``s2`` to the eigenvalue at the
     spectrum's effective rank (Roy and Vetterli, 2007), taken on the
     eigenvalues of ``covariance_`` (what
     :func:`~sklearn_isotropy.diagnostics.effective_rank` measures), chosen on
-    STS-B dev with two encoders (:ref:`without_labels`).
+    STS-B dev with two encoders (:ref:`without_labels`). Eigenvalues whose
+    standard deviations lie within twice the square root of the rank's
+    tolerance of the largest tie with it and are all kept; when every one
+    ties (an isotropic design, or rows already whitened), ``s2`` is 0.
     :meth:`partial_fit` only merges statistics; the map is computed, and
     errors that need it are raised, at its first use.
 
@@ -459,7 +486,8 @@ class WhiteningTransformer(_StreamingMomentsMixin):
                 cov = (1.0 - shrinkage) * cov
                 cov[np.diag_indices(d)] += shrinkage * mu
             evals, evecs = sorted_eigh(cov)
-        rank = _numerical_rank(evals, e, moments, shrunk=shrinkage > 0)
+        tolerance = _spectrum_tolerance(evals, e, moments)
+        rank = _numerical_rank(evals, tolerance, moments, shrunk=shrinkage > 0)
         if rank == 0:
             raise ValueError(
                 f"{name} cannot whiten constant data: every feature has zero "
@@ -486,7 +514,7 @@ class WhiteningTransformer(_StreamingMomentsMixin):
             s2 = float(np.mean(evals[k:rank])) if rank > k else 0.0
         else:
             s2 = (
-                _auto_noise_variance(evals[:rank], d)
+                _auto_noise_variance(evals[:rank], tolerance)
                 if noise == "auto"
                 else float(np.ldexp(noise, -2 * e))
             )
@@ -726,7 +754,7 @@ def _report_rank(moments: MomentAccumulator, rank: int, denoised: bool) -> None:
         logger.info(message)
 
 
-def _auto_noise_variance(evals: np.ndarray, n_features: int) -> float:
+def _auto_noise_variance(evals: np.ndarray, tolerance: float) -> float:
     """Label-free noise variance from the spectrum (``noise_variance="auto"``).
 
     The eigenvalue at the spectrum's effective rank (Roy and Vetterli,
@@ -744,20 +772,41 @@ def _auto_noise_variance(evals: np.ndarray, n_features: int) -> float:
     whitening there).
 
     The floor is below the largest eigenvalue, so that the leading component
-    is always kept. Eigenvalues that tie with the largest (to the
-    eigenproblem's round-off, :func:`_eigen_tolerance`) are as strong as it:
-    when the floor would be one of them, they are all signal, and the floor
-    is the next smaller eigenvalue, or 0 when every eigenvalue ties (a flat
-    spectrum, plain whitening: there is no noise to tell from the signal).
+    is always kept. Eigenvalues that tie with the largest are as strong as
+    it: when the floor would be one of them, they are all signal, and the
+    floor is the next smaller eigenvalue, or 0 when every eigenvalue ties (a
+    flat spectrum, plain whitening: there is no noise to tell from the
+    signal). Ties are measured with the rank's tolerance
+    (:func:`~sklearn_isotropy.linear._spectrum._spectrum_tolerance`), in
+    standard deviations, the units in which the rank resolves the spectrum:
+    the rank counts a direction whose standard deviation is within
+    ``delta = sqrt(tolerance)`` of 0 as none, so every standard deviation is
+    known to ``delta``, and two that are equal can come out ``2 * delta``
+    apart. A standard deviation within ``2 * delta`` of the largest ties
+    with it. This is what makes a flat spectrum flat. The rows of an
+    earlier whitening have eigenvalues 1 to within 1e-15 to 1e-12 (float64)
+    or 1e-7 to 5e-7 (float32, from well-conditioned rows), inside that
+    resolution (in relative eigenvalue about ``4 * delta / sqrt(lambda)``:
+    ``4 * sqrt(n_features * eps64)`` for float64 rows, 1.7e-7 at 8
+    features, and 5e-7 to 1.2e-6 for float32 rows). ``n_features * eps64``
+    of the largest eigenvalue, the ties' tolerance before, is below the
+    covariance's own round-off: the floor was then one of the eigenvalues
+    at 1, and the output's standard deviation ``sqrt(1 - floor / lambda)``,
+    1e-7 or 4e-4.
+
+    The limit: float32 rows whitened in float32 from ill-conditioned ones
+    (a condition number of 1e4) are flat only to 1e-6 to 6e-6, which is
+    the first whitening's round-off, not the rows' own: those eigenvalues
+    are resolved, do not tie, and the floor damps every direction. Chain
+    whitenings in float64, or fit one whitening.
     """
     if evals.size < 2:
         return 0.0  # one eigenvalue: no spectrum to tell noise from
     rank = spectrum_effective_rank(evals)
     index = min(max(int(rank), 1), evals.size - 1)
     # evals are sorted, so the ties with the largest are a prefix
-    tied = int(
-        np.count_nonzero(evals[0] - evals <= _eigen_tolerance(evals, n_features))
-    )
+    delta = math.sqrt(tolerance)
+    tied = int(np.count_nonzero(np.sqrt(evals) >= math.sqrt(evals[0]) - 2 * delta))
     if index >= tied:
         return float(evals[index])
     return float(evals[tied]) if tied < evals.size else 0.0

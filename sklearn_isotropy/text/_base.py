@@ -10,6 +10,7 @@ texts, and clones that share a model object.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterable, KeysView, Mapping, Set
 from typing import TYPE_CHECKING
 
@@ -100,6 +101,12 @@ def _raise_unencodable(texts):
             ) from None
 
 
+def _is_pandas_series(X):
+    """Whether ``X`` is a pandas Series, without importing pandas."""
+    pandas = sys.modules.get("pandas")
+    return pandas is not None and isinstance(X, pandas.Series)
+
+
 def is_model_name(model):
     """Whether ``model`` names an encoder (None, a hub name or a path)."""
     return model is None or isinstance(model, (str, os.PathLike))
@@ -135,6 +142,9 @@ class TextVectorizerMixin:
         """Fit, then encode ``X``; same as ``fit(X).transform(X)``.
 
         ``X`` is read once, so a generator or ``map`` works as a list does.
+        With ``set_output(transform="pandas")``, the DataFrame carries the
+        index of a pandas Series ``X``, as scikit-learn's own transformers
+        do, so that a ``ColumnTransformer`` can put it beside their columns.
 
         Parameters
         ----------
@@ -145,13 +155,18 @@ class TextVectorizerMixin:
 
         Returns
         -------
-        X_new : ndarray or torch.Tensor of shape (n_texts, n_features)
+        X_new : ndarray, DataFrame or torch.Tensor of shape (n_texts, n_features)
             The encoded texts, as :meth:`transform` returns them (a tensor
             only from :class:`~sklearn_isotropy.BertPoolingVectorizer` with
             ``output="torch"``).
         """
         texts = validate_texts(X)
-        return self.fit(texts, y).transform(texts)
+        self.fit(texts, y)
+        # transform's set_output wrapper gives its DataFrame the index of a
+        # pandas input, and fit_transform's keeps the index of a DataFrame it
+        # is handed: transform the Series itself (it can be read twice), not
+        # the list of its texts, whose DataFrame would get a new RangeIndex
+        return self.transform(X if _is_pandas_series(X) else texts)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -13,10 +13,16 @@ from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from .._utils import PrefixedFeatureNamesMixin, resolve_device
+from .._utils import PrefixedFeatureNamesMixin, resolve_device, warn
+from ..exceptions import DoubleWeightingWarning
 from ._base import TextVectorizerMixin, validate_texts
 from ._static_means import mixing_matrix, token_ids, weighted_means
-from ._static_refine import MAX_PSEUDO_TOKENS, REFINE_BACKENDS, refine_on_encoder
+from ._static_refine import (
+    MAX_PSEUDO_TOKENS,
+    MAX_REFINE_ALPHA,
+    REFINE_BACKENDS,
+    refine_on_encoder,
+)
 from ._static_table import DISTILL_POOLINGS, load_table, static_folder
 from ._static_weighting import (
     sif_weights,
@@ -81,10 +87,16 @@ class StaticEmbeddingVectorizer(
 
         The tokenizer must be a fast (Rust-backed) one.
 
-    weighting : {"uniform", "sif", "zipf"}, default="sif"
+    weighting : {"auto", "uniform", "sif", "zipf"}, default="auto"
         How the token rows are combined (compared on STS-B dev in
         :doc:`/user_guide/static`).
 
+        - ``"auto"``: ``"uniform"`` for a folder written by
+          :func:`~sklearn_isotropy.export.to_model2vec` or
+          :func:`~sklearn_isotropy.export.to_sentence_transformers` (its
+          configuration says so), whose rows carry their token weights
+          already, so that it reads back as the pipeline it was exported
+          from; ``"sif"`` for anything else. ``weighting_`` says which.
         - ``"uniform"``: the plain mean of the rows.
         - ``"sif"``: smooth inverse frequency, each token weighted
           ``a / (a + p(t))`` with ``a = sif_coefficient`` (Arora et al.).
@@ -104,7 +116,10 @@ class StaticEmbeddingVectorizer(
         A full-rank whitening after the vectorizer makes ``"zipf"`` and
         ``"uniform"`` give the same cosines (whitening is invariant to an
         affine map of its input); they differ raw, and with partial
-        whitening such as ``noise_variance``.
+        whitening such as ``noise_variance``. Another weighting than
+        ``"uniform"`` for a folder this package exported weighs its rows a
+        second time: it is used as asked, with a
+        :class:`~sklearn_isotropy.exceptions.DoubleWeightingWarning`.
 
     sif_coefficient : float, default=1e-2
         ``a`` of ``weighting="sif"``. Chosen on STS-B dev with the default
@@ -156,7 +171,12 @@ class StaticEmbeddingVectorizer(
         map's, relative to the mean eigenvalue of the Gram matrix of the
         centred weighted means, and each token row's, in units of the
         squared weights (each text's weights sum to one). Larger keeps the
-        table closer to the distilled one.
+        table closer to the distilled one (shifted to the embeddings' mean).
+        At most 1e8: each stage's change shrinks as about ``1 / alpha``, and
+        beyond that the table no longer changes in float32 (values near
+        float64's range overflowed to a table of NaN). A refined table that
+        is not finite (an encoder whose embeddings overflow, say) is a
+        ``ValueError`` that says why.
 
     refine_pseudo_tokens : float, default=16.0
         ``k`` of the refinement's model of mean pooling: the encoder's
@@ -225,6 +245,9 @@ class StaticEmbeddingVectorizer(
 
     Attributes
     ----------
+    weighting_ : {"uniform", "sif", "zipf"}
+        The weighting used: ``weighting``, with ``"auto"`` resolved.
+
     embeddings_ : ndarray of shape (n_tokens, hidden_size_), float32
         The table :meth:`transform` averages, one row per token id (for
         ``weighting="zipf"``, the whitened table).
@@ -337,12 +360,13 @@ class StaticEmbeddingVectorizer(
 
     _parameter_constraints: dict = {
         "model": "no_validation",  # resolved in fit, with a clear TypeError
-        "weighting": [StrOptions({"uniform", "sif", "zipf"})],
+        "weighting": [StrOptions({"auto", "uniform", "sif", "zipf"})],
         "sif_coefficient": [Interval(Real, 0, None, closed="neither")],
         "frequencies": [None, StrOptions({"zipf"}), Mapping, "array-like"],
         "distill_pooling": [StrOptions(set(DISTILL_POOLINGS))],
         "refine": ["boolean"],
-        "refine_alpha": [Interval(Real, 0, None, closed="neither")],
+        # past MAX_REFINE_ALPHA the table no longer changes (see its comment)
+        "refine_alpha": [Interval(Real, 0, MAX_REFINE_ALPHA, closed="right")],
         "refine_pseudo_tokens": [Interval(Real, 0, MAX_PSEUDO_TOKENS, closed="both")],
         "refine_deletions": [Interval(Integral, 0, None, closed="left")],
         "refine_backend": [StrOptions(set(REFINE_BACKENDS))],
@@ -356,7 +380,7 @@ class StaticEmbeddingVectorizer(
         self,
         model=None,
         *,
-        weighting="sif",
+        weighting="auto",
         sif_coefficient=1e-2,
         frequencies=None,
         distill_pooling="mean",
@@ -418,12 +442,13 @@ class StaticEmbeddingVectorizer(
             device,
             verbose=self.verbose,
         )
+        weighting = self._resolve_weighting(table)
         n_tokens = len(table.embeddings)
         ids, lengths = token_ids(table.tokenizer, texts)
         refine = self.refine and table.kind == "distilled"
-        counted = self.weighting != "uniform" and self.frequencies is None
+        counted = weighting != "uniform" and self.frequencies is None
         if (counted or refine) and not len(ids):
-            needs = [f"weighting={self.weighting!r}"] if counted else []
+            needs = [f"weighting={weighting!r}"] if counted else []
             needs += ["refine=True"] if refine else []
             verb = "learns" if len(needs) == 1 else "learn"
             raise ValueError(
@@ -437,10 +462,10 @@ class StaticEmbeddingVectorizer(
                 )
             )
         probabilities = None
-        if self.weighting != "uniform":
+        if weighting != "uniform":
             counts = token_counts(self.frequencies, table.tokenizer, ids, n_tokens)
             probabilities = token_probabilities(counts)
-        if self.weighting == "sif":
+        if weighting == "sif":
             weights = sif_weights(probabilities, self.sif_coefficient)
         else:  # "uniform"; "zipf" weighs its tokens by its table's row norms
             weights = np.ones(n_tokens, dtype=np.float32)
@@ -457,8 +482,9 @@ class StaticEmbeddingVectorizer(
                 table.tokenizer,
                 device,
             )
-        if self.weighting == "zipf":  # after the refinement, which it whitens
+        if weighting == "zipf":  # after the refinement, which it whitens
             embeddings = zipf_whitened(embeddings, probabilities)
+        self.weighting_ = weighting
         self.embeddings_ = np.ascontiguousarray(embeddings, dtype=np.float32)
         self.token_weights_ = weights
         self.token_probabilities_ = probabilities
@@ -475,6 +501,31 @@ class StaticEmbeddingVectorizer(
                 time.perf_counter() - start,
             )
         return self
+
+    def _resolve_weighting(self, table):
+        """``weighting``, with ``"auto"`` resolved for ``table``.
+
+        A folder this package exported holds each token's weight times its
+        row (its configuration records the export): its plain mean is the
+        exported pipeline's output times a positive number per text, and
+        any other weighting applies the weights a second time (with SIF,
+        cosines with the pipeline down to 0.88 on the tests' pipeline).
+        """
+        if table.exported is None:
+            return "sif" if self.weighting == "auto" else self.weighting
+        if self.weighting in ("auto", "uniform"):
+            return "uniform"
+        exporter = table.exported.get("exporter", "an exporter of sklearn-isotropy")
+        warn(
+            f"{table.source!r} was written by {exporter}, so each of its rows "
+            "is its token's weight times its row already; "
+            f"weighting={self.weighting!r} weighs the rows a second time, and "
+            "the output is no longer that of the pipeline it was exported "
+            "from. Leave weighting at its default 'auto' (or pass 'uniform') "
+            "to read it back as exported.",
+            DoubleWeightingWarning,
+        )
+        return self.weighting
 
     def transform(self, X: Iterable[str]) -> np.ndarray:
         """Encode texts.

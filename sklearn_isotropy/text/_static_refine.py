@@ -73,6 +73,16 @@ logger = logging.getLogger(__name__)
 #: (at 1e40 the table overflowed float32 to infinity).
 MAX_PSEUDO_TOKENS = 1e4
 
+#: The largest ``refine_alpha``. The penalty shrinks what each stage moves
+#: by about ``1 / alpha`` (the affine map toward the identity, leaving the
+#: offset to the targets' mean; the token rows toward zero), so past a point
+#: a larger value changes nothing a float32 table can hold: on the test
+#: BERT the table at 1e8 is that of 1e300 to 1e-7 of its largest entry
+#: (float32's round-off; 4e-6 at 1e6). Near float64's range the penalty
+#: overflows (1e308 gave a table of NaN). ``refine=False`` keeps the
+#: distilled table itself.
+MAX_REFINE_ALPHA = 1e8
+
 #: ``refine_backend`` values: how :meth:`StaticEmbeddingVectorizer.fit`
 #: encodes its texts for the refinement (``BertPoolingVectorizer``'s
 #: ``backend``), or ``"auto"``.
@@ -274,6 +284,40 @@ def refine_table(
     return refined.astype(np.float32)
 
 
+def _check_finite(refined, targets, texts, vectorizer):
+    """Raise unless the refined table is finite, saying why it is not.
+
+    Either the encoder's embeddings of some fit texts are not finite (an
+    encoder that overflows, in float16 say), or the refinement overflowed
+    float32 on finite ones.
+    """
+    bad_rows = ~np.all(np.isfinite(refined), axis=1)
+    if not bad_rows.any():
+        return
+    bad_texts = np.flatnonzero(~np.all(np.isfinite(targets), axis=1))
+    if len(bad_texts):
+        first = texts[bad_texts[0]]
+        cause = (
+            f"the encoder's embeddings of {len(bad_texts)} of the {len(texts)} "
+            f"texts it encoded are not finite (the first: {first!r:.80}), as "
+            "when an encoder overflows (run in float16, say): load it in "
+            "float32, or leave those texts out of fit"
+        )
+    else:
+        cause = (
+            "the encoder's embeddings are finite, but fitting the table to them "
+            f"with refine_alpha={vectorizer.refine_alpha!r} and "
+            f"refine_pseudo_tokens={vectorizer.refine_pseudo_tokens!r} overflowed "
+            f"float32 (the largest embedding entry is {np.max(np.abs(targets)):.3g}): "
+            "pass values nearer the defaults (0.1 and 16)"
+        )
+    raise ValueError(
+        "Refining the distilled table on the fit texts gave non-finite values in "
+        f"{int(bad_rows.sum())} of its {len(refined)} token rows: {cause}. "
+        "refine=False keeps the distilled table."
+    )
+
+
 # ----------------------------------------------------- what fit runs
 def refine_backend(requested, device):
     """Choose the backend that encodes the fit texts.
@@ -379,14 +423,18 @@ def refine_on_encoder(
         warnings.simplefilter("ignore", TruncationWarning)
         targets = encoder.transform(texts)
     encoded = time.perf_counter()
-    refined = refine_table(
-        table,
-        mixing,
-        targets,
-        vectorizer.refine_alpha,
-        lengths=lengths,
-        pseudo_tokens=vectorizer.refine_pseudo_tokens,
-    )
+    # non-finite targets, or a table beyond float32's range, are the
+    # ValueError of _check_finite, not numpy's warnings on the way there
+    with np.errstate(invalid="ignore", over="ignore"):
+        refined = refine_table(
+            table,
+            mixing,
+            targets,
+            vectorizer.refine_alpha,
+            lengths=lengths,
+            pseudo_tokens=vectorizer.refine_pseudo_tokens,
+        )
+    _check_finite(refined, targets, texts, vectorizer)
     if vectorizer.verbose:
         logger.info(
             "Encoded %d texts (%d with a word deleted; backend=%r) in %.2f s "

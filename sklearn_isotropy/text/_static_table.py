@@ -8,7 +8,9 @@ already holds one: a model2vec model (``model.safetensors`` with an
 ``StaticEmbedding`` module (``model.safetensors`` with ``embedding.weight``,
 ``tokenizer.json``), alone or as the first module of a sentence-transformers
 model folder (``modules.json``). Distilled tables are cached on disk
-(``_static_cache.py``), keyed by the encoder's fingerprint.
+(``_static_cache.py``), keyed by the encoder's fingerprint. A folder written
+by this package's exporters says so in its configuration
+(:func:`read_export_record`): its rows carry their token weights already.
 
 The modules a sentence-transformers model runs after its ``StaticEmbedding``
 are folded into the table where that is exact (:func:`fold_modules`), and
@@ -27,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._utils import import_optional, progress_bar
+from .._utils import EXPORT_RECORD_KEY, import_optional, progress_bar
 from . import _loading
 from ._base import is_model_name
 from ._static_cache import cached_table
@@ -59,6 +61,10 @@ class TokenTable:
     tokenizer: object  # tokenizers.Tokenizer, without padding or truncation
     kind: str  # "distilled", "model2vec" or "sentence-transformers"
     source: str  # where it came from, for messages and model cards
+    #: what sklearn-isotropy's exporter recorded in a folder it wrote (whose
+    #: rows carry their token weights already, see :func:`read_export_record`);
+    #: None for any other table
+    exported: dict | None = None
 
 
 def plain_tokenizer(tokenizer):
@@ -236,6 +242,34 @@ def _model2vec_rows(tensors, file):
             )
         rows = rows * weights[:, None]
     return rows
+
+
+#: sentence-transformers' own configuration file of a model folder.
+_ST_CONFIG = "config_sentence_transformers.json"
+
+
+def read_export_record(root, folder):
+    """What an exporter of sklearn-isotropy recorded in a static folder, or None.
+
+    ``to_model2vec`` writes it into model2vec's ``config.json`` and
+    ``to_sentence_transformers`` of a static pipeline into
+    ``config_sentence_transformers.json``, under ``EXPORT_RECORD_KEY``
+    (``"sklearn_isotropy"``). Such a folder's rows are each token's weight
+    times its row: a plain mean of them is the exported pipeline's output
+    times a positive number per text, so reading them back with another
+    weighting weighs them twice. ``root`` is the folder the user named,
+    ``folder`` the one holding the table (the same, or the first module's
+    of a sentence-transformers model).
+    """
+    for file in (Path(root) / _ST_CONFIG, Path(folder) / "config.json"):
+        try:
+            config = json.loads(file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        record = config.get(EXPORT_RECORD_KEY) if isinstance(config, dict) else None
+        if isinstance(record, dict):
+            return record
+    return None
 
 
 def read_static_folder(folder):
@@ -611,7 +645,9 @@ def load_table(model, pooling, batch_size, device, *, verbose=0):
     folder = static_folder(model)
     if folder is not None:
         modules = folder_modules(model)  # refused before the table is read
-        return fold_modules(read_static_folder(folder), modules)
+        table = fold_modules(read_static_folder(folder), modules)
+        root = Path(os.fspath(model)).expanduser()
+        return replace(table, exported=read_export_record(root, folder))
     if not is_model_name(model):
         table = _sentence_transformer_table(model)
         if table is not None:

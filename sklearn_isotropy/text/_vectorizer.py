@@ -24,7 +24,12 @@ from .._utils import (
     resolve_device,
     warn,
 )
-from ..exceptions import DeviceWarning, ModelChangedWarning, TruncationWarning
+from ..exceptions import (
+    DeviceWarning,
+    ModelChangedWarning,
+    TruncationWarning,
+    UncheckedModelWarning,
+)
 from . import _cache, _encoders, _loading
 from ._base import TextVectorizerMixin, validate_texts
 from ._pooling import POOLING_PRESETS
@@ -40,6 +45,10 @@ logger = logging.getLogger(__name__)
 #: With ``show_progress_bar=None``, a bar is shown when the texts that reach
 #: the model fill more than this many batches (and stderr is interactive).
 AUTO_PROGRESS_MIN_BATCHES = 4
+
+#: The encoders (``model_name_``) of the unpickled vectorizers without
+#: ``model_fingerprint_`` noted so far in this process: one note each.
+_UNCHECKED: set[str] = set()
 
 __all__ = ["BertPoolingVectorizer"]
 
@@ -150,7 +159,10 @@ class BertPoolingVectorizer(
         with :class:`~sklearn_isotropy.exceptions.ModelChangedWarning`. In the
         process that fitted it the vectorizer keeps the encoder it loaded
         and hashes nothing again, so a model object changed in place after
-        fit is not checked there.
+        fit is not checked there. A vectorizer pickled before this attribute
+        existed encodes unchecked, with one
+        :class:`~sklearn_isotropy.exceptions.UncheckedModelWarning` per
+        process and encoder.
     model_ : torch.nn.Module
         The encoder (reloaded on first use after unpickling); its forward
         runs once per batch of texts that are not cached.
@@ -420,16 +432,32 @@ class BertPoolingVectorizer(
 
         Runs once per unpickled vectorizer, when it loads its encoder again:
         in the process that fitted it, the vectorizer keeps the encoder it
-        loaded and nothing is hashed again.
+        loaded and nothing is hashed again. A vectorizer pickled before
+        ``model_fingerprint_`` was recorded has nothing to compare with: it
+        encodes unchecked, with one note per process and encoder.
         """
+        fitted = getattr(self, "model_fingerprint_", None)
+        if fitted is None:
+            if self.model_name_ not in _UNCHECKED:
+                _UNCHECKED.add(self.model_name_)
+                warn(
+                    f"This unpickled {type(self).__name__} was pickled by a "
+                    "version that did not record model_fingerprint_, the sha256 "
+                    "of the encoder at fit, so it cannot check that the encoder "
+                    f"{self.model_name_!r} it loaded is the one it was fitted "
+                    "with; it encodes with it unchecked. Refit the pipeline and "
+                    "pickle it again to have the check.",
+                    UncheckedModelWarning,
+                )
+            return
         now = loaded.fingerprint()
-        if now == self.model_fingerprint_:
+        if now == fitted:
             return
         warn(
             f"The encoder {self.model_name_!r} that this unpickled "
             f"{type(self).__name__} loaded is not the one it was fitted with: its "
             "weights, configuration or tokenizer changed since fit (sha256 "
-            f"{self.model_fingerprint_[:12]}... at fit, {now[:12]}... now), as when "
+            f"{fitted[:12]}... at fit, {now[:12]}... now), as when "
             "the model folder is saved again after fine-tuning or a hub name's "
             "revision moves. Its embeddings differ from those at fit, and the "
             "steps fitted on them (a whitening, say) no longer match them. Refit "

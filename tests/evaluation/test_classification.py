@@ -128,12 +128,12 @@ def test_grid_searches_inside_each_training_fold():
     )
     search = GridSearchCV(
         pipe,
-        _classification_candidates(settings),
+        _classification_candidates(X.shape[1], settings),
         cv=StratifiedKFold(3, shuffle=True, random_state=0),
         refit=prefer_passthrough,
     ).fit(X[train], y[train])
     assert rec["fold_scores"][0] == pytest.approx(100 * search.score(X[test], y[test]))
-    candidates = _classification_candidates(settings)[0]["transformer"]
+    candidates = _classification_candidates(X.shape[1], settings)[0]["transformer"]
     assert candidates[0] == "passthrough" and len(candidates) == 7
 
 
@@ -197,3 +197,49 @@ def test_task_checks_its_data(tmp_path):
     settings = EvaluationSettings(tasks=("MR",))
     with pytest.raises(EvaluationError, match=r"cannot read MR: .*rt-polarity\.neg"):
         ClassificationTask.load(tmp_path, settings)
+
+
+def test_a_one_class_set_is_an_evaluation_error_that_names_it():
+    # issue 50, item 7: a plain ValueError escaped the command line's handler
+    bunch = Bunch(data=["a", "b", "c"], target=np.zeros(3, int), target_names=["HUM"])
+    with pytest.raises(EvaluationError) as caught:
+        ClassificationTask({"TREC": bunch}, data_name="senteval/")
+    message = str(caught.value)
+    assert "'TREC' (data: senteval/) has one class, 'HUM', in all 3 texts" in message
+    assert "two classes or more" in message and "leave TREC out" in message
+    with pytest.raises(EvaluationError, match="'x' .* has no texts"):
+        ClassificationTask({"x": Bunch(data=[], target=np.zeros(0))})
+
+
+def test_score_checks_the_input_embeddings_before_the_transformer():
+    task, embeddings = _sets(n=40)
+    embeddings["three"][7, 0] = np.inf
+    with pytest.raises(ValueError) as caught:
+        task.score("passthrough", embeddings, EvaluationSettings())
+    assert "of 'three' hold NaN or inf in row(s) 7 (of 40" in str(caught.value)
+    assert "NoneType" not in str(caught.value)
+
+
+def test_the_grids_natsv_candidate_is_capped_as_the_natsv_method_is():
+    # issue 50, item 13: natsv_components=40 on 32-d embeddings failed the grid
+    rng = np.random.default_rng(5)
+    # 100 training rows: each inner fold fits on 50, more than the 32 features
+    y = np.arange(120) % 2
+    X = rng.normal(size=(120, 32)) + 2.0 * y[:, None]
+    data = Bunch(data=[f"t{i}" for i in range(120)], target=y, test_size=20)
+    task = ClassificationTask({"one split": data})  # one fold: fast
+    settings = EvaluationSettings(natsv_components=40, cv=2)
+    ev = evaluate(
+        task,
+        methods=["natsv", "grid"],
+        settings=settings,
+        embeddings={"m": {"one split": X}},
+    )
+    assert ev.failures == []
+    assert ev.record("natsv", "m").params == {"n_components": 31}
+    from sklearn_isotropy.evaluation._methods import _classification_candidates
+    from sklearn_isotropy.linear import NATSVTransformer
+
+    candidates = _classification_candidates(32, settings)[0]["transformer"]
+    natsv = [c for c in candidates if isinstance(c, NATSVTransformer)]
+    assert [c.n_components for c in natsv] == [31]

@@ -104,3 +104,52 @@ def test_retrieval_still_refuses_grid():
     task = RetrievalTask(["q"], ["d", "e"], np.array([[1.0, 0.0]]))
     with pytest.raises(EvaluationError, match="no labels to select on"):
         evaluate(task, methods=["grid"], embeddings={"m": {}})
+
+
+@pytest.mark.parametrize("kind", ["sts", "classification"])
+def test_nan_embeddings_are_named_by_set_and_row_not_blamed_on_a_method(kind):
+    # issue 50, item 9: "NoneType.transform returned NaN or inf" blamed raw
+    from sklearn.utils import Bunch
+
+    from sklearn_isotropy.evaluation import ClassificationTask
+
+    rng = np.random.default_rng(2)
+    if kind == "sts":
+        emb, bunch = sts_pairs(rng, 30, 6)
+        clean = emb.copy()
+        emb[4, 1, 0] = np.inf
+        task, role, bundle = STSTask({"test": bunch}), "test", {"test": emb}
+    else:
+        y = np.repeat([0, 1], 20)
+        emb = rng.normal(size=(40, 6)) + 3.0 * y[:, None]
+        clean = emb.copy()
+        emb[4, 2] = np.nan
+        data = Bunch(data=[f"s{i}" for i in range(40)], target=y, test_size=10)
+        task, role, bundle = ClassificationTask({"toy": data}), "toy", {"toy": emb}
+    lines = []
+    ev = evaluate(
+        task,
+        methods=["raw", "center", "whitening"],
+        embeddings={"mean": bundle, "cls": {role: clean}},
+        log=lines.append,
+    )
+    failed = ev.results("mean")
+    assert [r.method for r in failed] == ["raw", "center", "whitening"]
+    for record in failed:
+        assert record.error.startswith(
+            f"the input embeddings of {role!r} hold NaN or inf in row(s) 4 (of "
+        ), record.error
+        assert "NoneType" not in record.error
+    # said once, before any method ran; the other pooling still runs
+    assert sum("input embeddings" in line for line in lines) == 1
+    assert all(r.error is None for r in ev.results("cls"))
+
+
+def test_check_finite_names_the_first_rows_and_counts_the_rest():
+    from sklearn_isotropy.evaluation._task import check_finite
+
+    E = np.ones((20, 3))
+    assert check_finite({"a": E}) is None
+    E[[1, 3, 5, 7, 9, 11, 13], 0] = np.nan
+    reason = check_finite({"a": np.ones((4, 3)), "b": E})
+    assert "of 'b' hold NaN or inf in row(s) 1, 3, 5, 7, 9 and 2 more (of 20" in reason

@@ -63,3 +63,36 @@ def test_parity_check_compares_each_row_in_direction_and_length():
         check_parity(broken, expected)
     with pytest.raises(RuntimeError, match=r"shape \(6, 7\) where transform returns"):
         check_parity(expected[:, :7], expected)
+
+
+def test_a_direction_only_check_exempts_the_rows_transform_returns_tiny():
+    """The small-row exemption comes from ``transform``'s own row lengths.
+
+    A static pipeline whose whitening was fitted on the words of one of the
+    export's check texts maps that text to its fitted mean: a row 2e-7
+    long, whose direction is round-off's. Compared at unit length every row
+    used to count in full, and a correct model2vec or StaticEmbedding export
+    was refused; lengths=True (ONNX) exempted the row from the start.
+    """
+    rng = np.random.default_rng(1)
+    expected = rng.normal(size=(6, 8))
+    expected[2] *= 2e-7 / np.linalg.norm(expected[2])
+    factors = rng.uniform(0.1, 10.0, size=(6, 1))  # model2vec's per-text scale
+    got = expected * factors
+    got[2] = 2e-7 * rng.normal(size=8)  # round-off points anywhere
+    assert row_cosines(got, expected)[2] < 0.9
+    check_parity(got, expected, lengths=False)
+    check_parity(expected + (got - expected * factors), expected)  # as ONNX
+    # a row's direction counts in proportion to its length against the
+    # median's: at 5% of it, a direction off by 1e-3 is round-off, one at
+    # right angles is not
+    median = np.median(np.linalg.norm(expected, axis=1))
+    expected[4] *= 0.05 * median / np.linalg.norm(expected[4])
+    near, turned = expected * factors, expected * factors
+    side = np.linalg.svd(expected[[4]])[2][1]  # a unit vector at right angles
+    near[4] += 1e-3 * np.linalg.norm(near[4]) * side
+    turned[4] = np.linalg.norm(turned[4]) * side
+    check_parity(near, expected, lengths=False)
+    message = r"of a row's norm \(row 4, .* transform's is 0\.0000"
+    with pytest.raises(RuntimeError, match=message):
+        check_parity(turned, expected, lengths=False)

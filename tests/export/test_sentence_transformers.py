@@ -298,6 +298,85 @@ def test_sentence_transformers_errors(tiny_bert, texts, tmp_path, cone):
     assert not (tmp_path / "full" / "keep.txt").exists()
 
 
+@pytest.mark.parametrize("wrong", ["pooling", "centring", "truncation"])
+def test_a_wrong_export_is_refused_by_the_parity_check(
+    tiny_bert, texts, tmp_path, monkeypatch, wrong
+):
+    """The exported model is run on check texts and compared with transform.
+
+    A text pipeline's export used to be written unchecked. Made wrong on
+    purpose (the first token for the mean, the whitening's centring left
+    out, a shorter maximum length), it is now refused before anything is
+    written; the right one passes (the other tests of this module).
+    """
+    pytest.importorskip("sentence_transformers")
+    from sklearn_isotropy.export import _sentence_transformers as exporter
+
+    pipe = _fit(
+        make_pipeline(
+            BertPoolingVectorizer(tiny_bert), WhiteningTransformer(n_components=8)
+        ),
+        texts,
+    )
+    if wrong == "pooling":
+        monkeypatch.setitem(exporter._POOLING_EXPORTS, "mean", exporter._cls)
+    elif wrong == "centring":
+        real = exporter._dense_modules
+        monkeypatch.setattr(exporter, "_dense_modules", lambda a: real(a)[1:])
+    else:
+        from sentence_transformers.sentence_transformer import modules
+
+        real = modules.Transformer
+
+        def shorter(*args, max_seq_length=None, **kwargs):
+            return real(*args, max_seq_length=8, **kwargs)
+
+        monkeypatch.setattr(modules, "Transformer", shorter)
+    message = (
+        r"to_sentence_transformers: sentence-transformers' encode of the exported "
+        r"model differs from transform on 5 texts: by up to .* of a row's norm"
+    )
+    with pytest.raises(RuntimeError, match=message):
+        to_sentence_transformers(pipe, tmp_path / "model")
+    assert not (tmp_path / "model").exists()
+    assert [p.name for p in tmp_path.iterdir()] == []  # no staging folder
+
+
+def test_the_parity_check_encodes_with_torch_outside_the_users_cache(
+    tiny_bert, texts, tmp_path
+):
+    """An int8 ONNX vectorizer with ``memory=`` exports its torch model.
+
+    The exported model runs the float32 torch encoder, so the check compares
+    it with the vectorizer's torch encoding (the int8 embeddings differ by
+    more than its tolerance), and the check texts are not written into the
+    user's embedding cache.
+    """
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("onnxruntime")
+    import sqlite3
+
+    vec = BertPoolingVectorizer(
+        tiny_bert, backend="onnx-int8", memory=tmp_path / "memory"
+    )
+    pipe = _fit(make_pipeline(vec, WhiteningTransformer(n_components=8)), texts)
+    pipe.transform(texts[:10])
+    (database,) = (tmp_path / "memory").rglob("*.sqlite3")
+
+    def cached():
+        with sqlite3.connect(database) as connection:
+            return connection.execute("select count(*) from embeddings").fetchone()[0]
+
+    before = cached()
+    to_sentence_transformers(pipe, tmp_path / "model")
+    assert cached() == before
+    # the same whitening, after the torch encoder
+    torch_vec = BertPoolingVectorizer(tiny_bert).fit(texts)
+    expected = pipe[1].transform(torch_vec.transform(texts[:10]))
+    assert_allclose(_encode(tmp_path / "model", texts[:10]), expected, atol=1e-5)
+    assert np.abs(pipe.transform(texts[:10]) - expected).max() > 1e-3  # int8
+
+
 def test_overwrite_leaves_nothing_of_the_previous_export(tiny_bert, tmp_path, texts):
     pytest.importorskip("sentence_transformers")
     from sentence_transformers import SentenceTransformer

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -328,3 +329,94 @@ def test_export_errors(fitted, pipelines, tmp_path, tiny_bert):
     (tmp_path / "full" / "f").write_text("x")
     with pytest.raises(FileExistsError):
         to_sentence_transformers(pipelines["sif"], tmp_path / "full")
+
+
+@pytest.mark.parametrize("exporter", ["to_model2vec", "to_sentence_transformers"])
+def test_an_exported_folder_reads_back_unweighted_by_default(
+    pipelines, tmp_path, exporter
+):
+    """A folder this package wrote reads back as its pipeline, not weighted twice.
+
+    Its rows are each token's weight times the post-processed row, and its
+    configuration records the export: the default ``weighting="auto"``
+    averages them uniformly. SIF (the default before) weighed them a
+    second time: cosines with the pipeline down to 0.88.
+    """
+    from sklearn_isotropy import export
+    from sklearn_isotropy.exceptions import DoubleWeightingWarning
+
+    pipe = pipelines["sif"]
+    folder = tmp_path / "exported"
+    getattr(export, exporter)(pipe, folder)
+    expected = pipe.transform(TEXTS)
+    if exporter == "to_model2vec":
+        config = "config.json"
+    else:
+        config = "config_sentence_transformers.json"
+    record = json.loads((folder / config).read_text())["sklearn_isotropy"]
+    assert record["exporter"] == exporter and record["weighting"] == "sif"
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning by default
+        back = StaticEmbeddingVectorizer(folder).fit(["a"])
+    assert back.weighting == "auto" and back.weighting_ == "uniform"
+    got = back.transform(TEXTS)
+    # the plain mean of the exported rows, which points where the pipeline does
+    rows = pipe[0].tokenizer_.encode_batch(TEXTS, add_special_tokens=False)
+    plain_mean = np.array([back.embeddings_[r.ids].mean(axis=0) for r in rows])
+    assert_allclose(got, plain_mean, rtol=1e-5, atol=1e-6)
+    assert_allclose(cosine(got, expected), 1.0, atol=1e-5)
+
+    # an explicit weighting is used as asked, with a warning
+    with pytest.warns(DoubleWeightingWarning, match="weighs the rows a second time"):
+        twice = StaticEmbeddingVectorizer(folder, weighting="sif").fit(TEXTS)
+    assert twice.weighting_ == "sif"
+    assert cosine(twice.transform(TEXTS), expected).min() < 0.9
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        StaticEmbeddingVectorizer(folder, weighting="uniform").fit(["a"])
+
+    # without the record (a folder of another origin) "auto" means SIF
+    data = json.loads((folder / config).read_text())
+    del data["sklearn_isotropy"]
+    (folder / config).write_text(json.dumps(data))
+    assert StaticEmbeddingVectorizer(folder).fit(TEXTS).weighting_ == "sif"
+
+
+def test_an_export_whose_check_text_lands_on_the_fitted_mean_is_accepted(
+    tiny_bert, tmp_path
+):
+    """A check text that the pipeline maps to about zero refuses no export.
+
+    The whitening is fitted on the five words of one of the exports' own
+    check texts (the vocabulary's first words), so that text's static mean
+    is the fitted mean and its output a row 2e-7 long, in a direction of
+    round-off. ONNX, compared in length, accepted the export; model2vec and
+    StaticEmbedding, compared in direction, refused it (RuntimeError).
+    """
+    from model2vec import StaticModel
+    from sentence_transformers import SentenceTransformer
+
+    from sklearn_isotropy.export import to_model2vec, to_onnx, to_sentence_transformers
+    from sklearn_isotropy.export._static import vocabulary_texts
+
+    tokenizer = StaticEmbeddingVectorizer(tiny_bert, refine=False).fit(["a"])
+    check_texts = vocabulary_texts(tokenizer.tokenizer_)
+    words = check_texts[0].split()
+    assert len(words) == 5
+    vec = StaticEmbeddingVectorizer(tiny_bert, refine=False).fit(words)
+    whitening = WhiteningTransformer(n_components=4).fit(vec.transform(words))
+    pipe = make_pipeline(vec, whitening)
+    norms = np.linalg.norm(pipe.transform(check_texts), axis=1)
+    assert norms[0] < 1e-5 * np.median(norms)  # the fitted mean, to round-off
+
+    to_onnx(pipe)
+    texts = check_texts[1:] + ["the cat sat on the mat"]
+    expected = pipe.transform(texts)
+    model = to_model2vec(pipe, tmp_path / "m2v")
+    got = StaticModel.from_pretrained(tmp_path / "m2v").encode(texts)
+    assert_allclose(cosine(got, expected), 1.0, atol=1e-5)
+    assert_allclose(cosine(model.encode(texts), expected), 1.0, atol=1e-5)
+    to_sentence_transformers(pipe, tmp_path / "st")
+    got = SentenceTransformer(str(tmp_path / "st"), device="cpu").encode(texts)
+    assert_allclose(cosine(got, expected), 1.0, atol=1e-5)

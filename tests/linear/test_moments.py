@@ -387,3 +387,40 @@ def test_input_eps_is_the_coarsest_rounding_of_the_rows_seen():
     assert declared.input_eps == eps[np.float16]
     frame = pd.DataFrame(X).astype({0: np.float32})
     assert MomentAccumulator(d).update(frame).input_eps == eps[np.float32]
+
+
+def test_input_eps_rms_counts_each_rows_rounding_with_its_weight():
+    """A float16 batch raises the rounding level by its share of the weight only.
+
+    The whitening's rank tolerance scales with ``input_eps_rms``: one
+    float16 batch used to set float16's epsilon for every float32 row after
+    it. Every path that adds rows (kept rows, scatter, weights, merges,
+    pickles) gives ``sqrt(sum_i w_i eps_i**2 / sum_w)``, computed here
+    directly from the rows' dtypes.
+    """
+    eps16, eps32 = (float(np.finfo(t).eps) for t in (np.float16, np.float32))
+    rng = np.random.default_rng(14)
+    d = 6
+    X = rng.normal(size=(40, d))
+    w = rng.uniform(0.5, 2.0, size=40)
+    expected = np.sqrt((eps16**2 * w[:2].sum() + eps32**2 * w[2:].sum()) / w.sum())
+    for kind, keep_rows in (("full", True), ("full", False), ("diag", True)):
+        acc = MomentAccumulator(d, kind=kind, keep_rows=keep_rows)
+        acc.update(X[:2].astype(np.float16), w[:2])  # rows kept: 2 < 6
+        acc.update(X[2:20].astype(np.float32), w[2:20])  # now the scatter
+        rest = MomentAccumulator(d, kind=kind).update(X[20:].astype(np.float32), w[20:])
+        for merged in (acc + rest, rest + acc):
+            assert merged.input_eps == eps16  # the coarsest, as before
+            assert merged.input_eps_rms == pytest.approx(expected, rel=1e-12)
+            again = pickle.loads(pickle.dumps(merged))
+            assert again.input_eps_rms == pytest.approx(expected, rel=1e-12)
+    # one dtype: exactly its epsilon; no rows: the coarsest
+    assert MomentAccumulator(d).update(X.astype(np.float32)).input_eps_rms == eps32
+    assert MomentAccumulator(d).input_eps_rms == float(np.finfo(np.float64).eps)
+    # statistics pickled before the weighted epsilon was kept read as before
+    old = MomentAccumulator(d).update(X.astype(np.float32))
+    state = old.__getstate__()
+    del state["_eps2_weight"]
+    restored = MomentAccumulator.__new__(MomentAccumulator)
+    restored.__setstate__(state)
+    assert restored.input_eps_rms == eps32

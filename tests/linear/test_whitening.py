@@ -19,7 +19,7 @@ from sklearn.pipeline import make_pipeline
 
 import sklearn_isotropy
 import sklearn_isotropy.linear._whitening
-from sklearn_isotropy import WhiteningTransformer
+from sklearn_isotropy import NATSVTransformer, WhiteningTransformer
 from sklearn_isotropy.exceptions import RankDeficiencyWarning
 
 
@@ -315,6 +315,51 @@ def test_input_round_off_is_not_whitened_into_components(how, dtype, atol):
     assert WhiteningTransformer().fit(fit_rows).rank_ == rank
 
 
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_offset_rows_keep_every_direction_their_precision_resolves(d, dtype):
+    # mean 1e4, spread 1e-2: float32 rounds each entry to 1e-3, so each
+    # direction's variance is about 1,000 times its rounding noise. The
+    # floor eps**2 * mean squared norm (all the rounding in one direction,
+    # d times what one receives) kept 41 of 64 directions and refused 128
+    # features as "constant data"
+    rng = np.random.default_rng(0)
+    X = (1e4 + 1e-2 * rng.normal(size=(2000, d))).astype(dtype)
+    lam = np.linalg.eigvalsh(np.cov(X.astype(np.float64), rowvar=False))[::-1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RankDeficiencyWarning)
+        est = WhiteningTransformer().fit(X)
+        NATSVTransformer(n_components=3).fit(X)
+    assert est.rank_ == est.n_components_ == d
+    np.testing.assert_allclose(est.explained_variance_, lam, rtol=1e-6)
+    Z = est.transform(X).astype(np.float64)
+    np.testing.assert_allclose(np.cov(Z, rowvar=False), np.eye(d), atol=1e-3)
+
+
+def test_a_float16_batch_counts_with_its_share_of_the_rows():
+    # one float16 batch (5% of the rows) set float16's epsilon for all the
+    # float32 rows after it: every direction fell below the floor. Its
+    # rounding noise (about 4e-9 a direction, at its share) is far below
+    # the smallest variance (7e-7)
+    rng = np.random.default_rng(0)
+    d = 64
+    X = 1.5 + 1e-3 * rng.normal(size=(2000, d))
+    batches = [X[:100].astype(np.float16)]
+    batches += [chunk.astype(np.float32) for chunk in np.array_split(X[100:], 3)]
+    est = WhiteningTransformer()
+    for batch in batches:
+        est.partial_fit(batch)
+    stored = np.vstack([b.astype(np.float64) for b in batches])
+    lam = np.linalg.eigvalsh(np.cov(stored, rowvar=False))[::-1]
+    assert est.rank_ == est.n_components_ == d
+    np.testing.assert_allclose(est.explained_variance_, lam, rtol=1e-6)
+    eps16, eps32 = (float(np.finfo(t).eps) for t in (np.float16, np.float32))
+    assert est.moments_.input_eps == eps16
+    assert est.moments_.input_eps_rms == pytest.approx(
+        np.sqrt((100 * eps16**2 + 1900 * eps32**2) / 2000), rel=1e-12
+    )
+
+
 def test_explicit_n_components_above_rank_is_an_error():
     X = np.random.default_rng(0).normal(size=(5, 10))
     with pytest.raises(ValueError, match="exceeds the rank 4"):
@@ -572,8 +617,11 @@ def _rank_message(caplog, fit):
 
 
 def test_feature_scales_far_apart_give_advice_that_helps(caplog):
+    # 1e-6 next to 1e6: below float64 round-off for the eigenproblem, well
+    # above it for the rows (at 1e-8 next to 1e8 they are round-off of the
+    # rows, which StandardNormalizer leaves unscaled too)
     rng = np.random.default_rng(0)
-    X = rng.normal(size=(500, 8)) * np.array([1e8] + [1e-8] * 7)
+    X = rng.normal(size=(500, 8)) * np.array([1e6] + [1e-6] * 7)
     est, message = _rank_message(caplog, lambda: WhiteningTransformer().fit(X))
     assert "Whitening keeps 1 of 8 directions" in message
     assert "too few samples" not in message
@@ -625,10 +673,10 @@ def test_too_few_rows_is_blamed_even_when_the_variances_spread(n_samples):
 
 
 def test_spread_is_blamed_when_it_limits_the_rank_below_the_rows(caplog):
-    # 30 rows could span 29 directions of 10; the variances spanning 1e32
+    # 30 rows could span 29 directions of 10; the variances spanning 1e24
     # are what leaves fewer, and the message says so (and not "too few rows")
     rng = np.random.default_rng(3)
-    X = rng.normal(size=(30, 10)) * np.array([1e8] * 5 + [1e-8] * 5)
+    X = rng.normal(size=(30, 10)) * np.array([1e6] * 5 + [1e-6] * 5)
     est, message = _rank_message(caplog, lambda: WhiteningTransformer().fit(X))
     assert est.rank_ == 5
     assert "Whitening keeps 5 of 10 directions" in message
@@ -905,6 +953,7 @@ def test_auto_rule_and_diagnostics_agree_on_the_effective_rank(n_rows):
 
 
 ROTATION = np.linalg.qr(np.random.default_rng(5).normal(size=(3, 3)))[0]
+ROTATION8 = np.linalg.qr(np.random.default_rng(0).normal(size=(8, 8)))[0]
 
 
 @pytest.mark.parametrize(
@@ -933,6 +982,41 @@ def test_auto_noise_variance_keeps_tied_leading_components(X, n_tied):
     top = f"{lam[0]:.4g}"
     with pytest.raises(ValueError, match=f"Pass a noise_variance below {top}, or"):
         WhiteningTransformer(noise_variance=1.5 * lam[0]).fit(X)
+
+
+def _whitened(dtype):
+    """Rows that a whitening in ``dtype`` mapped to the identity covariance."""
+    X = np.random.default_rng(0).normal(size=(500, 8)) + 3.0
+    return WhiteningTransformer().fit_transform(X.astype(dtype))
+
+
+@pytest.mark.parametrize(
+    "make_rows",
+    [
+        # an exactly isotropic design, rotated: its eigenvalues tie to round-off
+        lambda: np.vstack([np.eye(8), -np.eye(8)]) @ ROTATION8,
+        lambda: _whitened(np.float64),
+        lambda: _whitened(np.float32),
+    ],
+    ids=["isotropic", "whitened-float64", "whitened-float32"],
+)
+def test_auto_noise_variance_of_a_flat_spectrum_is_plain_whitening(make_rows):
+    # every eigenvalue ties with the largest to round-off: "auto" kept 7 of
+    # the 8 directions, with the floor at the common eigenvalue, and scaled
+    # the output to a standard deviation of 1e-7 (float64) or 4e-4 (float32)
+    Z = make_rows()
+    Z64 = Z.astype(np.float64)
+    lam, U = np.linalg.eigh(np.cov(Z64, rowvar=False))
+    assert lam.max() - lam.min() < 1e-6 * lam.max()  # flat, to round-off
+    est = WhiteningTransformer(noise_variance="auto").fit(Z)
+    assert est.noise_variance_ == 0.0 and est.n_components_ == 8
+    # numpy's plain whitening of the same rows: the same output up to a
+    # rotation within the tie, so the same Gram matrix
+    expected = (Z64 - Z64.mean(axis=0)) @ (U / np.sqrt(lam))
+    got = est.transform(Z).astype(np.float64)
+    atol = 1e-3 if Z.dtype == np.float32 else 1e-9
+    np.testing.assert_allclose(got @ got.T, expected @ expected.T, atol=atol * 8)
+    np.testing.assert_allclose(got.std(axis=0, ddof=1), 1.0, atol=atol)
 
 
 def test_auto_noise_variance_streams_and_pickles(make_cone):
@@ -1121,10 +1205,15 @@ def test_a_few_near_constant_features_are_reported_once_in_one_short_line(caplog
     assert "3 feature(s) are constant up to float64 round-off" in message
     assert "span a factor" not in message
     assert "\n" not in message and len(message) < 400
-    # the advice it gives keeps them
+    # at 1e-30 next to rows of spread 50 they are round-off of the rows: the
+    # message calls them harmless and offers no standardisation, which
+    # leaves them unscaled (it used to blow them up to unit variance)
+    assert "round-off level of the rows" in message
+    assert "standardise" not in message
     from sklearn.pipeline import make_pipeline
 
     from sklearn_isotropy import StandardNormalizer
 
     pipe = make_pipeline(StandardNormalizer(), WhiteningTransformer()).fit(X)
-    assert pipe[-1].rank_ == d
+    np.testing.assert_array_equal(pipe[0].scale_[:3], 1.0)
+    assert pipe[-1].rank_ == d - 3

@@ -318,3 +318,73 @@ def test_the_largest_refine_pseudo_tokens_gives_a_finite_table(tiny_bert):
     assert np.all(np.isfinite(vec.embeddings_))
     X = vec.transform(TEXTS)
     assert np.all(np.isfinite(X)) and np.linalg.norm(X, axis=1).min() > 0
+
+
+def test_refine_alpha_is_bounded_where_the_table_stops_changing(tiny_bert, hf, fitted):
+    """``refine_alpha`` above 1e8 is refused; at 1e8 the table is the limit's.
+
+    1e308 used to give a table of NaN, silently. As alpha grows the affine
+    map tends to the identity (its offset still moves the rows to the
+    embeddings' mean) and the row corrections to zero: at the bound the
+    table is the distilled one plus that offset, to float32 round-off.
+    """
+    for alpha in (1e308, 1.0000001e8, float("inf"), float("nan"), 0.0):
+        with pytest.raises(ValueError, match=r"'refine_alpha' parameter .* range"):
+            StaticEmbeddingVectorizer(tiny_bert, refine_alpha=alpha).fit(FIT_TEXTS)
+    k = 16.0  # the default refine_pseudo_tokens
+    vec = StaticEmbeddingVectorizer(
+        tiny_bert, weighting="uniform", refine_alpha=1e8, refine_backend="torch"
+    ).fit(FIT_TEXTS)
+    T0 = fitted["unrefined"].embeddings_.astype(np.float64)
+    texts = refined_on(FIT_TEXTS)
+    A = np.zeros((len(texts), len(T0)))  # uniform weights: token counts / n
+    for row, text in enumerate(texts):
+        for i in hf[1](text, add_special_tokens=False)["input_ids"]:
+            A[row, i] += 1.0
+    n = A.sum(axis=1)
+    A /= n[:, None]
+    Y = encoder_means(hf, texts) * ((n + k) / n)[:, None]
+    limit = T0 + (Y.mean(axis=0) - (A @ T0).mean(axis=0))
+    assert np.abs(limit - T0).max() > 0.1  # the offset is not round-off
+    scale = np.abs(limit).max()
+    assert_allclose(vec.embeddings_, limit, rtol=0, atol=1e-5 * scale)
+
+
+@pytest.mark.parametrize("overflow", ["an infinite embedding", "finite, too large"])
+def test_a_refined_table_that_is_not_finite_is_an_error(
+    tiny_bert, monkeypatch, overflow
+):
+    """A table that overflows is refused with its cause, never returned.
+
+    An encoder whose embedding of a fit text overflows (run in float16, say)
+    made every row it reaches NaN; finite embeddings near float32's largest
+    value overflow once scaled by ``(n + k) / n``.
+    """
+    from sklearn_isotropy import BertPoolingVectorizer
+
+    real = BertPoolingVectorizer.transform
+
+    def overflowing(self, X):
+        out = real(self, X)
+        if overflow == "an infinite embedding":
+            out[3] = np.inf
+        else:
+            out *= 3e38 / np.abs(out).max()  # float32's largest: 3.4e38
+        return out
+
+    monkeypatch.setattr(BertPoolingVectorizer, "transform", overflowing)
+    vec = StaticEmbeddingVectorizer(tiny_bert, refine_backend="torch")
+    if overflow == "an infinite embedding":
+        match = (
+            r"non-finite values in \d+ of its \d+ token rows: the encoder's "
+            r"embeddings of 1 of the \d+ texts it encoded are not finite \(the "
+            r"first: 'a woman was small'\).*refine=False keeps the distilled table"
+        )
+    else:
+        match = (
+            r"embeddings are finite, but fitting the table to them with "
+            r"refine_alpha=0.1 and refine_pseudo_tokens=16.0 overflowed float32"
+        )
+    with pytest.raises(ValueError, match=match):
+        vec.fit(FIT_TEXTS)
+    assert not hasattr(vec, "embeddings_")

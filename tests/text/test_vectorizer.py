@@ -517,6 +517,40 @@ def test_an_unpickled_vectorizer_warns_when_its_model_folder_changed(
         pickle.loads(pickle.dumps(fitted)).transform(TEXTS)
 
 
+def test_a_pickle_without_a_fingerprint_encodes_with_one_note(tiny_bert, monkeypatch):
+    """A vectorizer pickled before model_fingerprint_ existed still transforms.
+
+    Pickled at 4675379 (the same version, 0.1.0), it has no fingerprint to
+    compare its encoder with: its first transform used to fail with
+    ``AttributeError: model_fingerprint_``. It encodes as fitted, with one
+    note per process and encoder.
+    """
+    from sklearn_isotropy.exceptions import UncheckedModelWarning
+    from sklearn_isotropy.text import _vectorizer
+
+    monkeypatch.setattr(_vectorizer, "_UNCHECKED", set())  # a fresh process
+    vec = BertPoolingVectorizer(tiny_bert).fit(TEXTS)
+    X = vec.transform(TEXTS)
+    state = vec.__getstate__()
+    del state["model_fingerprint_"]  # what the older version pickled
+    blob = pickle.dumps(state)
+
+    def unpickle():
+        old = BertPoolingVectorizer.__new__(BertPoolingVectorizer)
+        old.__setstate__(pickle.loads(blob))
+        assert not hasattr(old, "model_fingerprint_")
+        return old
+
+    match = r"did not record model_fingerprint_.*encodes with it unchecked"
+    with pytest.warns(UncheckedModelWarning, match=match) as caught:
+        got = unpickle().transform(TEXTS)
+    assert len(caught) == 1
+    assert_allclose(got, X, rtol=1e-6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the note is given once
+        assert_allclose(unpickle().transform(TEXTS), X, rtol=1e-6)
+
+
 def test_cleared_memory_is_not_served_from_ram(tiny_bert, tmp_path):
     joblib = pytest.importorskip("joblib")
     memory = joblib.Memory(tmp_path / "cache", verbose=0)
