@@ -31,8 +31,8 @@ import argparse
 
 import numpy as np
 import sklearn
-from _common import machine_line
-from bench_linear import embeddings, interleaved
+from _common import interleaved, machine_line, markdown_table
+from bench_linear import embeddings
 
 from sklearn_isotropy import WhiteningTransformer
 
@@ -109,11 +109,7 @@ def main():
         f"\n{n:,} x {d} float32, {args.repeat} interleaved rounds, "
         f"{args.settle} s idle before each call (best / median)\n"
     )
-    print(
-        "| input | fit | fit / numpy | float64 X.T @ X | fit / X.T @ X | "
-        "transform | transform / numpy | max transform diff |"
-    )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    rows = []
     for label, (Xc, _) in data.items():
         fit, tr, fl = (times[f"{k} {label}"] for k in ("fit", "transform", "floor"))
         with sklearn.config_context(array_api_dispatch=label != "numpy"):
@@ -122,12 +118,21 @@ def main():
         diff = float(np.max(np.abs(Z - reference))) / top
         base_fit = times["fit numpy"].min()
         base_tr = times["transform numpy"].min()
-        print(
-            f"| {label} | {fit.min():.3f} / {np.median(fit):.3f} s | "
-            f"{fit.min() / base_fit:.2f}x | {fl.min():.3f} s | "
-            f"{fit.min() / fl.min():.2f}x | {tr.min():.3f} / {np.median(tr):.3f} s "
-            f"| {tr.min() / base_tr:.2f}x | {diff:.1e} |"
+        rows.append(
+            [
+                label,
+                f"{fit.min():.3f} / {np.median(fit):.3f} s",
+                f"{fit.min() / base_fit:.2f}x",
+                f"{fl.min():.3f} s",
+                f"{fit.min() / fl.min():.2f}x",
+                f"{tr.min():.3f} / {np.median(tr):.3f} s",
+                f"{tr.min() / base_tr:.2f}x",
+                f"{diff:.1e}",
+            ]
         )
+    header = ["input", "fit", "fit / numpy", "float64 X.T @ X", "fit / X.T @ X"]
+    header += ["transform", "transform / numpy", "max transform diff"]
+    print("\n".join(markdown_table(header, rows)))
 
 
 if __name__ == "__main__":

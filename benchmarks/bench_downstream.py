@@ -50,7 +50,13 @@ import time
 import warnings
 
 import numpy as np
-from _common import REPO, machine_line, replace_section  # noqa: I001
+from _common import (  # noqa: I001
+    REPO,
+    machine_line,
+    markdown_table,
+    replace_section,
+    rst_table,
+)
 from _mpnet import mpnet_path
 from _sts_sets import SEMEVAL, encode_poolings, load_sets
 from sklearn.base import BaseEstimator, TransformerMixin
@@ -59,7 +65,7 @@ from threadpoolctl import threadpool_limits
 from sklearn_isotropy.datasets import get_data_home
 from sklearn_isotropy.evaluation import (
     ClassificationTask,
-    EvaluationSettings,
+    RetrievalSettings,
     RetrievalTask,
     evaluate,
 )
@@ -324,7 +330,7 @@ def score_pooling(data, bundle, methods, log):
         v = r.values
         by_estimator = out[r.label].setdefault("classification", {})
         by_estimator.setdefault(v["estimator"], {})[v["task"]] = v["score"]
-    settings = EvaluationSettings(
+    settings = RetrievalSettings(
         quantizations=("float32",),
         metrics=("ndcg@10", "recall@100"),
         latency_queries=0,
@@ -550,28 +556,10 @@ def evidence_tables(results):
             f"**{ENCODERS[encoder]}, {pooling} pooling** (raw: scores ×100; "
             "others: difference to raw)",
             "",
-            *_rst_table(["method", *[c for c, _ in columns]], rows),
+            *rst_table(["method", *[c for c, _ in columns]], rows),
             "",
         ]
     return out
-
-
-def _rst_table(header, rows):
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    line = " ".join("=" * w for w in widths)
-
-    def fmt(r):
-        return " ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
-
-    return [line, fmt(header), line, *[fmt(r) for r in rows], line]
-
-
-def _md_table(header, rows):
-    return [
-        "| " + " | ".join(header) + " |",
-        "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|",
-        *["| " + " | ".join(r) + " |" for r in rows],
-    ]
 
 
 #: How each use is scored, in the tables' words.
@@ -613,7 +601,7 @@ def readme_table(results):
             row += [values("raw", use, e, False), values(label, use, e, True)]
         row.append(", ".join(values("PPCA auto", use, e, True) for e in encoders))
         rows.append(row)
-    return _md_table(header, rows)
+    return markdown_table(header, rows)
 
 
 def rule_text():
@@ -636,7 +624,7 @@ def rule_text():
 
 def recommended_table(results):
     """reStructuredText: each use's recommendation, worst and mean gain."""
-    return _rst_table(
+    return rst_table(
         ["use", "recommended", "worst gain", "mean gain"],
         [
             [use, f"``{METHODS[label]}``", _signed(w), _signed(m)]
@@ -667,7 +655,7 @@ def aim_table(results):
     ]
     header = ["setting", "expression", "STS 4-set", "logistic", "kNN", "V-measure"]
     header += ["SciFact", "MiniLM emb_avg STS", "meets the aim"]
-    return _rst_table(header, rows)
+    return rst_table(header, rows)
 
 
 def _measured(results):
@@ -692,7 +680,7 @@ def cone_table(results):
         for pooling, entry in by_pooling.items()
         if "cone" in entry
     ]
-    return _rst_table(["encoder, pooling", "STS-B train", "SentEval", "SciFact"], rows)
+    return rst_table(["encoder, pooling", "STS-B train", "SentEval", "SciFact"], rows)
 
 
 def write_docs(results):

@@ -62,7 +62,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import numpy as np
-from _common import machine_line
+from _common import machine_line, markdown_table, timed_rounds
 from _stsb import stsb_dir
 
 REFERENCE = "sentence-transformers encode"
@@ -78,23 +78,6 @@ def _distinct_test_sentences(n):
         seen.setdefault(a, None)
         seen.setdefault(b, None)
     return list(seen)[:n], data
-
-
-def _timed_rounds(encoders, rounds):
-    """Time each function, the order rotating each round.
-
-    Returns ``{name: [seconds per round]}`` of wall and of process CPU time.
-    """
-    names = list(encoders)
-    times = {name: [] for name in names}
-    cpu = {name: [] for name in names}
-    for r in range(rounds):
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            start, start_cpu = time.perf_counter(), time.process_time()
-            encoders[name]()
-            times[name].append(time.perf_counter() - start)
-            cpu[name].append(time.process_time() - start_cpu)
-    return times, cpu
 
 
 def _spearman(vec, data):
@@ -160,7 +143,7 @@ def main():
     int8_diff = float(np.max(np.abs(ours["onnx-int8"] - ours["torch"])))
     int8_cos = np.sum(ours["onnx-int8"] * ours["torch"], axis=1)  # unit rows
 
-    times, cpu = _timed_rounds(encoders, args.rounds)
+    times, cpu = timed_rounds(encoders, args.rounds)
     spearman = {b: _spearman(vec, data) for b, vec in vectorizers.items()}
 
     n = len(texts)
@@ -184,23 +167,27 @@ def main():
         f"lowest {int8_cos.min():.4f}"
     )
     print()
-    print(
-        "| encoder | best (sentences/s) | median (sentences/s) "
-        "| x ST, best | x ST, median of rounds | CPU s, median "
-        "| STS-B test Spearman x100 |"
-    )
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    rows = []
     ref = np.asarray(times[REFERENCE])
     for name, values in times.items():
         values = np.asarray(values)
         ratios = ref / values
         backend = name.rpartition(" ")[2]
         quality = f"{spearman[backend]:.2f}" if backend in spearman else ""
-        print(
-            f"| {name} | {n / values.min():.0f} | {n / np.median(values):.0f} "
-            f"| {ref.min() / values.min():.2f} | {np.median(ratios):.2f} "
-            f"| {np.median(cpu[name]):.2f} | {quality} |"
+        rows.append(
+            [
+                name,
+                f"{n / values.min():.0f}",
+                f"{n / np.median(values):.0f}",
+                f"{ref.min() / values.min():.2f}",
+                f"{np.median(ratios):.2f}",
+                f"{np.median(cpu[name]):.2f}",
+                quality,
+            ]
         )
+    header = ["encoder", "best (sentences/s)", "median (sentences/s)", "x ST, best"]
+    header += ["x ST, median of rounds", "CPU s, median", "STS-B test Spearman x100"]
+    print("\n".join(markdown_table(header, rows)))
     if st_diff >= 1e-5 or onnx_diff >= 1e-4:
         raise SystemExit(
             f"outputs differ: ST {st_diff:.2e} (limit 1e-5), onnx {onnx_diff:.2e} "
@@ -238,7 +225,7 @@ def bench_ablation(args):
     import torch
 
     from sklearn_isotropy import BertPoolingVectorizer
-    from sklearn_isotropy.text import _encoders, _onnx
+    from sklearn_isotropy.text import _encoders, _onnx_graph
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -266,12 +253,12 @@ def bench_ablation(args):
 
     def graph(backend, attention):
         """The exported graph, traced with the given attention."""
-        traced, _onnx.EXPORT_ATTENTION = _onnx.EXPORT_ATTENTION, attention
+        traced, _onnx_graph.EXPORT_ATTENTION = _onnx_graph.EXPORT_ATTENTION, attention
         try:
             vec = BertPoolingVectorizer(path, backend=backend).fit(texts[:1])
             return vec, vec.get_onnx_encoder().SerializeToString()
         finally:
-            _onnx.EXPORT_ATTENTION = traced
+            _onnx_graph.EXPORT_ATTENTION = traced
 
     def bert_fusions(model, attention):
         """``model`` through onnxruntime's transformer optimizer.
@@ -311,7 +298,7 @@ def bench_ablation(args):
     candidates = {}
     cap = _encoders.TOKENS_PER_RUN
     for backend in ("onnx", "onnx-int8"):
-        vec, model = graph(backend, _onnx.EXPORT_ATTENTION)
+        vec, model = graph(backend, _onnx_graph.EXPORT_ATTENTION)
         _, sdpa_model = graph(backend, None)
         default = session(model, n_threads)
         single = session(model, 1)
@@ -384,17 +371,18 @@ def bench_ablation(args):
     }
     for fn in timed.values():
         fn()
-    times, _ = _timed_rounds(timed, args.rounds)
+    times, _ = timed_rounds(timed, args.rounds)
     print(
         f"{machine_line()}; onnxruntime {ort.__version__}, {n_threads} threads; "
         f"batches of {args.batch_size}, {args.rounds} rounds"
     )
-    print("| graph, texts: how it runs | best (texts/s) | median (texts/s) |")
-    print("|---|---:|---:|")
+    rows = []
     for name, values in times.items():
         n = candidates[name][1] * repeats[name]
         values = np.asarray(values)
-        print(f"| {name} | {n / values.min():.0f} | {n / np.median(values):.0f} |")
+        rows.append([name, f"{n / values.min():.0f}", f"{n / np.median(values):.0f}"])
+    header = ["graph, texts: how it runs", "best (texts/s)", "median (texts/s)"]
+    print("\n".join(markdown_table(header, rows)))
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import numpy as np
-from _common import load_average, machine_line
+from _common import load_average, machine_line, markdown_table
 from _stsb import load_sentences
 
 
@@ -87,19 +87,27 @@ def bench_sentence_transformers(args, texts, path):
             seconds, _ = timed(lambda fn=fn: fn(texts))
             throughput[name].append(seconds)
 
-    print(
-        f"\n| {len(queries)} single-sentence calls x {args.repeats} rounds; "
-        f"{len(texts)} sentences per throughput call | median latency | "
-        "p95 latency | throughput (median call) |"
-    )
-    print("|---|---:|---:|---:|")
+    rows = []
     for name in candidates:
         flat = np.concatenate(latency[name]) * 1e3
         best = statistics.median(throughput[name])
-        print(
-            f"| {name} | {np.median(flat):.1f} ms | {np.percentile(flat, 95):.1f} ms "
-            f"| {len(texts) / best:.0f} sentences/s ({best:.2f} s) |"
+        rows.append(
+            [
+                name,
+                f"{np.median(flat):.1f} ms",
+                f"{np.percentile(flat, 95):.1f} ms",
+                f"{len(texts) / best:.0f} sentences/s ({best:.2f} s)",
+            ]
         )
+    header = [
+        f"{len(queries)} single-sentence calls x {args.repeats} rounds; "
+        f"{len(texts)} sentences per throughput call",
+        "median latency",
+        "p95 latency",
+        "throughput (median call)",
+    ]
+    print()
+    print("\n".join(markdown_table(header, rows)))
     names = list(candidates)
     ratio_lat = np.median(np.concatenate(latency[names[0]])) / np.median(
         np.concatenate(latency[names[1]])
@@ -163,19 +171,22 @@ def bench_faiss(args, X):
             )
         )
     print(f"\n## faiss exact search (IndexFlatIP), {n} vectors, {n} queries, top 10")
-    print(
-        "\n| index | dim | index memory | add (whitens inside) | search, all "
-        "queries | single-query latency |"
-    )
-    print("|---|---:|---:|---:|---:|---:|")
     raw_memory, raw_search = rows[0][2], rows[0][4]
-    for label, dim, memory, add, search, single in rows:
-        print(
-            f"| {label} | {dim} | {memory / 2**20:.2f} MiB "
-            f"({memory / raw_memory:.2f}x) | {add * 1e3:.1f} ms | "
-            f"{search * 1e3:.1f} ms ({search / raw_search:.2f}x) | "
-            f"{single * 1e6:.0f} us |"
-        )
+    cells = [
+        [
+            label,
+            dim,
+            f"{memory / 2**20:.2f} MiB ({memory / raw_memory:.2f}x)",
+            f"{add * 1e3:.1f} ms",
+            f"{search * 1e3:.1f} ms ({search / raw_search:.2f}x)",
+            f"{single * 1e6:.0f} us",
+        ]
+        for label, dim, memory, add, search, single in rows
+    ]
+    header = ["index", "dim", "index memory", "add (whitens inside)"]
+    header += ["search, all queries", "single-query latency"]
+    print()
+    print("\n".join(markdown_table(header, cells)))
 
 
 def main():

@@ -50,34 +50,12 @@ import tracemalloc
 import warnings
 
 import numpy as np
-from _common import machine_line
+from _common import interleaved, machine_line
 from sklearn.decomposition import PCA
 
 from sklearn_isotropy import WhiteningTransformer
+from sklearn_isotropy.datasets import make_cone
 from sklearn_isotropy.exceptions import RankDeficiencyWarning
-
-
-def interleaved(candidates, repeat, settle=0.0, back_to_back=()):
-    """Time every candidate ``repeat`` times, round-robin.
-
-    Returns ``{name: array of times}``. Interleaving spreads the machine's
-    slow moments over all candidates, so ratios of minima and paired ratios
-    (same round) are fair even when absolute times drift between rounds.
-    Each timed call starts after ``settle`` idle seconds (untimed), so that
-    it does not share the cores with what the previous candidate left
-    running: OpenBLAS's worker threads spin for about 0.1 s after every
-    multi-threaded call (``idle_blas_spin``). The candidates named in
-    ``back_to_back`` start right after the previous one, with no pause.
-    """
-    times = {name: [] for name in candidates}
-    for _ in range(repeat):
-        for name, fn in candidates.items():
-            if settle and name not in back_to_back:
-                time.sleep(settle)
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
-    return {name: np.array(t) for name, t in times.items()}
 
 
 def idle_blas_spin(wait=0.3, rows=4000, d=768):
@@ -109,9 +87,8 @@ def ratio(times, name, ref):
 def embeddings(n, d, seed=0):
     """Anisotropic float32 rows: a common offset and a decaying spectrum."""
     rng = np.random.default_rng(seed)
-    scales = np.geomspace(3.0, 0.03, d).astype(np.float32)
-    offset = rng.normal(size=d).astype(np.float32) * 2
-    return rng.standard_normal((n, d), dtype=np.float32) * scales + offset
+    X = make_cone(n, d, spread=(3.0, 0.03), offset=2.0, rotate=False, random_state=rng)
+    return X.astype(np.float32)
 
 
 def naive_fit(X):
@@ -367,7 +344,9 @@ def bench_wide(args):
         warnings.simplefilter("ignore", RankDeficiencyWarning)
         WhiteningTransformer().fit(rng.normal(size=(10, 50)))
     for d, primal in ((4_000, True), (20_000, False)):
-        X = rng.normal(size=(10, d)) * np.geomspace(5.0, 0.5, d) + 3.0
+        X = make_cone(
+            10, d, spread=(5.0, 0.5), offset=3.0, rotate=False, random_state=rng
+        )
         runs = [("dual form (rows kept)", WhiteningTransformer)]
         if primal:
 

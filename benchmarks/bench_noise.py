@@ -40,7 +40,7 @@ import time
 import warnings
 
 import numpy as np
-from _common import REPO, machine_line, replace_section
+from _common import REPO, machine_line, replace_section, rst_table
 from _mpnet import mpnet_path
 from _sts_sets import POOLINGS, SEMEVAL, encode_poolings, load_sets
 from sklearn.model_selection import GridSearchCV
@@ -144,15 +144,6 @@ def _params_text(params):
 
 
 # -------------------------------------------------------------------- tables
-def _table(header, rows):
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    rule = " ".join("=" * w for w in widths)
-    lines = [rule, " ".join(h.ljust(w) for h, w in zip(header, widths)), rule]
-    for r in rows:
-        lines.append(" ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
-    return [*lines, rule]
-
-
 def _f(x):
     return f"{x:.2f}"
 
@@ -321,7 +312,7 @@ def main(argv=None):
         "**dev** (where the rule is chosen) and on STS12 to STS14 (a second "
         "opinion); Spearman x100:",
         "",
-        *_table(
+        *rst_table(
             [
                 "encoder, pooling",
                 "rule for s2",
@@ -342,7 +333,7 @@ def main(argv=None):
         "fitted on 1,000 (seeds 0 and 1), 3,000 (seeds 0 and 1) and all "
         "train sentences; what it adds on STS-B dev; and STS-B test alone:",
         "",
-        *_table(
+        *rst_table(
             [
                 "encoder, pooling",
                 "raw",
@@ -363,7 +354,7 @@ def main(argv=None):
         '256, all; ``noise_variance`` None, "auto", or the spectrum\'s 0.25, '
         "0.5 and 0.75 quantiles):",
         "",
-        *_table(
+        *rst_table(
             [
                 "encoder, pooling",
                 "likelihood chooses",

@@ -20,7 +20,6 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 import time
@@ -28,13 +27,20 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-from _common import REPO, machine_line, replace_section
+from _common import (
+    DEFAULT_ENCODER,
+    REPO,
+    encode_cached,
+    machine_line,
+    markdown_table,
+    replace_section,
+)
 from _stsb import stsb_dir
 
-from sklearn_isotropy._defaults import DEFAULT_MODEL_DESCRIPTION
 from sklearn_isotropy.datasets import get_data_home, load_sts
 from sklearn_isotropy.evaluation import (
-    EvaluationSettings,
+    EncodingSettings,
+    STSSettings,
     STSTask,
     evaluate,
 )
@@ -58,26 +64,6 @@ PUBLISHED = {
 }
 
 
-def _encode_cached(model, pooling, sentences, cache_dir, batch_size):
-    from sklearn_isotropy import BertPoolingVectorizer
-
-    key = hashlib.sha256(
-        json.dumps([str(model), pooling, sentences]).encode("utf-8")
-    ).hexdigest()[:16]
-    path = Path(cache_dir) / f"{pooling}-{key}.npy"
-    if path.is_file():
-        return np.load(path), 0.0, True
-    vec = BertPoolingVectorizer(
-        model, pooling=pooling, batch_size=batch_size, show_progress_bar=True
-    )
-    start = time.perf_counter()
-    E = vec.fit(sentences[:1]).transform(sentences)
-    seconds = time.perf_counter() - start
-    path.parent.mkdir(parents=True, exist_ok=True)
-    np.save(path, E)
-    return E, seconds, False
-
-
 def _fmt(x):
     return "–" if x is None else f"{x:.2f}"
 
@@ -99,15 +85,15 @@ def _readme_section(res, meta):
         "",
     ]
     header = ["method"] + [f"{p} / {f}" for p in POOLINGS for f in PROTOCOLS]
-    lines.append("| " + " | ".join(header) + " |")
-    lines.append("|---" + "|---:" * (len(header) - 1) + "|")
+    rows = []
     for m in METHODS:
         row = [m]
         for p in POOLINGS:
             for f in PROTOCOLS:
                 r = res.get(f"{m}|{p}|{f}")
                 row.append(_fmt(r["spearman_x100"]) if r else "–")
-        lines.append("| " + " | ".join(row) + " |")
+        rows.append(row)
+    lines += markdown_table(header, rows)
     lines += ["", "Grid choices (dev CV):", ""]
     for p in POOLINGS:
         r = res.get(f"grid|{p}|target")
@@ -123,10 +109,9 @@ def _readme_section(res, meta):
         "the all-MiniLM-L6-v2 numbers above; the `embeddings_avg` regime is "
         "the one that resembles raw BERT here:",
         "",
-        "| method | pooling | ρ×100 |",
-        "|---|---|---:|",
     ]
-    lines += [f"| {m} | {p} | {v:.2f} |" for (m, p), v in PUBLISHED.items()]
+    published = [[m, p, f"{v:.2f}"] for (m, p), v in PUBLISHED.items()]
+    lines += markdown_table(["method", "pooling", "ρ×100"], published, left=2)
     lines += [
         "",
         f"Measured {meta['date']} on {meta['machine']} (the CPUs shared with "
@@ -195,10 +180,10 @@ def main(argv=None):
     index = {s: i for i, s in enumerate(sentences)}
     print(f"{len(sentences)} distinct sentences; cache {cache}", flush=True)
 
-    settings = EvaluationSettings(progress=True)
+    settings = STSSettings(encoding=EncodingSettings(progress=True))
     res, enc_seconds = {}, {}
     for pooling in poolings:
-        E, secs, hit = _encode_cached(
+        E, secs, hit = encode_cached(
             args.model, pooling, sentences, cache, args.batch_size
         )
         enc_seconds[pooling] = "read from the --cache" if hit else f"{secs:.0f} s"
@@ -234,13 +219,13 @@ def main(argv=None):
     targets = _targets(res)
     print("\n".join(targets))
     meta = {
-        "model": args.model or DEFAULT_MODEL_DESCRIPTION,
+        "model": args.model or DEFAULT_ENCODER,
         "n_test": len(splits["test"].scores),
         "n_sentences": len(sentences),
         "grid_k": list(settings.grid_k) + ["all"],
         "grid_power": list(settings.grid_power),
         "cv": settings.cv,
-        "natsv_k": settings.natsv_components,
+        "natsv_k": settings.postprocessing.natsv_components,
         "whitening_k": settings.n_components,
         "targets": targets,
         "date": time.strftime("%Y-%m-%d", time.gmtime()),

@@ -30,12 +30,13 @@ import sys
 import time
 from pathlib import Path
 
-from _common import REPO, load_average, machine_line, replace_section
+from _common import REPO, load_average, machine_line, markdown_table, replace_section
 from _stsb import stsb_dir
 
 from sklearn_isotropy.evaluation import (
     METHODS,
-    EvaluationSettings,
+    EncodingSettings,
+    RetrievalSettings,
     RetrievalTask,
     evaluate,
     format_table,
@@ -91,6 +92,20 @@ def _centring_rows(task, embeddings, settings):
         )
         rows.append((label, {r["quantization"]: r for r in recs}))
     return rows
+
+
+def _encoded(texts, settings, pooling):
+    """The encoder's embeddings of ``texts``, read back from the study's cache.
+
+    The settings' model with ``memory=`` their cache: the texts the study
+    encoded are not encoded again (the script sets no batch size or device,
+    so the vectorizer's defaults are the study's).
+    """
+    from sklearn_isotropy import BertPoolingVectorizer
+
+    encoding = settings.encoding
+    vec = BertPoolingVectorizer(encoding.model, pooling=pooling, memory=encoding.cache)
+    return vec.fit(texts[:1]).transform(texts)
 
 
 def _paired_errors(records, metric="mrr@10"):
@@ -161,12 +176,11 @@ def _readme_section(ev, centring, meta, figures, noise):
             f"{100 * e['max']:.2f} (x100). Each row's difference from raw "
             "float32, ± that paired standard error:",
             "",
-            "| method | float32 | int8 | binary |",
-            "|---|---:|---:|---:|",
         ]
         labels = list(dict.fromkeys(label for label, _ in e["rows"]))
+        rows = []
         for label in labels:
-            cells = []
+            cells = [label]
             for quant in ("float32", "int8", "binary"):
                 diff = e["rows"].get((label, quant))
                 cells.append(
@@ -176,7 +190,8 @@ def _readme_section(ev, centring, meta, figures, noise):
                     if diff is None
                     else f"{100 * diff[0]:+.2f} ± {100 * diff[1]:.2f}"
                 )
-            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+            rows.append(cells)
+        lines += markdown_table(["method", "float32", "int8", "binary"], rows)
         lines.append("")
         if pooling in figures:
             lines += [
@@ -191,16 +206,15 @@ def _readme_section(ev, centring, meta, figures, noise):
         "centring on the train sentences' mean (the default), and as binary codes "
         "without centring:",
         "",
-        "| pooling | vectors | float32 | binary, centred | binary, not centred |",
-        "|---|---|---:|---:|---:|",
     ]
-    for pooling, rows in centring.items():
-        for label, recs in rows:
-            lines.append(
-                f"| {pooling} | {label} | {100 * recs['float32']['mrr@10']:.2f} | "
-                f"{100 * recs['binary']['mrr@10']:.2f} | "
-                f"{100 * recs['binary-uncentred']['mrr@10']:.2f} |"
-            )
+    precisions = ("float32", "binary", "binary-uncentred")
+    rows = [
+        [pooling, label, *(f"{100 * recs[q]['mrr@10']:.2f}" for q in precisions)]
+        for pooling, by_label in centring.items()
+        for label, recs in by_label
+    ]
+    header = ["pooling", "vectors", "float32", "binary, centred"]
+    lines += markdown_table([*header, "binary, not centred"], rows, left=2)
     lines += [
         "",
         f"Measured {meta['date']} on {meta['machine']}; load average "
@@ -236,17 +250,16 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     data = args.data or stsb_dir()
-    settings = EvaluationSettings(
-        model=args.model,
-        poolings=POOLINGS,
-        cache=args.cache,
-        dimensions=tuple(int(k) for k in args.dims.split(",")),
+    settings = RetrievalSettings(
+        encoding=EncodingSettings(
+            model=args.model, poolings=POOLINGS, cache=args.cache, progress=True
+        ),
+        n_components=tuple(int(k) for k in args.dims.split(",")),
         backend=args.backend,
         latency_queries=args.latency_queries,
         per_query=True,
         query_splits=tuple(args.query_splits.split(",")),
         max_pairs=args.max_pairs,
-        progress=True,
     )
     task = RetrievalTask.load(data, settings, fit_on="train")
     task.data_name = f"STS-B ({args.query_splits} pairs >= 4 as queries)"
@@ -264,11 +277,9 @@ def main(argv=None):
         time.perf_counter() - start - sum(e["seconds"] for e in ev.encodings.values())
     )
     # centring check: reuse the cached encodings
-    from sklearn_isotropy.evaluation._task import encode_texts
-
     centring = {}
     for pooling in POOLINGS:
-        embeddings = task.embed(lambda t, p=pooling: encode_texts(t, settings, p)[0])
+        embeddings = task.embed(lambda t, p=pooling: _encoded(t, settings, p))
         centring[pooling] = _centring_rows(task, embeddings, settings)
     load_after = load_average()
     noise = {

@@ -52,23 +52,28 @@ import functools
 import os
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
-from _common import REPO, load_average, machine_line, replace_section
+from _common import (
+    DEFAULT_ENCODER,
+    REPO,
+    encode_cached,
+    load_average,
+    machine_line,
+    quiet,
+    replace_section,
+    rst_table,
+    timed_rounds,
+)
 from _sts_sets import sts1214_dir
 from _stsb import stsb_dir
-from bench_encoder import _timed_rounds
-from bench_noise import _table
-from bench_quality import _encode_cached
 from sklearn.pipeline import make_pipeline
 
 from sklearn_isotropy import (
     StaticEmbeddingVectorizer,
     WhiteningTransformer,
 )
-from sklearn_isotropy._defaults import DEFAULT_MODEL_DESCRIPTION
 from sklearn_isotropy.datasets import get_data_home, load_sts
 from sklearn_isotropy.metrics import (
     cosine_spearman_score,
@@ -76,6 +81,7 @@ from sklearn_isotropy.metrics import (
     pairs_to_qrels,
     retrieval_scores,
 )
+from sklearn_isotropy.text import refine_table
 
 DOCS = REPO / "docs" / "user_guide" / "static.rst"
 # the two sections of DOCS, each between its start and end markers
@@ -143,12 +149,6 @@ class Split:
         return 100 * retrieval_scores(truth, scores, metrics=("mrr@10",))["mrr@10"]
 
 
-def _quiet(call, *args):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # rank messages are not what is measured
-        return call(*args)
-
-
 def _label(weighting, params):
     if "sif_coefficient" in params:
         return f"sif, a={params['sif_coefficient']:g}"
@@ -160,7 +160,7 @@ def _scored(vec, sentences, fit_rows, splits):
     E = vec.transform(sentences)
     out = {}
     for name, make in POSTS.items():
-        post = None if make is None else _quiet(make().fit, E[fit_rows])
+        post = None if make is None else quiet(make().fit, E[fit_rows])
         Z = E if post is None else post.transform(E)
         out[name] = (post, [(s.sts(Z), s.mrr(Z)) for s in splits])
     return out
@@ -249,19 +249,17 @@ def _refined_alone(vec, fit_texts, targets, stages):
     """Refine ``vec``'s table by the named stages of ``refine_table`` alone.
 
     ``vec`` is fitted with ``refine=False``; only the stages of
-    ``refine_table`` named in ``stages`` run.
+    ``refine_table`` named in ``stages`` run, on the fit texts alone and
+    without the scaling of the targets (``pseudo_tokens=0``).
     """
-    from sklearn_isotropy.text._static import mixing_matrix, token_ids
-    from sklearn_isotropy.text._static_refine import refine_table
-
-    ids, lengths = token_ids(vec.tokenizer_, fit_texts)
-    kept = lengths > 0
-    mixing = mixing_matrix(ids, lengths, vec.token_weights_, len(vec.embeddings_))
     vec.embeddings_ = refine_table(
         vec.embeddings_,
-        mixing[kept],
-        targets[kept],
-        vec.refine_alpha,
+        vec.tokenizer_,
+        fit_texts,
+        targets,
+        weights=vec.token_weights_,
+        alpha=vec.refine_alpha,
+        pseudo_tokens=0.0,
         affine=stages[0],
         tokens=stages[1],
     )
@@ -278,7 +276,7 @@ def _quality_and_speed(args, fit_times, table_shape, tmp):
     fit_texts = [sentences[i] for i in fit_rows]
     dev = Split(data["dev"], index, sentences)
     test = Split(data["test"], index, sentences)
-    E, _, _ = _encode_cached(
+    E, _, _ = encode_cached(
         args.model,
         "mean",
         sentences,
@@ -330,7 +328,7 @@ def _quality_and_speed(args, fit_times, table_shape, tmp):
 
     # ---- 4: speed, 5: parity
     speed_rows, parity_rows = _speed_and_parity(args, fitted, fit_texts, data, tmp)
-    model = args.model or DEFAULT_MODEL_DESCRIPTION
+    model = args.model or DEFAULT_ENCODER
     time_rows = [
         [label, f"{wall:.1f}", f"{cpu:.1f}", f"{load:.1f}"]
         for label, (wall, cpu, load) in fit_times.items()
@@ -342,7 +340,7 @@ def _quality_and_speed(args, fit_times, table_shape, tmp):
         f"{table_shape[1]}), the CPU seconds of the process (all its threads) "
         "and the load average at the start:",
         "",
-        *_table(["fit", "seconds", "CPU s", "load"], time_rows),
+        *rst_table(["fit", "seconds", "CPU s", "load"], time_rows),
         "",
         "Selection on STS-B **dev** (Spearman x100, MRR@10 x100), per "
         "post-processor fitted on the train sentences; ``refine``: ``yes`` is "
@@ -351,19 +349,19 @@ def _quality_and_speed(args, fit_times, table_shape, tmp):
         "stage of the refinement alone, on the fit texts without their copies "
         "less a word and without the scaling of the targets (``k = 0``):",
         "",
-        *_table(
+        *rst_table(
             ["distill_pooling", "weighting", "refine"]
             + [f"{p} {m}" for p in post_names for m in ("STS", "MRR")],
             select_rows,
         ),
         "",
-        *_table(["encoder", "raw STS dev", "raw MRR dev"], dev_rows),
+        *rst_table(["encoder", "raw STS dev", "raw MRR dev"], dev_rows),
         "",
         "STS-B **test** with the defaults (``distill_pooling="
         f'"{defaults["distill_pooling"]}"``, SIF ``a={defaults["sif_coefficient"]:g}``'
         f", ``refine_alpha={defaults['refine_alpha']:g}``), refined and not:",
         "",
-        *_table(
+        *rst_table(
             ["weighting", "refine", "post-processor", "STS test", "MRR@10 test"],
             test_rows,
         ),
@@ -371,9 +369,9 @@ def _quality_and_speed(args, fit_times, table_shape, tmp):
         f"Speed on {args.n_speed:,} distinct STS-B test sentences, best of "
         f"{args.rounds} rotating rounds (sentences per second):",
         "",
-        *_table(["encoder", "best s", "sentences/s", "x encode"], speed_rows),
+        *rst_table(["encoder", "best s", "sentences/s", "x encode"], speed_rows),
         "",
-        *_table(["export", "max abs difference"], parity_rows),
+        *rst_table(["export", "max abs difference"], parity_rows),
         "",
         f"Encoder: {model}; retrieval queries: pairs rated >= 4 (dev "
         f"{len(dev.queries)}, test {len(test.queries)}) over all "
@@ -401,7 +399,7 @@ def _speed_and_parity(args, fitted, fit_texts, data, tmp):
     contextual = SentenceTransformer(model, device="cpu")
     # the default weighting, "auto", is SIF for a table distilled from an encoder
     vec = fitted["sif"]
-    post = _quiet(
+    post = quiet(
         WhiteningTransformer(noise_variance="auto").fit, vec.transform(fit_texts)
     )
     pipe = make_pipeline(vec, post)
@@ -434,7 +432,7 @@ def _speed_and_parity(args, fitted, fit_texts, data, tmp):
     }
     for encode in encoders.values():  # warm-up: first calls load and allocate
         encode()
-    times, _ = _timed_rounds(encoders, args.rounds)
+    times, _ = timed_rounds(encoders, args.rounds)
     base = min(next(iter(times.values())))
     speed_rows = [
         [name, f"{min(t):.3f}", f"{len(texts) / min(t):,.0f}", f"{base / min(t):.1f}"]
@@ -575,7 +573,7 @@ def _peers(args, tmp, memory):
         WhiteningTransformer(noise_variance="auto"),
     )
     start = time.perf_counter()
-    _quiet(pipe.fit, fit_texts)
+    quiet(pipe.fit, fit_texts)
     fit_seconds = time.perf_counter() - start
     vec = pipe[0]
     folders, loaded = {}, {}
@@ -621,7 +619,7 @@ def _peers(args, tmp, memory):
         )
     )
     if distilled is not None:
-        fitted_auto = _quiet(
+        fitted_auto = quiet(
             WhiteningTransformer(noise_variance="auto").fit,
             encoder(distilled)(fit_texts),
         )
@@ -643,7 +641,7 @@ def _peers(args, tmp, memory):
     all_sentences = list(
         dict.fromkeys(t for d in sets.values() for t in d.sentences1 + d.sentences2)
     )
-    E, _, _ = _encode_cached(args.model, "mean", all_sentences, str(cache), 64)
+    E, _, _ = encode_cached(args.model, "mean", all_sentences, str(cache), 64)
     index = {t: i for i, t in enumerate(all_sentences)}
     quality["the encoder itself (mean pooling, as sentence-transformers)"] = _spearmans(
         lambda t: E[[index[x] for x in t]], sets
@@ -676,7 +674,7 @@ def _peers(args, tmp, memory):
         ("to_model2vec float16, StaticModel.encode"),
     )
     bests = [
-        {name: min(t) for name, t in _timed_rounds(encoders, args.rounds)[0].items()}
+        {name: min(t) for name, t in timed_rounds(encoders, args.rounds)[0].items()}
         for _ in range(args.speed_repeats)
     ]
     ratios = [best[f16_name] / best[ours] for best in bests]
@@ -715,7 +713,7 @@ def _peers(args, tmp, memory):
             + [f"{np.mean(scores):.2f}"]
             + [sizes.get(label, "")]
         )
-    model_name = args.model or DEFAULT_MODEL_DESCRIPTION
+    model_name = args.model or DEFAULT_ENCODER
     version = f"model2vec {model2vec.__version__}'s ``distill``"
     if distilled is None:
         distill_note = f"{version} was {distill_seconds}; install model2vec[distill]."
@@ -733,7 +731,7 @@ def _peers(args, tmp, memory):
         "may hold the encoder's embeddings from an earlier fit; part 1 times "
         "a refit without them):",
         "",
-        *_table(
+        *rst_table(
             ["system", *sets, "4-set", "MB"],
             quality_rows,
         ),
@@ -747,7 +745,7 @@ def _peers(args, tmp, memory):
         "median; each best of "
         f"{args.rounds}: {', '.join(f'{r:.2f}x' for r in ratios)}):",
         "",
-        *_table(
+        *rst_table(
             ["encoder", "median best s", "sentences/s", "time / pipeline"], speed_rows
         ),
         "",
@@ -756,7 +754,7 @@ def _peers(args, tmp, memory):
         "largest difference of the cosines of consecutive texts, and largest "
         "``1 - cos`` between a text's two embeddings:",
         "",
-        *_table(["dtype", "cosine difference", "1 - cos"], parity_rows),
+        *rst_table(["dtype", "cosine difference", "1 - cos"], parity_rows),
         "",
         f"{distill_note} The pipeline: {pipe_speed:,.0f} sentences/s. Measured "
         f"{time.strftime('%Y-%m-%d')} on "

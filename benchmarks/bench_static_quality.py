@@ -32,17 +32,16 @@ root::
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
-from _common import load_average, machine_line
+from _common import load_average, machine_line, quiet, rst_table
 from _sts_sets import sts1214_dir
 from _stsb import stsb_dir
-from bench_noise import _table
 
 from sklearn_isotropy import (
     StaticEmbeddingVectorizer,
@@ -54,6 +53,7 @@ from sklearn_isotropy.metrics import (
     paired_cosine_similarity,
     spearman_score,
 )
+from sklearn_isotropy.text import refine_table
 
 SETS = ("test", "sts12", "sts13", "sts14")  # the 4-set
 POSTS = {
@@ -81,12 +81,6 @@ def _data():
     return fit_texts, pairs
 
 
-def _quiet(call, *args):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # rank and truncation messages
-        return call(*args)
-
-
 def scores(encode, fit_texts, pairs):
     """Score ``encode`` (texts -> static embeddings) after each post-processor.
 
@@ -97,7 +91,7 @@ def scores(encode, fit_texts, pairs):
     encoded = {name: (encode(a), encode(b), y) for name, (a, b, y) in pairs.items()}
     out = {}
     for post_name, make in POSTS.items():
-        post = None if make is None else _quiet(make().fit, fitted)
+        post = None if make is None else quiet(make().fit, fitted)
         row = {}
         for name, (a, b, y) in encoded.items():
             if post is not None:
@@ -142,7 +136,7 @@ def part_time(args, fit_texts):
             for _ in range(args.repeats):
                 load = load_average()
                 start, start_cpu = time.perf_counter(), time.process_time()
-                _quiet(
+                quiet(
                     StaticEmbeddingVectorizer(args.model, refine_backend=backend).fit,
                     fit_texts,
                 )
@@ -157,7 +151,7 @@ def part_time(args, fit_texts):
 def part_backend(args, fit_texts, pairs):
     rows = []
     for backend in BACKENDS:
-        vec = _quiet(
+        vec = quiet(
             StaticEmbeddingVectorizer(
                 args.model, refine_backend=backend, memory=args.cache
             ).fit,
@@ -171,71 +165,76 @@ def part_backend(args, fit_texts, pairs):
 
 # --------------------------------------------------------------- 3: tried
 NEGATIONS = {"not", "no", "n't", "never", "nobody", "nothing", "none", "without"}
+#: ``refine_deletions`` copies the fit texts of four words or more.
+DELETION_MIN_WORDS = 4
 
 
 class Refitter:
     """The pieces of a refinement, computed once.
 
-    The distilled table, the fit texts' SIF weights and mixing matrix, and
-    the encoder's embeddings of the fit texts (``backend="onnx"``: torch's to
-    round-off, faster).
+    The distilled table and the fit texts' SIF weights (the vectorizer fitted
+    with ``refine=False``), the fit texts' token ids, and the encoder's
+    embeddings of the fit texts (``backend="onnx"``: torch's to round-off,
+    faster).
     """
 
     def __init__(self, args, fit_texts):
         from sklearn_isotropy import BertPoolingVectorizer
-        from sklearn_isotropy.text._static import mixing_matrix, token_ids
 
         self.args, self.fit_texts = args, fit_texts
-        self.vec = _quiet(
+        self.vec = quiet(
             StaticEmbeddingVectorizer(args.model, refine=False).fit, fit_texts
         )
         self.table = self.vec.embeddings_
         self.tokenizer, self.weights = self.vec.tokenizer_, self.vec.token_weights_
-        self.ids, self.lengths = token_ids(self.tokenizer, fit_texts)
-        self.mixing = mixing_matrix(
-            self.ids, self.lengths, self.weights, len(self.table)
-        )
+        # every fit text's token ids end to end, as the vectorizer tokenizes
+        encodings = self.tokenizer.encode_batch(fit_texts, add_special_tokens=False)
+        self.ids = np.concatenate([e.ids for e in encodings]).astype(np.intp)
         self.encoder = BertPoolingVectorizer(
             args.model, pooling="mean", backend="onnx", memory=args.cache
         ).fit(["a"])
         self.targets = self.encode(fit_texts)
 
     def encode(self, texts):
-        return _quiet(self.encoder.transform, texts)
+        return quiet(self.encoder.transform, texts)
 
-    def refined(self, pseudo_tokens=0.0, alpha=0.1, extra=None, **stages):
-        """The table refined on the fit texts (and ``extra`` texts)."""
-        from scipy import sparse
-
-        from sklearn_isotropy.text._static import mixing_matrix, token_ids
-        from sklearn_isotropy.text._static_refine import refine_table
-
-        mixing, targets, lengths = self.mixing, self.targets, self.lengths
+    def refined(self, pseudo_tokens=0.0, alpha=0.1, extra=None, table=None, **stages):
+        """``table`` (the distilled one) refined on the fit texts and ``extra``."""
+        texts, targets = self.fit_texts, self.targets
         if extra is not None:
-            ids, n = token_ids(self.tokenizer, extra)
-            kept = n > 0
-            more = mixing_matrix(ids, n, self.weights, len(self.table))[kept]
-            mixing = sparse.vstack([mixing, more]).tocsr()
-            targets = np.vstack([targets, self.encode(extra)[kept]])
-            lengths = np.concatenate([lengths, n[kept]])
+            texts = [*texts, *extra]
+            targets = np.vstack([targets, self.encode(extra)])
         return refine_table(
-            self.table,
-            mixing,
+            self.table if table is None else table,
+            self.tokenizer,
+            texts,
             targets,
-            alpha,
-            lengths=lengths,
+            weights=self.weights,
+            alpha=alpha,
             pseudo_tokens=pseudo_tokens,
             **stages,
         )
 
+    def with_copies(self, pseudo_tokens, copies=1):
+        """The vectorizer's own refinement, with ``refine_deletions=copies``.
+
+        Its targets are the same encoder's (ONNX float32, the same
+        ``memory=``) and its copies less a word those of the default.
+        """
+        vec = StaticEmbeddingVectorizer(
+            self.args.model,
+            refine_pseudo_tokens=pseudo_tokens,
+            refine_deletions=copies,
+            refine_backend="onnx",
+            memory=self.args.cache,
+        )
+        return quiet(vec.fit, self.fit_texts).embeddings_
+
     def encoder_of(self, table):
-        from sklearn_isotropy.text._static import token_ids, weighted_means
-
-        def encode(texts):
-            ids, lengths = token_ids(self.tokenizer, texts)
-            return weighted_means(ids, lengths, self.weights, table)
-
-        return encode
+        """``transform`` of the vectorizer with ``table`` for its table."""
+        vec = copy.copy(self.vec)
+        vec.embeddings_ = table
+        return vec.transform
 
 
 def _spans(fit_texts, seed=0):
@@ -259,14 +258,14 @@ def _contextual_token_means(args, refit):
     """
     import torch
 
-    from sklearn_isotropy.text import _loading
+    from sklearn_isotropy import BertPoolingVectorizer
 
     path = Path(args.cache) / "contextual_token_means.npz"
     if path.is_file():
         data = np.load(path)
         return data["means"], data["counts"]
-    loaded = _loading.load_encoder(args.model, torch.device("cpu"))
-    model, tokenizer = loaded.model.eval(), loaded.tokenizer
+    loaded = BertPoolingVectorizer(args.model).fit(["a"])
+    model, tokenizer = loaded.model_.eval(), loaded.tokenizer_
     sums = np.zeros(refit.table.shape)
     counts = np.zeros(len(refit.table))
     texts = sorted(refit.fit_texts, key=len)
@@ -340,8 +339,6 @@ def _deletions(fit_texts, seed):
     instead of the text's CRC-32 (and the words joined by single spaces):
     other draws of the same kind of texts.
     """
-    from sklearn_isotropy.text._static_refine import DELETION_MIN_WORDS
-
     rng = np.random.default_rng(seed)
     out = []
     for text in fit_texts:
@@ -358,8 +355,6 @@ def part_tried(args, fit_texts, pairs):
     Returns ``(rows, analysis rows)``: each idea's scores, and the static
     pipeline against the encoder on each kind of dev pair.
     """
-    from sklearn_isotropy.text._static_refine import one_word_deleted
-
     refit = Refitter(args, fit_texts)
     default_k = StaticEmbeddingVectorizer().refine_pseudo_tokens
     rows, tables = [], {}
@@ -392,16 +387,16 @@ def part_tried(args, fit_texts, pairs):
             f"+ {len(spans):,} random spans of the fit texts (k = {k:g})",
             refit.refined(pseudo_tokens=k, extra=spans),
         )
-    copies = one_word_deleted(fit_texts)
+    n_copies = sum(len(text.split()) >= DELETION_MIN_WORDS for text in fit_texts)
     for k in (0.0, default_k):
-        label = f"+ the {len(copies):,} fit texts of 4+ words less one word (k = {k:g})"
+        label = f"+ the {n_copies:,} fit texts of 4+ words less one word (k = {k:g})"
         tables["deleted", k] = run(
             label + (" (the default)" if k == default_k else ""),
-            refit.refined(pseudo_tokens=k, extra=copies),
+            refit.with_copies(k),
         )
     run(
         f"+ two copies less another word each (k = {default_k:g})",
-        refit.refined(pseudo_tokens=default_k, extra=one_word_deleted(fit_texts, 2)),
+        refit.with_copies(default_k, copies=2),
     )
     for seed in range(5):
         run(
@@ -412,10 +407,10 @@ def part_tried(args, fit_texts, pairs):
     means, counts = _contextual_token_means(args, refit)
     prior = _contextual_prior(refit, means, counts)
     run("contextual token means as the prior, not refined", prior)
-    saved = refit.table
-    refit.table = prior
-    run("contextual token means as the prior, refined (k = 0)", refit.refined())
-    refit.table = saved
+    run(
+        "contextual token means as the prior, refined (k = 0)",
+        refit.refined(table=prior),
+    )
 
     # where the static pipeline loses on dev
     a, b, gold = pairs["dev"]
@@ -456,7 +451,7 @@ def part_tried(args, fit_texts, pairs):
     columns = [paired_cosine_similarity(encoded_a, encoded_b)]
     for key in (0.0, default_k, ("deleted", default_k)):
         encode = refit.encoder_of(tables[key])
-        post = _quiet(POSTS['noise_variance="auto"']().fit, encode(fit_texts))
+        post = quiet(POSTS['noise_variance="auto"']().fit, encode(fit_texts))
         columns.append(
             paired_cosine_similarity(
                 post.transform(encode(a)), post.transform(encode(b))
@@ -470,15 +465,9 @@ def part_tried(args, fit_texts, pairs):
 
 
 def _two_alphas(refit, affine_alpha, token_alpha):
-    from sklearn_isotropy.text._static_refine import affine_refinement, token_refinement
-
-    mixing = refit.mixing.astype(np.float64)
-    table = refit.table.astype(np.float64)
-    targets = refit.targets.astype(np.float64)
-    M, b = affine_refinement(table, mixing, targets, affine_alpha)
-    table = table @ M + b
-    D, _ = token_refinement(mixing, targets - mixing @ table, token_alpha)
-    return (table + D).astype(np.float32)
+    """The affine stage at one penalty, then the token rows at another (k = 0)."""
+    affine = refit.refined(alpha=affine_alpha, tokens=False)
+    return refit.refined(alpha=token_alpha, table=affine, affine=False)
 
 
 def main(argv=None):
@@ -501,7 +490,7 @@ def main(argv=None):
             f"Refit on the {len(fit_texts):,} STS-B train sentences with the "
             "table cached (wall and CPU seconds, load average at the start):",
             "",
-            *_table(["refine_backend", "seconds", "CPU s", "load"], rows),
+            *rst_table(["refine_backend", "seconds", "CPU s", "load"], rows),
             "",
         ]
     if args.part in (None, "backend"):
@@ -510,7 +499,7 @@ def main(argv=None):
             "Quality of the table refined on each backend's embeddings "
             "(Spearman x100; 4-set: STS-B test, STS12, STS13, STS14):",
             "",
-            *_table(["refine_backend", *_score_header()], rows),
+            *rst_table(["refine_backend", *_score_header()], rows),
             "",
         ]
     if args.part in (None, "tried"):
@@ -520,12 +509,12 @@ def main(argv=None):
             "test, STS12, STS13, STS14; targets from the encoder in ONNX "
             "float32, torch's to round-off):",
             "",
-            *_table(["refinement", *_score_header()], rows),
+            *rst_table(["refinement", *_score_header()], rows),
             "",
             "STS-B dev pairs by kind, Spearman x100 of the encoder (mean "
             'pooling, raw) and of the static pipeline (noise_variance="auto"):',
             "",
-            *_table(
+            *rst_table(
                 [
                     "dev pairs",
                     "n",

@@ -30,22 +30,21 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from _common import load_average, machine_line
+from _common import interleaved, load_average, machine_line
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from sklearn_isotropy import WhiteningTransformer
+from sklearn_isotropy.datasets import make_cone
 
 
 def embeddings(n, d, seed=0):
     """Anisotropic float32 rows: a common offset and a decaying spectrum."""
     rng = np.random.default_rng(seed)
-    scales = np.geomspace(3.0, 0.03, d).astype(np.float32)
-    offset = rng.normal(size=d).astype(np.float32) * 2
-    return rng.standard_normal((n, d), dtype=np.float32) * scales + offset
+    X = make_cone(n, d, spread=(3.0, 0.03), offset=2.0, rotate=False, random_state=rng)
+    return X.astype(np.float32)
 
 
 def scatter(X, block=10_000):
@@ -109,14 +108,7 @@ def main():
         }
     )
     load_before = load_average()
-    times = {name: [] for name in candidates}
-    for _ in range(args.repeat):
-        for name, fn in candidates.items():
-            time.sleep(args.settle)
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
-    times = {name: np.array(t) for name, t in times.items()}
+    times = interleaved(candidates, args.repeat, settle=args.settle)
     print(f"load average {load_before:.1f} before, {load_average():.1f} after\n")
     for name, t in times.items():
         print(f"{name:28s} best {t.min():7.3f} s   median {np.median(t):7.3f} s")

@@ -8,9 +8,14 @@ search (quality, index memory and latency per dimension and precision);
 accuracy of a logistic regression and a 10-NN classifier, the V-measure
 of KMeans).
 Each subcommand is built from its task
-(:data:`~sklearn_isotropy.evaluation.TASKS`): its flags are the fields of
-:class:`~sklearn_isotropy.evaluation.EvaluationSettings` the task reads,
-with their defaults, and its choices come from the registries.
+(:data:`~sklearn_isotropy.evaluation.TASKS`), as the task class describes
+itself: its name, help and ``--data`` are the task's class attributes
+(``command``, ``command_help``, ``data_help``, ``default_data``), and its
+flags are the fields of the task's settings class (``settings_class``),
+those of its groups (the encoder's, the methods') included, each with its
+default, its help line, and the type and bounds that parse it, declared with
+the field; the choices come from the registries. This module keeps no table
+of its own.
 
 Exit status: 0 when every requested method ran; 1 when the run cannot start
 (missing data or model, an output directory that cannot be written) or when
@@ -29,7 +34,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import math
 import sys
 import tempfile
 import textwrap
@@ -41,99 +45,52 @@ __all__ = ["build_parser", "main"]
 
 PROG = "sklearn-isotropy"
 
-#: Each task's subcommand and what it does (its help), by the task's name.
-_COMMANDS = {
-    "sts": (
-        "evaluate",
-        "compare post-processing methods on an STS data set: encode it, "
-        "post-process the embeddings with each method and report Spearman x100 "
-        "of pair cosines on the test split.",
-    ),
-    "retrieval": (
-        "retrieval",
-        "compare post-processing methods for search: encode queries and a "
-        "corpus (from STS pairs or a BEIR folder), post-process with each "
-        "method at each dimension k and precision, and report exact-search "
-        "quality, index memory and latency.",
-    ),
-    "classification": (
-        "classify",
-        "compare post-processing methods for classification and clustering: "
-        "encode SentEval's sentence classification tasks, post-process the "
-        "embeddings with each method (fitted without labels on each training "
-        "fold) and report the accuracy of a logistic regression and a 10-NN "
-        "classifier and the V-measure of KMeans.",
-    ),
-}
 
-#: Each task's ``--data`` default; None makes ``--data`` required.
-_DEFAULT_DATA = {"sts": "stsb", "retrieval": "stsb", "classification": None}
-
-
-def _number(text, *, integer=False, low=None, high=None):
-    """Parse a finite int or float from ``low`` to ``high`` (an argparse type)."""
-    try:
-        value = int(text) if integer else float(text)
-    except ValueError:
-        kind = "an integer" if integer else "a number"
-        raise argparse.ArgumentTypeError(f"expected {kind}, got {text!r}") from None
-    too_low = low is not None and value < low
-    too_high = high is not None and value > high
-    # an int is finite (and math.isfinite overflows on one past float's range)
-    if (not integer and not math.isfinite(value)) or too_low or too_high:
-        kind = "an integer" if integer else "a finite value"
-        if high is not None:
-            bound = f" from {low} to {high}"
-        else:
-            bound = "" if low is None else f" >= {low}"
-        raise argparse.ArgumentTypeError(f"expected {kind}{bound}, got {text!r}")
-    return value
-
-
-def _ints(text):
-    values = [_number(v, integer=True, low=1) for v in text.split(",") if v.strip()]
-    if not values:
-        raise argparse.ArgumentTypeError(f"expected integers >= 1, got {text!r}")
-    return tuple(values)
-
-
-def _names(registry, what, normalize=None):
-    """Return an argparse type reading comma-separated names of ``registry``."""
+def _argparse_type(read):
+    """Return an argparse type of ``read``, whose ``ValueError`` says what is wrong."""
 
     def parse(text):
-        names = [m.strip() for m in text.split(",") if m.strip()]
-        names = [normalize(m) for m in names] if normalize else names
-        unknown = [m for m in names if m not in registry]
-        if unknown or not names:
-            raise argparse.ArgumentTypeError(
-                f"unknown {what} {unknown or [text]}; choose from {', '.join(registry)}"
-            )
-        return tuple(dict.fromkeys(names))
+        try:
+            return read(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
 
     return parse
 
 
-def _argument_types(task):
-    """Return what each ``parser`` name of the settings' metadata means for ``task``."""
-    from .datasets import SENTEVAL_TASKS, STS_FORMATS
-    from .text import POOLING_PRESETS
+class _DeprecatedFlag(argparse.Action):
+    """An older spelling of a flag: it sets the same value, and warns."""
 
-    quantizations = getattr(task, "quantizations", {})
-    return {
-        "positive_int": {"type": lambda t: _number(t, integer=True, low=1)},
-        "int>=0": {"type": lambda t: _number(t, integer=True, low=0)},
-        "int>=2": {"type": lambda t: _number(t, integer=True, low=2)},
-        "seed": {"type": lambda t: _number(t, integer=True, low=0, high=2**32 - 1)},
-        "number": {"type": _number},
-        "number>=0": {"type": lambda t: _number(t, low=0)},
-        "ints": {"type": _ints},
-        "pooling": {"action": "append", "choices": list(POOLING_PRESETS)},
-        "quantizations": {"type": _names(quantizations, "precision(s)")},
-        "sts_format": {"choices": list(STS_FORMATS)},
-        "senteval_tasks": {
-            "type": _names(SENTEVAL_TASKS, "task(s)", normalize=str.upper)
-        },
-    }
+    def __init__(self, *args, replacement, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.replacement = replacement
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from ._utils import warn
+        from .exceptions import IsotropyDeprecationWarning
+
+        warn(
+            f"{option_string} is deprecated since 0.2.0 and will be removed in "
+            f"0.3.0; use {self.replacement}",
+            IsotropyDeprecationWarning,
+        )
+        setattr(namespace, self.dest, values)
+
+
+def _methods_type(offered):
+    """Return the type of ``--methods``: comma-separated names of ``offered``."""
+
+    def parse(text):
+        names = [m.strip() for m in text.split(",") if m.strip()]
+        unknown = [m for m in names if m not in offered]
+        if unknown or not names:
+            raise argparse.ArgumentTypeError(
+                f"unknown method(s) {unknown or [text]}; choose from "
+                f"{', '.join(offered)}"
+            )
+        return tuple(dict.fromkeys(names))
+
+    return parse
 
 
 def _default_text(value):
@@ -142,28 +99,68 @@ def _default_text(value):
     return "none" if value is None else str(value)
 
 
-def _add_task_parser(sub, task):
-    """Add the subcommand of ``task``: its data, methods, protocol and settings."""
-    from .evaluation import METHODS, EvaluationSettings
-    from .text import POOLING_PRESETS
+def _listing(heading, entries, width=78):
+    """The epilog lines listing a registry's names and descriptions."""
+    column = max(map(len, entries)) + 2
+    room = max(width - column, 40)
+    return f"\n\n{heading}:\n" + "\n".join(
+        f"  {name:<{column}}{textwrap.shorten(text, room, placeholder=' [...]')}"
+        for name, text in entries.items()
+    )
 
-    command, description = _COMMANDS.get(task.name, (task.name, task.name))
+
+def _add_option(parser, f):
+    """Add the flag of the settings field ``f``, as the field declares it.
+
+    Returns the ``(heading, {name: description})`` the help lists after the
+    options, if the field lists a registry.
+    """
+    cli = f.metadata["cli"]
+    flag = "--" + f.name.replace("_", "-") if cli["flag"] is True else cli["flag"]
+    kwargs = {}
+    if cli["type"] is not None:
+        kwargs["type"] = _argparse_type(cli["type"])
+    registry = cli["choices"] if callable(cli["choices"]) else None
+    if cli["choices"] is not None:
+        kwargs["choices"] = list(registry() if registry else cli["choices"])
+    if cli["append"]:
+        kwargs["action"] = "append"
+    shown = cli["shown"] or _default_text(f.default)
+    help_text = f"{cli['help']} (default: {shown}"
+    if cli["deprecated"]:
+        help_text += f"; {', '.join(cli['deprecated'])}, its old name, is deprecated"
+    parser.add_argument(
+        flag, dest=f.name, help=help_text.replace("%", "%%") + ")", **kwargs
+    )
+    for old in cli["deprecated"]:
+        parser.add_argument(
+            old,
+            dest=f.name,
+            help=argparse.SUPPRESS,
+            action=_DeprecatedFlag,
+            replacement=flag,
+            **{k: v for k, v in kwargs.items() if k != "action"},
+        )
+    if cli["listing"] is None:
+        return None
+    registry = registry or cli["type"].registry
+    return cli["listing"], registry()
+
+
+def _add_task_parser(sub, task):
+    """Add the subcommand of ``task``, as the task and its settings describe it.
+
+    The command, its wording and ``--data`` are the task's class attributes;
+    ``--methods`` and ``--fit-on`` its methods and protocols; the other flags
+    the fields of its settings class, each parsed as the field declares.
+    """
+    from .evaluation import METHODS
+
     selects = task.has_dev or task.selects_on_labels
     offered = {n: m for n, m in METHODS.items() if selects or not m.needs_dev}
-    epilog = "methods:\n" + "\n".join(
-        f"  {m.name:<10} {m.help}" for m in offered.values()
-    )
-    options = EvaluationSettings.options(task.name)
-    if any(f.metadata["cli"]["parser"] == "quantizations" for f in options):
-        epilog += "\n\nprecisions:\n" + "\n".join(
-            f"  {q.name:<17} {textwrap.shorten(q.help, 60)}"
-            for q in task.quantizations.values()
-        )
-    epilog += "\n\npoolings:\n" + "\n".join(
-        f"  {p.name:<15} {p.description}" for p in POOLING_PRESETS.values()
-    )
+    description = task.command_help
     parser = sub.add_parser(
-        command,
+        task.command,
         help=description.partition(":")[0],
         description=textwrap.fill(
             f"{description[0].upper()}{description[1:]} Exit status: 0 when every "
@@ -173,29 +170,20 @@ def _add_task_parser(sub, task):
             width=78,
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=epilog,
         argument_default=argparse.SUPPRESS,
     )
     parser.set_defaults(task=task, subparser=parser)
-    default_data = _DEFAULT_DATA.get(task.name)
-    if default_data is None:
-        parser.add_argument(
-            "--data",
-            required=True,
-            help="the folder holding SentEval's task folders (MR/, CR/, SUBJ/, "
-            "MPQA/, TREC/), as SentEval's data/downstream holds them",
-        )
+    if task.default_data is None:
+        parser.add_argument("--data", required=True, help=task.data_help)
     else:
         parser.add_argument(
             "--data",
-            default=default_data,
-            help="STS directory with train/dev/test files, a single file (used as "
-            "test), 'stsb' to download the STS Benchmark, or other data the task "
-            f"reads (see above; default: {default_data})",
+            default=task.default_data,
+            help=f"{task.data_help} (default: {task.default_data})",
         )
     parser.add_argument(
         "--methods",
-        type=_names(offered, "method(s)"),
+        type=_methods_type(offered),
         default=task.default_methods,
         help=f"comma-separated, from {','.join(offered)} (default: "
         f"{','.join(task.default_methods)})",
@@ -207,21 +195,15 @@ def _add_task_parser(sub, task):
         help="what the transforms are fitted on: "
         + "; ".join(f"{name}: {text}" for name, text in task.protocols.items()),
     )
-    types = _argument_types(task)
-    for f in options:
-        cli = f.metadata["cli"]
-        flag = "--" + f.name.replace("_", "-") if cli["flag"] is True else cli["flag"]
-        help_text = cli["help"].replace("%", "%%")
-        shown = cli["shown"] or _default_text(f.default)
-        parser_kwargs = (
-            {"choices": cli["parser"]}
-            if isinstance(cli["parser"], tuple)
-            else types.get(cli["parser"], {})
-        )
-        parser.add_argument(
-            flag, dest=f.name, help=f"{help_text} (default: {shown})", **parser_kwargs
-        )
-    stem = task.report_class().stem
+    epilog = "methods:\n" + "\n".join(
+        f"  {m.name:<10} {m.help}" for m in offered.values()
+    )
+    for f in task.settings_class.options():
+        listed = _add_option(parser, f)
+        if listed is not None:
+            epilog += _listing(*listed)
+    parser.epilog = epilog
+    stem = task.report_class.stem
     parser.add_argument(
         "--out",
         default="results",
@@ -282,7 +264,9 @@ def _check_out(out, names, task):
     directory (or anything but a file), or by another task's report, is a
     usage error.
     """
-    report = task.report_class()
+    from .evaluation import TASKS
+
+    report = task.report_class
     out_dir = Path(out).expanduser()
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -306,10 +290,10 @@ def _check_out(out, names, task):
     # classify wrote results.json): replacing it would lose that run
     owner = report.previous_task(out_dir)
     if owner is not None and owner != task.name:
-        mine, theirs = (_COMMANDS.get(t, (t,))[0] for t in (task.name, owner))
+        theirs = TASKS[owner].command if owner in TASKS else owner
         error = _CLIError(
             f"--out {str(out)!r} holds {report.stem}.json, the report of "
-            f"`{PROG} {theirs}`, which `{PROG} {mine}` would replace; pass "
+            f"`{PROG} {theirs}`, which `{PROG} {task.command}` would replace; pass "
             "another --out, or move that report and its figures away first"
         )
         error.status = 2
@@ -320,21 +304,25 @@ def _check_out(out, names, task):
 def _run(args):
     """Load the task, run its methods, print the tables, write the reports."""
     from ._defaults import DEFAULT_MODEL_DESCRIPTION
-    from .evaluation import EvaluationSettings, evaluate, format_table, write_reports
+    from .evaluation import evaluate, format_table, write_reports
 
     task_class = args.task
+    settings_class = task_class.settings_class
     values = {
         f.name: getattr(args, f.name)
-        for f in EvaluationSettings.options(task_class.name)
+        for f in settings_class.options()
         if hasattr(args, f.name)
     }
     if "poolings" in values:
         values["poolings"] = tuple(dict.fromkeys(values["poolings"]))
     # bars only where someone watches (a terminal); step lines always
-    settings = EvaluationSettings(**values, progress=False if args.quiet else None)
-    report = task_class.report_class()
+    values["progress"] = False if args.quiet else None
+    # each value to its field, in whichever group of the settings holds it
+    settings = settings_class.from_options(values)
+    report = task_class.report_class
     names = [f"{report.stem}.md", f"{report.stem}.json"]
-    figures = [n.format(p) for p in settings.poolings for n in report.figure_names]
+    poolings = settings.encoding.poolings
+    figures = [n.format(p) for p in poolings for n in report.figure_names]
     figures = [] if args.no_figures else figures
     out_dir = _check_out(args.out, names + figures, task_class)
     task = task_class.load(
@@ -346,7 +334,7 @@ def _run(args):
             print(line, file=sys.stderr, flush=True)
 
     print(f"Data: {task.data_name}")
-    print(f"Model: {settings.model or DEFAULT_MODEL_DESCRIPTION}", flush=True)
+    print(f"Model: {settings.encoding.model or DEFAULT_MODEL_DESCRIPTION}", flush=True)
     ev = evaluate(task, methods=args.methods, settings=settings, log=log)
     print(f"\n{report.title}\n\n{format_table(ev)}\n")
     for line in report(ev).console_lines():
@@ -450,11 +438,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .exceptions import EvaluationError
 
         try:
-            args = build_parser().parse_args(argv)
-            _check_combinations(args)
-            level = logging.WARNING if args.quiet else logging.INFO
-            with _package_log_on_stderr(level), _one_line_warnings():
-                return _run(args)
+            with _one_line_warnings():  # a deprecated flag warns while parsed
+                args = build_parser().parse_args(argv)
+                _check_combinations(args)
+                level = logging.WARNING if args.quiet else logging.INFO
+                with _package_log_on_stderr(level):
+                    return _run(args)
         except (EvaluationError, _CLIError) as exc:
             print(f"{PROG}: error: {exc}", file=sys.stderr)
             return getattr(exc, "status", 1)

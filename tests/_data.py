@@ -19,6 +19,7 @@ import pytest
 from sklearn.utils import Bunch
 
 from sklearn_isotropy import NATSVTransformer, StandardNormalizer, WhiteningTransformer
+from sklearn_isotropy.datasets import make_cone
 
 #: The repository's root; the shared data sets lie beside it, in ../shared/data.
 REPO = Path(__file__).resolve().parents[1]
@@ -93,7 +94,10 @@ CONE = {"offset": 5.0, "spread": (8.0, 0.5), "rotate": False}
 
 def sts_pairs(rng, n, d, offset=3.0):
     """Pairs of anisotropic embeddings with scores tied to their cosine."""
-    base = rng.normal(size=(n, d)) * np.geomspace(5, 0.05, d) + offset
+    mean = np.full(d, offset)
+    base = make_cone(
+        n, d, spread=(5, 0.05), offset=mean, rotate=False, random_state=rng
+    )
     other = base + rng.normal(scale=2.0, size=(n, d))
     emb = np.stack([base, other], axis=1)
     scores = rng.uniform(0, 5, size=n)

@@ -4,17 +4,20 @@
 - ``onnx_model_cache`` (automatic): the directory of exported ONNX encoders,
   a temporary one shared by the session.
 - ``default_model_path``: the embedded all-MiniLM-L6-v2, or skip.
-- ``make_cone``: a factory of anisotropic embeddings (offset + decaying
-  spectrum in a random basis), the synthetic data of the linear and flow tests.
+- ``make_cone``: :func:`sklearn_isotropy.datasets.make_cone` (offset +
+  decaying spectrum in a random basis) with the tests' defaults, the
+  synthetic data of the linear and flow tests.
 - ``stsb_dir``: the shipped STS Benchmark, or skip; ``tiny_sts_dir``: a small
   STS directory written in the tiny model's vocabulary.
 - ``senteval_dir``: the shipped SentEval tasks, or skip; ``tiny_senteval_dir``:
   SentEval's layout (MR and TREC) in the tiny model's vocabulary.
 - ``run_cli``: the ``sklearn-isotropy`` command run in-process, its exit
   status and what it printed.
+- ``dask_client``: a client of a real two-process dask cluster, one per test
+  module that asks (``linear/test_dask.py``, ``text/test_dask.py``).
 - ``fresh_process``: forget the embedding cache's warnings given so far.
 - ``static_cache``, ``hf``, ``fitted``, ``word_texts``: what the tests of the
-  static vectorizer and of its exports share (``text/test_static*.py``,
+  static vectorizer and of its exports share (``text/static/``,
   ``export/test_static.py``).
 
 The data the tests share (texts, words, folder writers) is in ``_data.py``;
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 import os
 from contextlib import redirect_stderr, redirect_stdout
 from typing import NamedTuple
@@ -136,16 +140,23 @@ def _cone(
     rotate=True,
     dtype=np.float64,
 ):
-    """Rows with a common offset and a geometric spectrum: an anisotropic 'cone'.
+    """``datasets.make_cone(n, d, ...)`` from ``numpy.random.default_rng(seed)``.
 
+    Rows with a common offset and a geometric spectrum: an anisotropic 'cone'.
     Column scales run from ``spread[0]`` to ``spread[1]``; with ``rotate``
     the axes are a random orthogonal basis, so no coordinate is special.
     """
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, d)) * np.geomspace(*spread, d)
-    if rotate:
-        X = X @ np.linalg.qr(rng.normal(size=(d, d)))[0].T
-    return (X + offset * rng.normal(size=d)).astype(dtype)
+    from sklearn_isotropy.datasets import make_cone
+
+    X = make_cone(
+        n,
+        d,
+        spread=spread,
+        offset=offset,
+        rotate=rotate,
+        random_state=np.random.default_rng(seed),
+    )
+    return X.astype(dtype)
 
 
 @pytest.fixture(scope="session")
@@ -248,6 +259,31 @@ def run_cli():
         return CliRun(status, out.getvalue(), err.getvalue())
 
     return run
+
+
+# --------------------------------------------------------------------- dask
+@pytest.fixture(scope="module")
+def dask_client():
+    """A client of a LocalCluster: two worker processes, one thread each.
+
+    On loopback, without a dashboard; started for the module that asks and
+    closed at its end. Skips without ``distributed``.
+    """
+    distributed = pytest.importorskip("distributed")
+    cluster = distributed.LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=None,
+        silence_logs=logging.ERROR,
+    )
+    client = distributed.Client(cluster)
+    try:
+        yield client
+    finally:
+        client.close()
+        cluster.close()
 
 
 # ---------------------------------------------------------- the embedding cache

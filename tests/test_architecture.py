@@ -7,6 +7,8 @@
 - Optional dependencies are imported where they are used: importing the
   package and fitting on numpy imports none of them.
 - No module imports a private name from a sibling family's module.
+- One module (``_utils/_sklearn.py``) imports scikit-learn's private modules
+  and names; the others import them from it.
 - Imports run one way: no module imports, even lazily, one that imports it
   back (directly or through others).
 """
@@ -289,6 +291,17 @@ def _imports(root=PACKAGE_DIR, typing=True):
                 yield here, target, [a.name for a in node.names]
 
 
+def _private_reach(target, names, first):
+    """The private names an import takes, ``["..."]`` for a private module, or [].
+
+    The module is private when a part of its dotted name from ``first`` on
+    starts with an underscore.
+    """
+    private_names = [name for name in names if name.startswith("_")]
+    private_module = any(p.startswith("_") for p in target.split(".")[first:])
+    return private_names or (["..."] if private_module else [])
+
+
 def _private_imports_across_families(root=PACKAGE_DIR):
     found = []
     for here, target, names in _imports(root):
@@ -297,10 +310,8 @@ def _private_imports_across_families(root=PACKAGE_DIR):
         family = _family(target)
         if family in (_family(here), "_utils") or family == "":
             continue
-        private_module = any(p.startswith("_") for p in target.split(".")[2:])
-        private_names = [name for name in names if name.startswith("_")]
-        if private_module or private_names:
-            found.append(f"{here}: from {target} import {private_names or '...'}")
+        if private := _private_reach(target, names, 2):
+            found.append(f"{here}: from {target} import {private}")
     return found
 
 
@@ -322,6 +333,47 @@ def test_the_import_check_would_catch_a_violation(tmp_path):
     found = _private_imports_across_families(copy)
     assert any("flow._probe" in f for f in found)
     assert any("text._probe" in f for f in found)
+
+
+# ------------------------------------------- private scikit-learn names
+SKLEARN_SHIM = "sklearn_isotropy._utils._sklearn"
+
+
+def _private_sklearn_imports(root=PACKAGE_DIR):
+    """Imports of a private scikit-learn module or name outside the shim."""
+    return [
+        f"{here}: from {target} import {private}"
+        for here, target, names in _imports(root)
+        if here != SKLEARN_SHIM
+        and target.split(".")[0] == "sklearn"
+        and (private := _private_reach(target, names, 1))
+    ]
+
+
+def test_only_the_shim_imports_private_sklearn_names():
+    # scikit-learn may move a private name in any release, and the package's
+    # requirement has no upper bound: such a move must be one edit
+    assert _private_sklearn_imports() == []
+
+
+def test_the_sklearn_check_would_catch_a_violation(tmp_path):
+    package = tmp_path / "sklearn_isotropy"
+    (package / "_utils").mkdir(parents=True)
+    (package / "_utils" / "_sklearn.py").write_text(
+        "from sklearn.base import _fit_context\n", encoding="utf-8"
+    )
+    (package / "_probe.py").write_text(
+        "import sklearn.utils._param_validation\n"
+        "from sklearn.utils.validation import _check_sample_weight\n"
+        "from sklearn.utils import check_array\n",
+        encoding="utf-8",
+    )
+    found = _private_sklearn_imports(package)
+    assert found == [
+        "sklearn_isotropy._probe: from sklearn.utils._param_validation import ['...']",
+        "sklearn_isotropy._probe: from sklearn.utils.validation import "
+        "['_check_sample_weight']",
+    ]
 
 
 # ------------------------------------------------------- import cycles

@@ -23,7 +23,7 @@ import pytest
 from scipy.stats import spearmanr
 
 from sklearn_isotropy import StaticEmbeddingVectorizer
-from sklearn_isotropy.evaluation import METHODS, EvaluationSettings, RetrievalTask
+from sklearn_isotropy.evaluation import METHODS, RetrievalSettings, RetrievalTask
 from sklearn_isotropy.evaluation._quantization import QUANTIZATIONS
 from sklearn_isotropy.metrics import retrieval_scores
 from tests._data import REPO, RETRIEVAL_METRICS, write_beir
@@ -57,8 +57,9 @@ def _read(path):
         ["retrieval", "--fit-on", "target"],
         ["evaluate", "--fit-on", "corpus"],
         ["evaluate", "--task", "search"],
-        ["retrieval", "--dims", "0"],
-        ["retrieval", "--dims", "a,b"],
+        ["retrieval", "--n-components", "0"],
+        ["retrieval", "--n-components", "a,b"],
+        ["retrieval", "--dims", "0"],  # the deprecated spelling, checked alike
         ["retrieval", "--methods", "raw,bogus"],
         ["retrieval", "--methods", "grid"],  # needs dev pairs: not offered
         ["retrieval", "--quantize", "int4"],
@@ -704,7 +705,7 @@ def _retrieval_argv(data, model, out, *extra):
         str(model),
         "--pooling",
         "mean",
-        "--dims",
+        "--n-components",
         "8,16",
         "--min-score",
         "3.0",
@@ -739,7 +740,7 @@ def test_cli_retrieval_end_to_end(tiny_sts_dir, tiny_bert, tmp_path, run_cli):
     }
     assert full[0] == f"whitening-{full[1]}" and full[1] <= 32
     # recompute raw float32 from the encoder's own output
-    task = RetrievalTask.load(tiny_sts_dir, EvaluationSettings(min_score=3.0))
+    task = RetrievalTask.load(tiny_sts_dir, RetrievalSettings(min_score=3.0))
     vec = BertPoolingVectorizer(str(tiny_bert), pooling="mean").fit(["a"])
     S = (
         normalize_rows(vec.transform(task.queries))[0]
@@ -876,13 +877,55 @@ def test_cli_without_sentence_transformers_exit_1(
 def test_cli_help_lists_the_registries(run_cli):
     status, text, _ = run_cli(["retrieval", "--help"])
     assert status == 0
-    assert "--quantize" in text and "--dims" in text and "--task" not in text
-    assert "--n-components" not in text and "--cv" not in text  # STS only
+    assert "--quantize" in text and "--n-components" in text and "--task" not in text
+    assert "--cv" not in text  # STS and classification only
+    assert "--dims, its old name, is deprecated" in " ".join(text.split())
     for name in QUANTIZATIONS:
         assert name in text
     methods = text[text.index("\nmethods:") : text.index("\npoolings:")]
     for name, method in METHODS.items():  # grid selects on dev pairs: not offered
         assert (f"\n  {name} " in methods) == (not method.needs_dev), name
+
+
+def test_dims_is_a_deprecated_spelling_of_n_components(tmp_path, run_cli):
+    # the 0.1.0 documentation wrote --dims; the dimension is n_components
+    # everywhere now, and the old flag still works, with a warning
+    from sklearn_isotropy.cli import build_parser
+    from sklearn_isotropy.exceptions import IsotropyDeprecationWarning
+
+    argv = ["retrieval", "--data", str(tmp_path / "none")]
+    with pytest.warns(IsotropyDeprecationWarning, match="use --n-components"):
+        old = build_parser().parse_args([*argv, "--dims", "8,16"])
+    new = build_parser().parse_args([*argv, "--n-components", "8,16"])
+    assert old.n_components == new.n_components == (8, 16)
+    status, _, err = run_cli([*argv, "--dims", "8", "--quiet"])
+    assert status == 1  # the data is missing: the flag itself was accepted
+    assert err.splitlines()[0] == (
+        "sklearn-isotropy: warning: --dims is deprecated since 0.2.0 and will be "
+        "removed in 0.3.0; use --n-components"
+    )
+
+
+def test_each_subcommand_is_built_from_its_task_class(run_cli):
+    # the name, the help and --data are the task's class attributes, the
+    # flags its settings fields: a task changed in one place changes its
+    # command, with no table in cli.py to keep in step
+    from sklearn_isotropy.cli import build_parser
+    from sklearn_isotropy.evaluation import TASKS
+
+    commands = build_parser()._subparsers._group_actions[0].choices
+    assert sorted(commands) == sorted(task.command for task in TASKS.values())
+    for task in TASKS.values():
+        sub = commands[task.command]
+        flags = {a.dest: a for a in sub._actions if a.option_strings}
+        for f in task.settings_class.options():
+            assert f.name in flags, (task.command, f.name)
+        assert flags["data"].required == (task.default_data is None)
+        if task.default_data is not None:
+            assert flags["data"].default == task.default_data
+        _, text, _ = run_cli([task.command, "--help"])
+        summary = task.command_help[0].upper() + task.command_help[1:40]
+        assert summary in " ".join(text.split())
 
 
 # ---------------------------------------------------------------- classify

@@ -2,8 +2,9 @@
 
 Pandas output with named columns and the input's index (so that a
 ColumnTransformer puts it beside scikit-learn's own columns), HTML reprs
-that link to this package's API reference, and a version read from the
-installed metadata.
+that link to this package's API reference, a version read from the
+installed metadata, and public functions that validate their parameters as
+scikit-learn's do (``validate_params``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,24 @@ PUBLIC_ESTIMATORS = sorted(
     if inspect.isclass(obj := getattr(sklearn_isotropy, name))
     and issubclass(obj, BaseEstimator)
 )
+
+
+def _public_functions(module):
+    """``"<module>.<name>"`` of each function in a submodule's ``__all__``."""
+    mod = importlib.import_module(f"sklearn_isotropy.{module}")
+    return [
+        f"{module}.{name}"
+        for name in mod.__all__
+        if inspect.isfunction(getattr(mod, name))
+    ]
+
+
+#: The public functions that declare their parameters to ``validate_params``.
+VALIDATED_FUNCTIONS = [
+    *_public_functions("metrics"),
+    *_public_functions("diagnostics"),
+    "datasets.make_cone",
+]
 
 
 def _embeddings(make_cone):
@@ -293,3 +312,14 @@ def test_public_submodules_are_attributes_in_a_fresh_process():
     )
     assert out.returncode == 0, out.stderr
     assert "exceptions" in out.stdout.split()
+
+
+@pytest.mark.parametrize("path", VALIDATED_FUNCTIONS)
+def test_public_functions_declare_every_parameter(path):
+    # as scikit-learn's test_public_functions: a constraint (or an explicit
+    # "no_validation") for each parameter of the signature, and no other
+    module, name = path.split(".")
+    func = getattr(importlib.import_module(f"sklearn_isotropy.{module}"), name)
+    constraints = getattr(func, "_skl_parameter_constraints", None)
+    assert constraints is not None, f"{path} is not decorated with validate_params"
+    assert list(constraints) == list(inspect.signature(func).parameters), path

@@ -27,27 +27,23 @@ Two measures are printed:
 # %%
 # A narrow cone in 64 dimensions
 # ------------------------------
-# A common mean of norm 10, three dominant directions with standard
-# deviations 6, 4 and 3, and noise whose standard deviation decays from 0.5
-# to 0.05 across the 64 coordinates (real spectra decay too). The
-# transforms are fitted on one half of the rows and measured on the other, as
-# a user would fit on a corpus and apply the map to new sentences.
+# :func:`~sklearn_isotropy.datasets.make_cone` draws such rows: a common
+# mean (here of norm about 10: 64 coordinates of standard deviation 1.25),
+# three dominant directions with standard deviations 6, 4 and 3, and 61 more
+# whose standard deviation decays from 0.5 to 0.05 (real spectra decay too),
+# in a random orthogonal basis. The transforms are fitted on one half of the
+# rows and measured on the other, as a user would fit on a corpus and apply
+# the map to new sentences.
 
 import numpy as np
 
 from sklearn_isotropy import NATSVTransformer, StandardNormalizer, WhiteningTransformer
+from sklearn_isotropy.datasets import make_cone
 
-rng = np.random.default_rng(0)
 n_samples, n_features = 4000, 64
-
-common = rng.normal(size=n_features)
-common *= 10.0 / np.linalg.norm(common)
-dominant, _ = np.linalg.qr(rng.normal(size=(n_features, 3)))
-X = (
-    common
-    + rng.normal(size=(n_samples, 3)) * [6.0, 4.0, 3.0] @ dominant.T
-    + rng.normal(size=(n_samples, n_features)) * np.geomspace(0.5, 0.05, n_features)
-).astype(np.float32)
+spread = np.r_[6.0, 4.0, 3.0, np.geomspace(0.5, 0.05, n_features - 3)]
+X = make_cone(n_samples, n_features, spread=spread, offset=1.25, random_state=0)
+X = X.astype(np.float32)
 X_fit, X_new = X[: n_samples // 2], X[n_samples // 2 :]
 
 

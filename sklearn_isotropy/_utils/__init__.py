@@ -26,6 +26,7 @@ from ._conventions import (
     PrefixedFeatureNamesMixin,
 )
 from ._device import resolve_device
+from ._eigen import fix_signs, sorted_eigh, spectrum_effective_rank
 from ._files import (
     cache_home,
     check_target,
@@ -36,7 +37,6 @@ from ._files import (
 from ._optional import import_optional, is_dask_collection
 from ._progress import interactive_stderr, progress_bar
 from ._rows import normalize_rows
-from ._spectrum import fix_signs, sorted_eigh, spectrum_effective_rank
 from ._warnings import record_warnings, reraise_once, warn
 
 __all__ = [

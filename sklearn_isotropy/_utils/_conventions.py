@@ -9,7 +9,9 @@ from importlib import metadata
 
 import numpy as np
 from numpy.typing import ArrayLike
-from sklearn.utils.validation import _check_feature_names_in, check_is_fitted
+from sklearn.utils.validation import check_is_fitted
+
+from ._sklearn import _check_feature_names_in
 
 try:  # the version is written once, in pyproject.toml
     VERSION = metadata.version("sklearn-isotropy")

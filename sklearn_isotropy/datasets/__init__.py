@@ -8,13 +8,15 @@ data set in the BEIR layout (corpus, queries, relevance judgements).
 :func:`load_sts_splits` loads the splits an evaluation needs at once, with
 one clear error. :func:`load_senteval` reads SentEval's sentence
 classification tasks (MR, CR, SUBJ, MPQA, TREC) from SentEval's own folder
-layout.
+layout. :func:`make_cone` generates anisotropic embeddings, the synthetic
+data of the tests, benchmarks and examples.
 """
 
 from __future__ import annotations
 
 from . import _sts
 from ._beir import load_beir
+from ._samples_generator import make_cone
 from ._senteval import SENTEVAL_TASKS, load_senteval
 from ._splits import load_sts_splits
 from ._sts import get_data_home, load_sts
@@ -32,4 +34,5 @@ __all__ = [
     "load_senteval",
     "load_sts",
     "load_sts_splits",
+    "make_cone",
 ]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from sklearn.utils import Bunch
 
-from ._files import reading
+from ._text_files import reading
 
 __all__ = ["load_beir"]
 

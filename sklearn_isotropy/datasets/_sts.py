@@ -23,7 +23,7 @@ from sklearn.utils import Bunch
 from .._utils import cache_home
 from ..exceptions import NoSplitColumnError
 from ._download import fetch
-from ._files import reading
+from ._text_files import reading
 
 __all__ = ["STS_FORMATS", "get_data_home", "load_sts"]
 

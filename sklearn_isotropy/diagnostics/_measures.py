@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from numbers import Integral
+
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy.special import logsumexp
@@ -9,6 +11,13 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_array
 
 from .._utils import normalize_rows, spectrum_effective_rank
+from .._utils._sklearn import Interval, validate_params
+
+_SAMPLED_PAIRS = {
+    "X": ["array-like"],
+    "n_pairs": [Interval(Integral, 1, None, closed="left")],
+    "random_state": ["random_state"],
+}
 
 
 def _check_X(X, min_samples=2):
@@ -31,6 +40,7 @@ def _covariance_eigenvalues(X, *, relative=False):
     return ev if relative else ev * scale**2
 
 
+@validate_params(_SAMPLED_PAIRS, prefer_skip_nested_validation=True)
 def pair_cosines(
     X: ArrayLike,
     *,
@@ -62,8 +72,6 @@ def pair_cosines(
     array([1., 1., 1., 1.])
     """
     X = _check_X(X)
-    if not isinstance(n_pairs, (int, np.integer)) or n_pairs < 1:
-        raise ValueError(f"n_pairs must be a positive integer, got {n_pairs!r}")
     rng = check_random_state(random_state)
     n = X.shape[0]
     i = rng.randint(n, size=n_pairs)
@@ -72,6 +80,7 @@ def pair_cosines(
     return np.clip(np.einsum("ij,ij->i", U[i], U[j]), -1.0, 1.0)
 
 
+@validate_params(_SAMPLED_PAIRS, prefer_skip_nested_validation=True)
 def mean_pair_cosine(
     X: ArrayLike,
     *,
@@ -110,6 +119,10 @@ def mean_pair_cosine(
     return float(np.mean(pair_cosines(X, n_pairs=n_pairs, random_state=random_state)))
 
 
+@validate_params(
+    {"X": ["array-like"], "normalize": ["boolean"]},
+    prefer_skip_nested_validation=True,
+)
 def isotropy_score(X: ArrayLike, *, normalize: bool = False) -> float:
     """Compute the isotropy score I(W) of Mu & Viswanath (2018), in [0, 1].
 
@@ -163,6 +176,10 @@ def isotropy_score(X: ArrayLike, *, normalize: bool = False) -> float:
     return float(np.exp(np.min(log_z) - np.max(log_z)))
 
 
+@validate_params(
+    {"X": ["array-like"], "center": ["boolean"]},
+    prefer_skip_nested_validation=True,
+)
 def effective_rank(X: ArrayLike, *, center: bool = True) -> float:
     """Compute the effective rank of Roy & Vetterli (2007) of the covariance of `X`.
 
@@ -214,6 +231,10 @@ def effective_rank(X: ArrayLike, *, center: bool = True) -> float:
     return spectrum_effective_rank(s**2)
 
 
+@validate_params(
+    {"X": ["array-like"], "n_components": [Interval(Integral, 1, None, closed="left")]},
+    prefer_skip_nested_validation=True,
+)
 def top_component_variance_ratio(X: ArrayLike, *, n_components: int = 1) -> float:
     """Compute the share of the total variance in the top principal component(s).
 
@@ -239,10 +260,6 @@ def top_component_variance_ratio(X: ArrayLike, *, n_components: int = 1) -> floa
     0.97
     """
     X = _check_X(X)
-    if not isinstance(n_components, (int, np.integer)) or n_components < 1:
-        raise ValueError(
-            f"n_components must be a positive integer, got {n_components!r}"
-        )
     ev = _covariance_eigenvalues(X, relative=True)
     total = ev.sum()
     if total == 0:
@@ -250,6 +267,7 @@ def top_component_variance_ratio(X: ArrayLike, *, n_components: int = 1) -> floa
     return float(min(1.0, ev[:n_components].sum() / total))
 
 
+@validate_params(_SAMPLED_PAIRS, prefer_skip_nested_validation=True)
 def anisotropy_report(
     X: ArrayLike,
     *,

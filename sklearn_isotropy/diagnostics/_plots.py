@@ -9,12 +9,14 @@ imported only when a plot is drawn.
 
 from __future__ import annotations
 
+from numbers import Integral, Real
 from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from .._utils import import_optional
+from .._utils._sklearn import Interval, validate_params
 from ._measures import _check_X, _covariance_eigenvalues, pair_cosines
 
 if TYPE_CHECKING:
@@ -93,6 +95,15 @@ def _legend_outside(ax, n_entries):
         )
 
 
+# matplotlib's Axes and Figure are checked by matplotlib, when drawn on
+@validate_params(
+    {
+        "embeddings": ["array-like", dict],
+        "normalize": ["boolean"],
+        "ax": "no_validation",
+    },
+    prefer_skip_nested_validation=True,
+)
 def plot_eigenvalue_spectrum(
     embeddings: ArrayLike | dict, *, normalize: bool = True, ax: Axes | None = None
 ) -> Axes:
@@ -157,6 +168,16 @@ def plot_eigenvalue_spectrum(
     return ax
 
 
+@validate_params(
+    {
+        "embeddings": ["array-like", dict],
+        "n_pairs": [Interval(Integral, 1, None, closed="left")],
+        "bins": [Interval(Integral, 1, None, closed="left")],
+        "random_state": ["random_state"],
+        "ax": "no_validation",
+    },
+    prefer_skip_nested_validation=True,
+)
 def plot_cosine_histogram(
     embeddings: ArrayLike | dict,
     *,
@@ -219,6 +240,17 @@ def plot_cosine_histogram(
     return ax
 
 
+@validate_params(
+    {
+        "embeddings": [dict],
+        "reference": [str, None],
+        "n_pairs": [Interval(Integral, 1, None, closed="left")],
+        "bins": [Interval(Integral, 1, None, closed="left")],
+        "random_state": ["random_state"],
+        "figure": "no_validation",
+    },
+    prefer_skip_nested_validation=True,
+)
 def plot_cosine_panels(
     embeddings: dict,
     *,
@@ -308,6 +340,17 @@ _PRECISION_STYLES = {
 _OTHER_PRECISION = {"marker": "D", "linestyle": "-"}
 
 
+@validate_params(
+    {
+        "records": ["array-like"],
+        "metric": [str],
+        "ax": "no_validation",
+        "title": [str, None],
+        "legend": ["boolean"],
+        "zoom": [Interval(Real, 0, None, closed="neither"), None],
+    },
+    prefer_skip_nested_validation=True,
+)
 def plot_quality_vs_bytes(
     records: list[dict],
     *,

@@ -20,7 +20,11 @@ instead: 10 folds, and the logistic regression's ``C`` chosen by an inner
 10-fold search. A method that selects (``grid``) runs a
 :class:`~sklearn.model_selection.GridSearchCV` over the post-processing
 step, ``"passthrough"`` among the candidates, inside each training fold,
-scored by the classifier's own accuracy.
+scored by the classifier's own accuracy. Everything the task is lives
+here: its options (:class:`ClassificationSettings`), its report
+(:class:`ClassificationReport`: a column per set, the grid's choices, the
+figure of each method against raw) and its command, ``sklearn-isotropy
+classify``.
 """
 
 from __future__ import annotations
@@ -37,11 +41,19 @@ from sklearn.utils import Bunch
 from .._utils import normalize_rows
 from ..exceptions import EvaluationError
 from ._methods import Method, SearchSpace
-from ._report import ClassificationReport
-from ._settings import EvaluationSettings
+from ._report import Report
+from ._settings import (
+    EvaluationSettings,
+    Names,
+    cv_field,
+    grid_power_field,
+    inherit_parameters,
+    n_components_field,
+    option,
+)
 from ._task import Task, check_finite, check_fit_on, encode_once
 
-__all__ = ["ClassificationTask"]
+__all__ = ["ClassificationReport", "ClassificationSettings", "ClassificationTask"]
 
 #: The downstream estimators, in the order records are written.
 ESTIMATORS = ("logistic", "knn", "kmeans")
@@ -49,6 +61,196 @@ ESTIMATORS = ("logistic", "knn", "kmeans")
 SUPERVISED = ("logistic", "knn")
 #: SentEval's grid of the logistic regression's inverse penalty C.
 SENTEVAL_C = tuple(2.0**t for t in range(-2, 4))
+
+
+def _senteval_tasks():
+    from ..datasets import SENTEVAL_TASKS
+
+    return SENTEVAL_TASKS
+
+
+def _check_senteval_tasks(names):
+    unknown = [t for t in names if t not in _senteval_tasks()]
+    if unknown:
+        raise ValueError(
+            f"unknown SentEval task(s) {unknown}; choose from "
+            f"{', '.join(_senteval_tasks())}"
+        )
+
+
+@inherit_parameters
+@dataclass
+class ClassificationSettings(EvaluationSettings):
+    """Options of the classification task (``sklearn-isotropy classify``).
+
+    The shared options of
+    :class:`~sklearn_isotropy.evaluation.EvaluationSettings`, then the
+    dimension of the methods that keep one, the grid search's candidates and
+    folds, the SentEval sets and the protocol.
+
+    Parameters
+    ----------
+    n_components : int, default=256
+        Dimension ``k`` of ``whitening``, ``pca``, ``ppca`` and ``truncate``
+        (every dimension when the embeddings are not wider).
+    cv : int, default=5
+        Folds of the ``grid`` search inside each training fold, at least 2.
+    grid_power : tuple of float, default=(0.0, 0.5, 1.0)
+        Whitening powers the ``grid`` method searches: those above 0, at full
+        width.
+    tasks : tuple of str, default=("MR", "CR", "SUBJ", "MPQA", "TREC")
+        SentEval tasks, names in
+        :data:`~sklearn_isotropy.datasets.SENTEVAL_TASKS`.
+    protocol : str, default="default"
+        ``default``: stratified 5-fold CV (TREC: its split), logistic
+        regression with C=1; ``senteval``: SentEval's 10 folds, and C
+        chosen from 2^-2 to 2^3 by an inner 10-fold search.
+    """
+
+    n_components: int = n_components_field()
+    cv: int = cv_field()
+    grid_power: tuple[float, ...] = grid_power_field()
+    tasks: tuple[str, ...] = option(
+        ("MR", "CR", "SUBJ", "MPQA", "TREC"),
+        flag=True,
+        type=Names(_senteval_tasks, "task(s)", normalize=str.upper),
+        help="comma-separated SentEval tasks",
+        check=_check_senteval_tasks,
+    )
+    protocol: str = option(
+        "default",
+        flag=True,
+        choices=("default", "senteval"),
+        help="default: 5-fold CV, logistic C=1; senteval: 10-fold CV, C chosen "
+        "by inner 10-fold CV",
+    )
+
+
+class ClassificationReport(Report):
+    """Accuracy and V-measure per method, set and downstream estimator."""
+
+    title = (
+        "Downstream scores x100: accuracy (logistic, kNN) and V-measure (KMeans) "
+        "per set, mean over folds"
+    )
+    stem = "classify"
+    figure_names = ("classify_{}.png",)
+    savefig = {"dpi": 110, "bbox_inches": "tight"}
+    records_key = "records"
+
+    def table(self, pooling):
+        """One row per method and estimator, one column per set, then their mean."""
+        ev = self.evaluation
+        sets = list(ev.task.datasets)
+        header = ["method", "estimator", *sets, "mean"]
+        rows = []
+        for label in dict.fromkeys(r.label for r in ev.results(pooling)):
+            runs = [r for r in ev.results(pooling) if r.label == label]
+            if any(r.error for r in runs):
+                rows.append([label, "-", *["failed"] * (len(sets) + 1)])
+                continue
+            for kind in dict.fromkeys(r.values["estimator"] for r in runs):
+                score = {
+                    r.values["task"]: r.values["score"]
+                    for r in runs
+                    if r.values["estimator"] == kind
+                }
+                cells = [f"{score[s]:.2f}" if s in score else "-" for s in sets]
+                mean = np.mean(list(score.values()))
+                rows.append([label, kind, *cells, f"{mean:.2f}"])
+        return header, rows, [True, True, *[False] * (len(sets) + 1)]
+
+    def describe(self):
+        sizes = self.evaluation.task.sizes
+        return ", ".join(f"{name} {n:,} texts" for name, n in sizes.items())
+
+    def header_lines(self):
+        s = self.evaluation.settings
+        folds = 10 if s.protocol == "senteval" else 5
+        logistic = (
+            "C chosen from 2^-2 to 2^3 by an inner stratified 10-fold search"
+            if s.protocol == "senteval"
+            else "C=1"
+        )
+        return [
+            f"- Protocol: {s.protocol}. Stratified {folds}-fold cross-validation "
+            f"(shuffled, seed {s.seed}) in the loader's order; TREC: its train/test "
+            "split. Scores are means over the folds.",
+            f"- Estimators: `logistic` = LogisticRegression ({logistic}, "
+            "max_iter=2000) on the post-processed rows; `knn` = "
+            "KNeighborsClassifier(10, metric='cosine'); `kmeans` = KMeans("
+            "n_clusters=number of classes, n_init=3) on the unit-norm "
+            "post-processed test rows, scored by V-measure.",
+            f"- `grid`: GridSearchCV over the post-processing step ('passthrough' "
+            f"among the candidates) inside each training fold, {s.cv}-fold, scored "
+            "by the estimator's accuracy (logistic and kNN only).",
+        ]
+
+    def sections(self):
+        chosen = [r for r in self.evaluation.records if r.values.get("chosen")]
+        if not chosen:
+            return []
+        md = ["## What the grid chose, fold by fold", ""]
+        md += [
+            f"- {r.pooling}, {r.values['task']}, {r.values['estimator']}: "
+            + "; ".join(_choice_text(c) for c in r.values["chosen"])
+            for r in chosen
+        ]
+        return md
+
+    def json_fields(self):
+        return {"sets": dict(self.evaluation.task.sizes)}
+
+    def console_lines(self):
+        return [f"Sets: {self.describe()}"]
+
+    def figures(self):
+        """``classify_<pooling>.png``: each method's mean score minus raw's.
+
+        One panel per estimator, one bar per method, averaged over the sets.
+        """
+        from matplotlib.figure import Figure
+
+        ev, out = self.evaluation, []
+        for pooling in ev.poolings:
+            records = [
+                {**r.values, "label": r.label, "method": r.method}
+                for r in ev.results(pooling)
+                if not r.error
+            ]
+            raw = {
+                (r["task"], r["estimator"]): r["score"]
+                for r in records
+                if r["method"] == "raw"
+            }
+            if not raw:
+                continue
+            kinds = list(dict.fromkeys(r["estimator"] for r in records))
+            fig = Figure(figsize=(4.2 * len(kinds), 4.0), layout="constrained")
+            for ax, kind in zip(np.atleast_1d(fig.subplots(1, len(kinds))), kinds):
+                labels, deltas = [], []
+                for label in dict.fromkeys(r["label"] for r in records):
+                    diff = [
+                        r["score"] - raw[(r["task"], kind)]
+                        for r in records
+                        if r["label"] == label
+                        and r["estimator"] == kind
+                        and (r["task"], kind) in raw
+                    ]
+                    if diff:
+                        labels.append(label)
+                        deltas.append(float(np.mean(diff)))
+                ax.barh(labels[::-1], deltas[::-1], color="tab:blue")
+                ax.axvline(0.0, color="black", linewidth=0.8)
+                ax.set_title(kind)
+                ax.set_xlabel("mean over the sets, minus raw (x100)")
+            fig.suptitle(f"{ev.model_description}, {pooling} pooling")
+            out.append((self.figure_names[0].format(pooling), fig))
+        return out
+
+
+def _choice_text(choice):
+    return ", ".join(f"{k}={v}" for k, v in choice.items())
 
 
 @dataclass
@@ -72,7 +274,7 @@ class ClassificationTask(Task):
     >>> import numpy as np
     >>> from sklearn.utils import Bunch
     >>> from sklearn_isotropy.evaluation import (
-    ...     ClassificationTask, EvaluationSettings, evaluate)
+    ...     ClassificationTask, evaluate)
     >>> rng = np.random.default_rng(0)
     >>> y = np.repeat([0, 1], 40)
     >>> X = rng.normal(size=(80, 8)) + np.where(y[:, None] == 1, 4.0, -4.0)
@@ -89,6 +291,21 @@ class ClassificationTask(Task):
     sizes: dict = field(init=False, default_factory=dict)
 
     name = "classification"
+    settings_class = ClassificationSettings
+    report_class = ClassificationReport
+    command = "classify"
+    command_help = (
+        "compare post-processing methods for classification and clustering: "
+        "encode SentEval's sentence classification tasks, post-process the "
+        "embeddings with each method (fitted without labels on each training "
+        "fold) and report the accuracy of a logistic regression and a 10-NN "
+        "classifier and the V-measure of KMeans."
+    )
+    data_help = (
+        "the folder holding SentEval's task folders (MR/, CR/, SUBJ/, MPQA/, "
+        "TREC/), as SentEval's data/downstream holds them"
+    )
+    default_data = None
     protocols = {
         "train": (
             "post-processors fitted without labels on the training part of each "
@@ -130,7 +347,7 @@ class ClassificationTask(Task):
     def load(
         cls,
         data: str | os.PathLike,
-        settings: EvaluationSettings | None = None,
+        settings: ClassificationSettings | None = None,
         *,
         fit_on: str | None = None,
         methods: Sequence[str] = (),
@@ -141,8 +358,10 @@ class ClassificationTask(Task):
         ----------
         data : str or path-like
             The folder holding the task folders (SentEval's ``data/downstream``).
-        settings : EvaluationSettings, default=None
-            ``tasks`` names the sets to read.
+        settings : ClassificationSettings, default=None
+            ``tasks`` names the sets to read (the shared
+            :class:`EvaluationSettings` are converted); the defaults when
+            None.
         fit_on : {"train"}, default=None
             The fitting protocol.
         methods : sequence of str, default=()
@@ -160,7 +379,7 @@ class ClassificationTask(Task):
         """
         from ..datasets import load_senteval
 
-        settings = settings or EvaluationSettings()
+        settings = cls.settings_class.coerce(settings)
         if fit_on is not None:
             check_fit_on(cls, fit_on)
         folder = Path(data).expanduser()
@@ -189,28 +408,24 @@ class ClassificationTask(Task):
         return cls(datasets, data_name=str(data), fit_on=fit_on or "train")
 
     # ---------------------------------------------------- the Task protocol
-    @classmethod
-    def report_class(cls) -> type:
-        return ClassificationReport
-
     def embed(self, encode: Callable[[list[str]], np.ndarray]) -> dict:
         groups = [b.data for b in self.datasets.values()]
         return dict(zip(self.datasets, encode_once(encode, *groups)))
 
-    def dimensions(
+    def n_components_for(
         self, method: Method, n_features: int, settings: EvaluationSettings
     ) -> list[int | None]:
         k = settings.n_components
         return [k if method.uses_k and k < n_features else None]
 
-    def splits(self, name: str, settings: EvaluationSettings) -> list:
+    def splits(self, name: str, settings: ClassificationSettings) -> list:
         """Return the ``(train, test)`` row indices of each fold of one set.
 
         Parameters
         ----------
         name : str
             The data set.
-        settings : EvaluationSettings
+        settings : ClassificationSettings
             ``protocol`` (5 or 10 folds) and ``seed``.
 
         Returns
@@ -237,7 +452,10 @@ class ClassificationTask(Task):
         return ", ".join(f"{e} {np.mean(v):.2f}" for e, v in mean.items())
 
     def score(
-        self, transformer: object, embeddings: dict, settings: EvaluationSettings
+        self,
+        transformer: object,
+        embeddings: dict,
+        settings: ClassificationSettings | None = None,
     ) -> tuple[list[dict], None]:
         """Fit ``transformer`` in each fold and score the three estimators.
 
@@ -249,8 +467,9 @@ class ClassificationTask(Task):
             searched inside each training fold, for ``logistic`` and ``knn``.
         embeddings : dict
             ``{set name: array of shape (n_texts, d)}`` in the set's order.
-        settings : EvaluationSettings
-            The options.
+        settings : ClassificationSettings, default=None
+            The options (the shared :class:`EvaluationSettings` are
+            converted); the defaults when None.
 
         Returns
         -------
@@ -263,6 +482,7 @@ class ClassificationTask(Task):
         artifact : None
             No figure needs more.
         """
+        settings = self.settings_class.coerce(settings)
         sets = {}  # every set checked before any is scored
         for name, bunch in self.datasets.items():
             X = np.asarray(embeddings[name])

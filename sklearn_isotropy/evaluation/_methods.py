@@ -1,9 +1,10 @@
 """The registry of post-processing methods, shared by every evaluation task.
 
-A method turns a dimension ``k`` (None: the full width), the width of the
-embeddings and the :class:`~sklearn_isotropy.evaluation.EvaluationSettings`
-into an unfitted transformer (or ``"passthrough"``) and the parameters to
-report. Each task says at which ``k`` it runs a method and how it scores
+A method turns a dimension ``n_components`` (the ``k`` of the papers;
+None: the full width), the width of the embeddings and the task's settings
+(an :class:`~sklearn_isotropy.evaluation.EvaluationSettings`) into an
+unfitted transformer (or ``"passthrough"``) and the parameters to report.
+Each task says at which ``n_components`` it runs a method and how it scores
 it; the command line's ``--methods`` choices, its help and the report
 labels all read :data:`METHODS`, so :func:`register_method` adds a method
 to every task at once.
@@ -34,15 +35,16 @@ class Method:
     help : str
         One line for ``--help``.
     build : callable
-        ``build(k, n_features, settings, dev)`` returns ``(transformer,
-        params)``: the unfitted transformer (or ``"passthrough"``) and a
-        dict of what to report about it. ``k`` is the output dimension
-        asked for (None: the full width); ``dev`` is None, or
+        ``build(n_components, n_features, settings, dev)`` returns
+        ``(transformer, params)``: the unfitted transformer (or
+        ``"passthrough"``) and a dict of what to report about it.
+        ``n_components`` is the output dimension asked for (None: the full
+        width); ``dev`` is None, or
         ``(dev_pairs, dev_scores)`` for a method with ``needs_dev``.
     uses_k : bool, default=False
-        Whether the method takes an output dimension ``k``.
+        Whether the method takes an output dimension (``n_components``).
     full_width : bool, default=True
-        Whether a method that takes ``k`` also runs at the full width when a
+        Whether a method that takes one also runs at the full width when a
         task runs several dimensions.
     needs_dev : bool, default=False
         Whether ``build`` selects the transformer on labelled dev pairs
@@ -135,14 +137,15 @@ def register_method(
     Returns
     -------
     decorator : callable
-        Registers ``build(k, n_features, settings, dev)`` and returns it.
+        Registers ``build(n_components, n_features, settings, dev)`` and
+        returns it.
 
     Examples
     --------
     >>> from sklearn.preprocessing import Normalizer
     >>> from sklearn_isotropy.evaluation import METHODS, register_method
     >>> @register_method("l2", help="unit-norm rows")
-    ... def build_l2(k, n_features, settings, dev=None):
+    ... def build_l2(n_components, n_features, settings, dev=None):
     ...     return Normalizer(), {}
     >>> "l2" in METHODS
     True
@@ -166,12 +169,12 @@ def register_method(
 
 
 @register_method("raw", help="the embeddings as they are")
-def _build_raw(k, n_features, settings, dev=None):
+def _build_raw(n_components, n_features, settings, dev=None):
     return "passthrough", {}
 
 
 @register_method("center", label="centring", help="subtract the mean (no other change)")
-def _build_center(k, n_features, settings, dev=None):
+def _build_center(n_components, n_features, settings, dev=None):
     from sklearn.preprocessing import StandardScaler
 
     return StandardScaler(with_std=False), {}
@@ -180,7 +183,7 @@ def _build_center(k, n_features, settings, dev=None):
 @register_method(
     "sn", label="SN (standard normalisation)", help="per-dimension standardisation"
 )
-def _build_sn(k, n_features, settings, dev=None):
+def _build_sn(n_components, n_features, settings, dev=None):
     from ..linear import StandardNormalizer
 
     return StandardNormalizer(), {}
@@ -189,13 +192,13 @@ def _build_sn(k, n_features, settings, dev=None):
 def _whitening(power=None, noise_variance=None):
     """Return the build of whitening at ``power`` (None: the settings' power)."""
 
-    def build(k, n_features, settings, dev=None):
+    def build(n_components, n_features, settings, dev=None):
         from ..linear import WhiteningTransformer
 
-        p = settings.power if power is None else power
-        params = {"n_components": k or n_features, "power": p}
+        p = settings.postprocessing.power if power is None else power
+        params = {"n_components": n_components or n_features, "power": p}
         whitening = WhiteningTransformer(
-            n_components=k, power=p, noise_variance=noise_variance
+            n_components=n_components, power=p, noise_variance=noise_variance
         )
         return whitening, params
 
@@ -228,11 +231,11 @@ register_method(
     label="NATSV-{n_components}",
     help="null the top --natsv-components principal directions",
 )
-def _build_natsv(k, n_features, settings, dev=None):
+def _build_natsv(n_components, n_features, settings, dev=None):
     from ..linear import NATSVTransformer
 
-    k = _natsv_components(n_features, settings)
-    return NATSVTransformer(n_components=k), {"n_components": k}
+    removed = _natsv_components(n_features, settings)
+    return NATSVTransformer(n_components=removed), {"n_components": removed}
 
 
 def _natsv_components(n_features, settings):
@@ -241,11 +244,11 @@ def _natsv_components(n_features, settings):
     Removing every direction would leave nothing to compare; the ``natsv``
     method and the grid's NATSV candidate both read the cap here.
     """
-    return min(settings.natsv_components, n_features - 1)
+    return min(settings.postprocessing.natsv_components, n_features - 1)
 
 
-def _first_columns(X, k):
-    return np.asarray(X)[:, :k]
+def _first_columns(X, n_components):
+    return np.asarray(X)[:, :n_components]
 
 
 @register_method(
@@ -255,27 +258,29 @@ def _first_columns(X, k):
     full_width=False,
     help="keep the first k coordinates of the raw embeddings",
 )
-def _build_truncate(k, n_features, settings, dev=None):
+def _build_truncate(n_components, n_features, settings, dev=None):
     from sklearn.preprocessing import FunctionTransformer
 
-    k = k or n_features
-    return FunctionTransformer(_first_columns, kw_args={"k": k}), {"n_components": k}
+    kept = n_components or n_features
+    truncate = FunctionTransformer(_first_columns, kw_args={"n_components": kept})
+    return truncate, {"n_components": kept}
 
 
 @register_method("flow", label="flow (Glow)", help="the BERT-flow normalizing flow")
-def _build_flow(k, n_features, settings, dev=None):
+def _build_flow(n_components, n_features, settings, dev=None):
     from ..flow import GlowFlowTransformer
 
     # the paper's protocol (its initialisation, one epoch over every row),
     # not the estimator's density defaults
+    epochs = settings.postprocessing.flow_epochs
     flow = GlowFlowTransformer.from_preset(
         "bert-flow",
-        max_iter=settings.flow_epochs,
+        max_iter=epochs,
         random_state=settings.seed,
-        device=settings.device,
-        verbose=2 if settings.show_bars else 0,  # 2 = tqdm bar over batches
+        device=settings.encoding.device,
+        verbose=2 if settings.encoding.show_bars else 0,  # 2 = tqdm bar over batches
     )
-    return flow, {"preset": "bert-flow", "max_iter": settings.flow_epochs}
+    return flow, {"preset": "bert-flow", "max_iter": epochs}
 
 
 def _grid_candidates(n_features, settings):
@@ -360,7 +365,7 @@ def _grid_label(params):
     "(classification)",
     needs_dev=True,
 )
-def _build_grid(k, n_features, settings, dev=None):
+def _build_grid(n_components, n_features, settings, dev=None):
     from sklearn.base import clone
     from sklearn.model_selection import GridSearchCV, KFold, ParameterGrid
 
@@ -380,7 +385,10 @@ def _build_grid(k, n_features, settings, dev=None):
     candidates = _grid_candidates(n_features, settings)
     n_fits = len(ParameterGrid(candidates)) * settings.cv
     with progress_bar(
-        total=n_fits, desc="grid search", unit="fit", enabled=settings.show_bars
+        total=n_fits,
+        desc="grid search",
+        unit="fit",
+        enabled=settings.encoding.show_bars,
     ) as bar:
 
         def scoring(estimator, X, y):  # ticks the bar once per fold scored

@@ -2,20 +2,31 @@
 
 A precision turns unit-norm float vectors into index codes
 (:data:`QUANTIZATIONS`, :func:`register_quantization`); the retrieval
-task's ``--quantize`` choices and its reports read the registry.
+task's ``--quantize`` choices and its reports read the registry, and its
+settings check the names before any work (:func:`check_quantizations`).
+What an index of each precision costs is measured here too: its memory
+(``bytes_per_vector``) and its search time (:func:`time_searches`).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from .._utils import import_optional
+from ..exceptions import EvaluationError
 from ._methods import check_new_name
 
-__all__ = ["QUANTIZATIONS", "Quantization", "register_quantization"]
+__all__ = [
+    "QUANTIZATIONS",
+    "Quantization",
+    "check_quantizations",
+    "register_quantization",
+    "time_searches",
+]
 
 
 @dataclass(frozen=True)
@@ -97,6 +108,24 @@ def register_quantization(
     return decorator
 
 
+def check_quantizations(names):
+    """Raise unless every precision of ``names`` is registered and can run here."""
+    unknown = [q for q in names if q not in QUANTIZATIONS]
+    if unknown:
+        raise ValueError(
+            f"unknown quantization(s) {unknown}; choose from {', '.join(QUANTIZATIONS)}"
+        )
+    missing = {q: QUANTIZATIONS[q].missing() for q in names}
+    missing = {q: modules for q, modules in missing.items() if modules}
+    if missing:
+        needs = sorted({m for modules in missing.values() for m in modules})
+        raise EvaluationError(
+            f"the precision(s) {', '.join(missing)} need {', '.join(needs)}, which "
+            'is not installed: pip install "sklearn-isotropy[retrieval]", or keep '
+            "to float32 (--quantize float32)"
+        )
+
+
 def _quantize(precision, *arrays, **kwargs):
     st = import_optional(
         "sentence_transformers",
@@ -155,3 +184,30 @@ def _encode_binary(queries, corpus, calibration):
 )
 def _encode_binary_uncentred(queries, corpus, calibration):
     return _quantize("ubinary", queries, corpus)
+
+
+def time_searches(index, queries, n_timed, seed, k):
+    """Time one-query searches (median ms, one thread) and batches (best of 3).
+
+    What an index of one precision costs in time, beside its
+    ``bytes_per_vector``: the median of ``n_timed`` one-query top-``k``
+    searches of randomly picked queries on one thread, and the best of three
+    searches of every query, per query. ``(None, None)`` when ``n_timed`` is 0.
+    """
+    if n_timed <= 0:
+        return None, None
+    rng = np.random.RandomState(seed)
+    picked = rng.permutation(queries.shape[0])[: min(n_timed, queries.shape[0])]
+    times = []
+    with index.one_thread():  # one query, one thread: a serving process's view
+        index.search(queries[picked[:1]], k)  # warm-up
+        for i in picked:
+            start = time.perf_counter()
+            index.search(queries[i : i + 1], k)
+            times.append(time.perf_counter() - start)
+    batch = np.inf
+    for _ in range(3):  # the best of three: one slow moment is not the search
+        start = time.perf_counter()
+        index.search(queries, k)
+        batch = min(batch, time.perf_counter() - start)
+    return 1e3 * float(np.median(times)), 1e3 * batch / queries.shape[0]

@@ -2,8 +2,11 @@
 
 A :class:`Report` renders the records of a run: the columns of its table,
 the Markdown and JSON reports' task-specific parts, the console lines and
-the figures (a task's ``report``). The writers take the evaluation
-and return text or write files; none runs anything.
+the figures. Each task's report subclasses it beside the task, in the
+task's module, and the task names it (``Task.report_class``); this module
+never imports a task. The writers here take the evaluation and return text
+or write files, the same for every task (as ``cross_validate`` returns the
+same dict for every scorer); none runs anything.
 """
 
 from __future__ import annotations
@@ -20,17 +23,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .._utils import write_files
-from ._quantization import QUANTIZATIONS
 
 if TYPE_CHECKING:
     from ._task import Evaluation, Task
 
 __all__ = [
-    "ClassificationReport",
     "Column",
     "Report",
-    "RetrievalReport",
-    "STSReport",
     "format_table",
     "to_json",
     "to_markdown",
@@ -76,8 +75,6 @@ class Report:
     #: task's report names its own, which no other task's report shares,
     #: so that reports of several tasks can sit in one directory.
     stem: str
-    #: The command named in the Markdown report's heading.
-    command: str
     #: The names of a pooling's figures, ``str.format`` ed with the pooling.
     figure_names = ()
     #: Keyword arguments of ``Figure.savefig`` for the task's figures.
@@ -188,19 +185,19 @@ class Report:
 
     @classmethod
     def for_task(cls, task: Task | type[Task]) -> type[Report]:
-        """Return the report class of a task: its ``report_class()``.
+        """Return the report class of a task: its ``report_class``.
 
         Parameters
         ----------
         task : Task or Task subclass
-            The task (its ``name`` is looked up).
+            The task.
 
         Returns
         -------
         type
             The task's report class.
         """
-        return task.report_class()
+        return task.report_class
 
     @classmethod
     def is_figure_name(cls, name: str) -> bool:
@@ -293,345 +290,6 @@ class Report:
         return cls.for_task(evaluation.task)(evaluation)
 
 
-class STSReport(Report):
-    """Spearman's rho per method, anisotropy diagnostics, spectrum and cosines."""
-
-    title = "Spearman ρ×100 on the test split (cosine of pair embeddings)"
-    stem = "results"  # the name the README and the user guide document
-    command = "evaluate"
-    figure_names = ("{}_spectrum.png", "{}_cosines.png")
-
-    def columns(self):
-        return [
-            Column("ρ×100", lambda r: f"{r['spearman_x100']:.2f}", score=True),
-            Column("fit s", lambda r: f"{r['fit_seconds']:.2f}"),
-            Column("transform s", lambda r: f"{r['transform_seconds']:.2f}"),
-        ]
-
-    def describe(self):
-        splits = self.evaluation.task.splits.items()
-        return ", ".join(f"{s} {len(b.scores)} pairs" for s, b in splits)
-
-    def json_fields(self):
-        diagnostics = {}
-        for r in self.evaluation.records:
-            if "diagnostics" in r.values:
-                diagnostics.setdefault(r.pooling, {})[_name(r)] = r.values[
-                    "diagnostics"
-                ]
-        splits = {s: len(b.scores) for s, b in self.evaluation.task.splits.items()}
-        return {"splits": splits, "diagnostics": diagnostics}
-
-    def sections(self):
-        md = [
-            "## Anisotropy of the test-sentence embeddings",
-            "",
-            "| pooling | method | mean pair cosine | isotropy I(W) | effective rank "
-            "| top-PC variance share |",
-            "|---|---|---:|---:|---:|---:|",
-        ]
-        for r in self.evaluation.records:
-            if "diagnostics" in r.values:
-                d = r.values["diagnostics"]
-                md.append(
-                    f"| {r.pooling} | {_name(r)} | {d['mean_pair_cosine']:.3f} "
-                    f"| {d['isotropy_score']:.3g} | {d['effective_rank']:.1f} | "
-                    f"{d['top_component_variance_ratio']:.3f} |"
-                )
-        return md
-
-    def console_lines(self):
-        ev = self.evaluation
-        sizes = ", ".join(f"{s} {len(b.scores)}" for s, b in ev.task.splits.items())
-        lines = [f"Pairs: {sizes}"]
-        for r in ev.results(method="grid"):
-            if r.params.get("chosen"):
-                lines.append(f"grid choice for {r.pooling}: {r.params['chosen']}")
-        return lines
-
-    def figures(self):
-        """``<pooling>_spectrum.png`` and ``<pooling>_cosines.png`` per pooling.
-
-        The spectrum draws the covariance spectrum of every method's output
-        on one log axis (down to each matrix's numerical rank); the cosines
-        figure has one panel per method, with the raw embeddings' histogram
-        behind each for reference.
-        """
-        from matplotlib.figure import Figure
-
-        from ..diagnostics import plot_cosine_panels, plot_eigenvalue_spectrum
-
-        ev, out = self.evaluation, []
-        for pooling in ev.poolings:
-            transformed = {
-                label: Z for (p, label), Z in ev.artifacts.items() if p == pooling
-            }
-            if not transformed:
-                continue
-            raw = [r.label for r in ev.results(pooling, "raw")][:1]
-            where = f"{pooling} pooling, test sentences"
-            spectrum = Figure(figsize=(9, 4.8), layout="constrained")
-            ax = plot_eigenvalue_spectrum(transformed, ax=spectrum.add_subplot())
-            ax.set_title(f"Covariance spectrum ({where})")
-            cosines = Figure(layout="constrained")
-            plot_cosine_panels(
-                transformed, reference=(raw or [None])[0], figure=cosines
-            )
-            grey = f" (grey: {raw[0]})" if raw else ""
-            cosines.suptitle(f"Pair cosine similarity, {where}{grey}")
-            names = [name.format(pooling) for name in self.figure_names]
-            out += zip(names, (spectrum, cosines))
-        return out
-
-
-class RetrievalReport(Report):
-    """Quality, index memory and latency per method, dimension and precision."""
-
-    title = (
-        "Exact cosine search: quality x100, index memory and query latency per "
-        "method, dimension and precision"
-    )
-    stem = command = "retrieval"
-    figure_names = ("retrieval_{}.png",)
-    savefig = {"dpi": 110, "bbox_inches": "tight"}  # the legends are outside
-
-    def columns(self):
-        def percent(m):
-            return lambda r: f"{100 * r[m]:.2f}"
-
-        def ms(key):
-            return lambda r: "-" if r[key] is None else f"{r[key]:.3f}"
-
-        return [
-            Column("dims", lambda r: str(r["dimensions"]), left=True),
-            Column("precision", lambda r: r["quantization"], left=True),
-            Column("bytes/vector", lambda r: str(r["bytes_per_vector"])),
-            Column("index", lambda r: _size(r["index_bytes"])),
-            *[
-                Column(_metric_header(m), percent(m), score=True)
-                for m in self.evaluation.settings.metrics
-            ],
-            Column("latency ms", ms("latency_ms")),
-            Column("batch ms/query", ms("batch_ms_per_query")),
-        ]
-
-    def describe(self):
-        task = self.evaluation.task
-        parts = [f"{task.n_queries} queries", f"{task.n_documents} documents"]
-        parts.append(f"{int(task.relevance.nnz)} relevant judgements")
-        if "min_score" in task.notes:
-            parts.append(
-                f"relevant = pairs rated >= {task.notes['min_score']:g}"
-                + (" (both directions)" if task.notes.get("symmetric") else "")
-            )
-        return ", ".join(parts) + f"; fitted on {len(task.fit_texts)} sentences"
-
-    def header_lines(self):
-        ev, s = self.evaluation, self.evaluation.settings
-        backends = sorted({r.values["backend"] for r in ev.records if not r.error})
-        return [
-            f"- Whitening power: {s.power:g}; NATSV removes {s.natsv_components} "
-            "directions; PCA is whitening with power 0.",
-            f"- Search: exact, backend `{', '.join(backends) or s.backend}`; a "
-            "query's own sentence is never returned to it; ties are averaged (the "
-            "expected score over random orders of tied documents).",
-            "- Precisions: "
-            + "; ".join(f"`{q}`: {QUANTIZATIONS[q].help}" for q in s.quantizations),
-            "- Index = documents x bytes per vector. Latency: median of one-query "
-            "top-k searches on one thread; batch: the best of three searches of "
-            "every query, per query. int8 codes are searched as exact float32 "
-            "numbers: they save memory here, not time.",
-        ]
-
-    def json_fields(self):
-        return {
-            "retrieval_task": self.evaluation.task.summary(),
-            "quantizations": {
-                q: QUANTIZATIONS[q].help for q in self.evaluation.settings.quantizations
-            },
-        }
-
-    def console_lines(self):
-        return [f"Task: {self.describe()}"]
-
-    def figures(self):
-        """``retrieval_<pooling>.png``: quality against bytes per vector.
-
-        Two panels: every point, and the 10 points (x100) below the best
-        score, where the methods differ.
-        """
-        from matplotlib.figure import Figure
-
-        from ..diagnostics import plot_quality_vs_bytes
-
-        ev, task = self.evaluation, self.evaluation.task
-        metric, out = ev.settings.metrics[0], []
-        for pooling in ev.poolings:
-            records = [r.to_dict() for r in ev.results(pooling)]
-            if all("error" in r for r in records):
-                continue
-            fig = Figure(figsize=(13, 5.2), layout="constrained")
-            whole, top = fig.subplots(1, 2)
-            fig.suptitle(
-                f"{ev.model_description}, {pooling} pooling: {task.n_queries} "
-                f"queries, {task.n_documents} documents"
-            )
-            plot_quality_vs_bytes(
-                records, metric=metric, ax=whole, title="every point", legend=False
-            )
-            plot_quality_vs_bytes(
-                records, metric=metric, ax=top, title="the top 10 points", zoom=10
-            )
-            out.append((self.figure_names[0].format(pooling), fig))
-        return out
-
-
-class ClassificationReport(Report):
-    """Accuracy and V-measure per method, set and downstream estimator."""
-
-    title = (
-        "Downstream scores x100: accuracy (logistic, kNN) and V-measure (KMeans) "
-        "per set, mean over folds"
-    )
-    stem = command = "classify"
-    figure_names = ("classify_{}.png",)
-    savefig = {"dpi": 110, "bbox_inches": "tight"}
-    records_key = "records"
-
-    def table(self, pooling):
-        """One row per method and estimator, one column per set, then their mean."""
-        ev = self.evaluation
-        sets = list(ev.task.datasets)
-        header = ["method", "estimator", *sets, "mean"]
-        rows = []
-        for label in dict.fromkeys(r.label for r in ev.results(pooling)):
-            runs = [r for r in ev.results(pooling) if r.label == label]
-            if any(r.error for r in runs):
-                rows.append([label, "-", *["failed"] * (len(sets) + 1)])
-                continue
-            for kind in dict.fromkeys(r.values["estimator"] for r in runs):
-                score = {
-                    r.values["task"]: r.values["score"]
-                    for r in runs
-                    if r.values["estimator"] == kind
-                }
-                cells = [f"{score[s]:.2f}" if s in score else "-" for s in sets]
-                mean = np.mean(list(score.values()))
-                rows.append([label, kind, *cells, f"{mean:.2f}"])
-        return header, rows, [True, True, *[False] * (len(sets) + 1)]
-
-    def describe(self):
-        sizes = self.evaluation.task.sizes
-        return ", ".join(f"{name} {n:,} texts" for name, n in sizes.items())
-
-    def header_lines(self):
-        s = self.evaluation.settings
-        folds = 10 if s.protocol == "senteval" else 5
-        logistic = (
-            "C chosen from 2^-2 to 2^3 by an inner stratified 10-fold search"
-            if s.protocol == "senteval"
-            else "C=1"
-        )
-        return [
-            f"- Protocol: {s.protocol}. Stratified {folds}-fold cross-validation "
-            f"(shuffled, seed {s.seed}) in the loader's order; TREC: its train/test "
-            "split. Scores are means over the folds.",
-            f"- Estimators: `logistic` = LogisticRegression ({logistic}, "
-            "max_iter=2000) on the post-processed rows; `knn` = "
-            "KNeighborsClassifier(10, metric='cosine'); `kmeans` = KMeans("
-            "n_clusters=number of classes, n_init=3) on the unit-norm "
-            "post-processed test rows, scored by V-measure.",
-            f"- `grid`: GridSearchCV over the post-processing step ('passthrough' "
-            f"among the candidates) inside each training fold, {s.cv}-fold, scored "
-            "by the estimator's accuracy (logistic and kNN only).",
-        ]
-
-    def sections(self):
-        chosen = [r for r in self.evaluation.records if r.values.get("chosen")]
-        if not chosen:
-            return []
-        md = ["## What the grid chose, fold by fold", ""]
-        md += [
-            f"- {r.pooling}, {r.values['task']}, {r.values['estimator']}: "
-            + "; ".join(_choice_text(c) for c in r.values["chosen"])
-            for r in chosen
-        ]
-        return md
-
-    def json_fields(self):
-        return {"sets": dict(self.evaluation.task.sizes)}
-
-    def console_lines(self):
-        return [f"Sets: {self.describe()}"]
-
-    def figures(self):
-        """``classify_<pooling>.png``: each method's mean score minus raw's.
-
-        One panel per estimator, one bar per method, averaged over the sets.
-        """
-        from matplotlib.figure import Figure
-
-        ev, out = self.evaluation, []
-        for pooling in ev.poolings:
-            records = [
-                {**r.values, "label": r.label, "method": r.method}
-                for r in ev.results(pooling)
-                if not r.error
-            ]
-            raw = {
-                (r["task"], r["estimator"]): r["score"]
-                for r in records
-                if r["method"] == "raw"
-            }
-            if not raw:
-                continue
-            kinds = list(dict.fromkeys(r["estimator"] for r in records))
-            fig = Figure(figsize=(4.2 * len(kinds), 4.0), layout="constrained")
-            for ax, kind in zip(np.atleast_1d(fig.subplots(1, len(kinds))), kinds):
-                labels, deltas = [], []
-                for label in dict.fromkeys(r["label"] for r in records):
-                    diff = [
-                        r["score"] - raw[(r["task"], kind)]
-                        for r in records
-                        if r["label"] == label
-                        and r["estimator"] == kind
-                        and (r["task"], kind) in raw
-                    ]
-                    if diff:
-                        labels.append(label)
-                        deltas.append(float(np.mean(diff)))
-                ax.barh(labels[::-1], deltas[::-1], color="tab:blue")
-                ax.axvline(0.0, color="black", linewidth=0.8)
-                ax.set_title(kind)
-                ax.set_xlabel("mean over the sets, minus raw (x100)")
-            fig.suptitle(f"{ev.model_description}, {pooling} pooling")
-            out.append((self.figure_names[0].format(pooling), fig))
-        return out
-
-
-def _choice_text(choice):
-    return ", ".join(f"{k}={v}" for k, v in choice.items())
-
-
-def _name(record):  # a run's name in the reports (a custom run's is its label)
-    return record.label if record.method == "custom" else record.method
-
-
-_NAMES = {"mrr": "MRR", "recall": "R", "ndcg": "nDCG"}
-
-
-def _metric_header(name):
-    kind, _, k = name.partition("@")
-    return f"{_NAMES.get(kind, kind)}@{k}"
-
-
-def _size(n_bytes):
-    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10)):
-        if n_bytes >= scale:
-            return f"{n_bytes / scale:.1f} {unit}"
-    return f"{n_bytes} B"
-
-
 def _rows(evaluation, pooling):
     """Return the header, the cells and the alignment of one pooling's table."""
     return Report.of(evaluation).table(pooling)
@@ -705,7 +363,7 @@ def to_markdown(
     """
     ev, report = evaluation, Report.of(evaluation)
     md = [
-        f"# sklearn-isotropy {report.command}",
+        f"# sklearn-isotropy {ev.task.command}",
         "",
         f"- Data: `{ev.data}` ({report.describe()})",
         f"- Model: {ev.model_description}",
@@ -720,7 +378,7 @@ def to_markdown(
             if "fit_texts" in ev.encodings.get("static", {})
             else []
         ),
-        f"- Seed: {ev.settings.seed}; device: {ev.settings.device}",
+        f"- Seed: {ev.settings.seed}; device: {ev.settings.encoding.device}",
         *report.header_lines(),
         "",
         f"## {report.title}",
@@ -774,7 +432,7 @@ def to_json(evaluation: Evaluation, figures: Sequence[str | os.PathLike] = ()) -
         "fit_on": ev.fit_on,
         "protocol": ev.protocol,
         "seed": ev.settings.seed,
-        "device": ev.settings.device,
+        "device": ev.settings.encoding.device,
         "settings": asdict(ev.settings),
         **report.json_fields(),
         "encoding": ev.encodings,

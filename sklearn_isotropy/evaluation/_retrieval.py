@@ -8,7 +8,10 @@ applied to the queries and the corpus, and the corpus is searched exactly
 for every query at each precision of
 :data:`~sklearn_isotropy.evaluation.QUANTIZATIONS` and the ranking scored
 by :func:`~sklearn_isotropy.metrics.search_scores` (ties averaged), as the
-pair retrieval scorer does.
+pair retrieval scorer does. Everything the task is lives here: its options
+(:class:`RetrievalSettings`), its report (:class:`RetrievalReport`: the
+table, the figure of quality against bytes per vector) and its command,
+``sklearn-isotropy retrieval``.
 """
 
 from __future__ import annotations
@@ -26,24 +29,237 @@ from scipy import sparse
 from .._utils import normalize_rows
 from ..datasets import load_sts_splits
 from ..exceptions import EvaluationError
-from ..metrics import exact_index, pairs_to_qrels, search_scores
-from ._quantization import QUANTIZATIONS
-from ._report import RetrievalReport
-from ._settings import EvaluationSettings
+from ..metrics import (
+    DEFAULT_RETRIEVAL_METRICS,
+    SEARCH_BACKENDS,
+    exact_index,
+    make_retrieval_scorer,
+    pairs_to_qrels,
+    search_scores,
+)
+from ._quantization import QUANTIZATIONS, check_quantizations, time_searches
+from ._report import Column, Report
+from ._settings import (
+    EvaluationSettings,
+    Integers,
+    Names,
+    Number,
+    inherit_parameters,
+    max_pairs_field,
+    option,
+    sts_format_field,
+)
 from ._task import Task, check_fit_on, encode_once
 
-__all__ = ["RetrievalTask"]
+__all__ = ["RetrievalReport", "RetrievalSettings", "RetrievalTask"]
 
-_PROTOCOLS = {
-    "train": (
-        "post-processors fitted on the sentences of the train split only; the "
-        "queries and their relevant sentences come from held-out splits"
-    ),
-    "corpus": (
-        "post-processors fitted on every corpus document (the collection being "
-        "indexed, queries' own sentences included when they are in it)"
-    ),
-}
+
+def _precisions():
+    return {name: q.help for name, q in QUANTIZATIONS.items()}
+
+
+def _check_metrics(names):
+    for name in names:
+        make_retrieval_scorer(name)  # raises for a name it does not know
+
+
+@inherit_parameters
+@dataclass
+class RetrievalSettings(EvaluationSettings):
+    """Options of the retrieval task (``sklearn-isotropy retrieval``).
+
+    The shared options of
+    :class:`~sklearn_isotropy.evaluation.EvaluationSettings`, then how the
+    task is made from STS data, the dimensions and precisions of the study,
+    and how the index is searched and timed.
+
+    Parameters
+    ----------
+    format : str or None, default=None
+        File format of STS data (see :func:`~sklearn_isotropy.datasets.load_sts`);
+        detected from the files when None.
+    max_pairs : int or None, default=None
+        Keep a fixed random subset of at most this many pairs per STS split.
+    n_components : tuple of int, default=(32, 64, 128, 256)
+        Dimensions ``k`` of the study, for the methods that keep one; those
+        not below the embedding width are skipped (``--n-components``, once
+        ``--dims``).
+    quantizations : tuple of str, default=("float32", "int8", "binary")
+        Index precisions, names in
+        :attr:`~sklearn_isotropy.evaluation.RetrievalTask.quantizations`.
+    metrics : tuple of str, default=("mrr@10", "recall@1", "recall@10", "ndcg@10")
+        Retrieval scores to report (``"mrr@10"``...).
+    min_score : float, default=4.0
+        STS pairs rated at least this are relevant.
+    symmetric : bool, default=False
+        Query with both sentences of a relevant STS pair.
+    query_splits : tuple of str, default=("test",)
+        STS splits whose pairs give the queries.
+    backend : str, default="auto"
+        Exact search engine (``auto``: faiss when installed).
+    latency_queries : int, default=100
+        Queries timed one at a time (0: no timing).
+    per_query : bool, default=False
+        Also keep every query's scores in each record.
+    """
+
+    format: str | None = sts_format_field()
+    max_pairs: int | None = max_pairs_field()
+    n_components: tuple[int, ...] = option(
+        (32, 64, 128, 256),
+        flag=True,
+        type=Integers(low=1),
+        deprecated=("--dims",),
+        help="comma-separated dimensions k of pca, whitening and truncate",
+    )
+    quantizations: tuple[str, ...] = option(
+        ("float32", "int8", "binary"),
+        flag="--quantize",
+        type=Names(_precisions, "precision(s)"),
+        listing="precisions",
+        help="comma-separated index precisions",
+        check=check_quantizations,
+    )
+    metrics: tuple[str, ...] = option(DEFAULT_RETRIEVAL_METRICS, check=_check_metrics)
+    min_score: float = option(
+        4.0,
+        flag=True,
+        type=Number(),
+        help="STS pairs rated at least this are relevant",
+    )
+    symmetric: bool = option(False)
+    query_splits: tuple[str, ...] = option(("test",))
+    backend: str = option(
+        "auto",
+        flag=True,
+        choices=("auto", *SEARCH_BACKENDS),
+        help="exact search engine (auto: faiss when installed)",
+    )
+    latency_queries: int = option(
+        100,
+        flag=True,
+        type=Number(integer=True, low=0),
+        help="queries timed one at a time for the latency figure (0: no timing)",
+    )
+    per_query: bool = option(False)
+
+
+class RetrievalReport(Report):
+    """Quality, index memory and latency per method, dimension and precision."""
+
+    title = (
+        "Exact cosine search: quality x100, index memory and query latency per "
+        "method, dimension and precision"
+    )
+    stem = "retrieval"
+    figure_names = ("retrieval_{}.png",)
+    savefig = {"dpi": 110, "bbox_inches": "tight"}  # the legends are outside
+
+    def columns(self):
+        def percent(m):
+            return lambda r: f"{100 * r[m]:.2f}"
+
+        def ms(key):
+            return lambda r: "-" if r[key] is None else f"{r[key]:.3f}"
+
+        return [
+            Column("dims", lambda r: str(r["dimensions"]), left=True),
+            Column("precision", lambda r: r["quantization"], left=True),
+            Column("bytes/vector", lambda r: str(r["bytes_per_vector"])),
+            Column("index", lambda r: _size(r["index_bytes"])),
+            *[
+                Column(_metric_header(m), percent(m), score=True)
+                for m in self.evaluation.settings.metrics
+            ],
+            Column("latency ms", ms("latency_ms")),
+            Column("batch ms/query", ms("batch_ms_per_query")),
+        ]
+
+    def describe(self):
+        task = self.evaluation.task
+        parts = [f"{task.n_queries} queries", f"{task.n_documents} documents"]
+        parts.append(f"{int(task.relevance.nnz)} relevant judgements")
+        if "min_score" in task.notes:
+            parts.append(
+                f"relevant = pairs rated >= {task.notes['min_score']:g}"
+                + (" (both directions)" if task.notes.get("symmetric") else "")
+            )
+        return ", ".join(parts) + f"; fitted on {len(task.fit_texts)} sentences"
+
+    def header_lines(self):
+        ev, s = self.evaluation, self.evaluation.settings
+        backends = sorted({r.values["backend"] for r in ev.records if not r.error})
+        return [
+            f"- Whitening power: {s.postprocessing.power:g}; NATSV removes "
+            f"{s.postprocessing.natsv_components} directions; PCA is whitening "
+            "with power 0.",
+            f"- Search: exact, backend `{', '.join(backends) or s.backend}`; a "
+            "query's own sentence is never returned to it; ties are averaged (the "
+            "expected score over random orders of tied documents).",
+            "- Precisions: "
+            + "; ".join(f"`{q}`: {QUANTIZATIONS[q].help}" for q in s.quantizations),
+            "- Index = documents x bytes per vector. Latency: median of one-query "
+            "top-k searches on one thread; batch: the best of three searches of "
+            "every query, per query. int8 codes are searched as exact float32 "
+            "numbers: they save memory here, not time.",
+        ]
+
+    def json_fields(self):
+        return {
+            "retrieval_task": self.evaluation.task.summary(),
+            "quantizations": {
+                q: QUANTIZATIONS[q].help for q in self.evaluation.settings.quantizations
+            },
+        }
+
+    def console_lines(self):
+        return [f"Task: {self.describe()}"]
+
+    def figures(self):
+        """``retrieval_<pooling>.png``: quality against bytes per vector.
+
+        Two panels: every point, and the 10 points (x100) below the best
+        score, where the methods differ.
+        """
+        from matplotlib.figure import Figure
+
+        from ..diagnostics import plot_quality_vs_bytes
+
+        ev, task = self.evaluation, self.evaluation.task
+        metric, out = ev.settings.metrics[0], []
+        for pooling in ev.poolings:
+            records = [r.to_dict() for r in ev.results(pooling)]
+            if all("error" in r for r in records):
+                continue
+            fig = Figure(figsize=(13, 5.2), layout="constrained")
+            whole, top = fig.subplots(1, 2)
+            fig.suptitle(
+                f"{ev.model_description}, {pooling} pooling: {task.n_queries} "
+                f"queries, {task.n_documents} documents"
+            )
+            plot_quality_vs_bytes(
+                records, metric=metric, ax=whole, title="every point", legend=False
+            )
+            plot_quality_vs_bytes(
+                records, metric=metric, ax=top, title="the top 10 points", zoom=10
+            )
+            out.append((self.figure_names[0].format(pooling), fig))
+        return out
+
+
+_NAMES = {"mrr": "MRR", "recall": "R", "ndcg": "nDCG"}
+
+
+def _metric_header(name):
+    kind, _, k = name.partition("@")
+    return f"{_NAMES.get(kind, kind)}@{k}"
+
+
+def _size(n_bytes):
+    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10)):
+        if n_bytes >= scale:
+            return f"{n_bytes / scale:.1f} {unit}"
+    return f"{n_bytes} B"
 
 
 @dataclass
@@ -107,7 +323,31 @@ class RetrievalTask(Task):
     fit_on: str = "corpus"
 
     name = "retrieval"
-    protocols = _PROTOCOLS
+    settings_class = RetrievalSettings
+    report_class = RetrievalReport
+    command = "retrieval"
+    command_help = (
+        "compare post-processing methods for search: encode queries and a "
+        "corpus (from STS pairs or a BEIR folder), post-process with each "
+        "method at each dimension k and precision, and report exact-search "
+        "quality, index memory and latency."
+    )
+    data_help = (
+        "STS directory with train/dev/test files, a single file (used as "
+        "test), 'stsb' to download the STS Benchmark, or a BEIR folder "
+        "(corpus.jsonl, queries.jsonl, qrels/)"
+    )
+    default_data = "stsb"
+    protocols = {
+        "train": (
+            "post-processors fitted on the sentences of the train split only; the "
+            "queries and their relevant sentences come from held-out splits"
+        ),
+        "corpus": (
+            "post-processors fitted on every corpus document (the collection "
+            "being indexed, queries' own sentences included when they are in it)"
+        ),
+    }
     default_methods = ("raw", "pca", "whitening", "ppca", "natsv", "truncate")
     #: The index precisions, by name (``--quantize``), as
     #: ``register_quantization`` (in ``evaluation/_quantization.py``)
@@ -350,7 +590,7 @@ class RetrievalTask(Task):
 
     @classmethod
     def load(cls, data, settings=None, *, fit_on=None, methods=()):
-        s = settings or EvaluationSettings()
+        s = cls.settings_class.coerce(settings)
         if fit_on is not None:
             check_fit_on(cls, fit_on)
         path = Path(data).expanduser()
@@ -418,18 +658,14 @@ class RetrievalTask(Task):
         """
         return list(self.fit_texts)
 
-    @classmethod
-    def report_class(cls) -> type:
-        return RetrievalReport
-
     def embed(self, encode):
         Q, C, F = encode_once(encode, self.queries, self.corpus, self.fit_texts)
         return {"queries": Q, "corpus": C, "fit": F}
 
-    def dimensions(self, method, n_features, settings):
+    def n_components_for(self, method, n_features, settings):
         if not method.uses_k:
             return [None]
-        ks = sorted({int(k) for k in settings.dimensions if 0 < k < n_features})
+        ks = sorted({int(k) for k in settings.n_components if 0 < k < n_features})
         return ks + ([None] if method.full_width else [])
 
     @staticmethod
@@ -443,7 +679,7 @@ class RetrievalTask(Task):
         self,
         transformer: object,
         embeddings: dict,
-        settings: EvaluationSettings | None = None,
+        settings: RetrievalSettings | None = None,
     ) -> tuple[list[dict], None]:
         """Fit a clone of ``transformer``, search the corpus, score the ranking.
 
@@ -461,8 +697,9 @@ class RetrievalTask(Task):
             ``"queries"`` (n_queries, d) and ``"corpus"`` (n_documents, d) in
             the task's order, and optionally ``"fit"`` (n_fit, d), the fitting
             sentences (also the int8 calibration and the binary centre).
-        settings : EvaluationSettings, default=None
-            The options; the defaults when None.
+        settings : RetrievalSettings, default=None
+            The options (the shared :class:`EvaluationSettings` are
+            converted); the defaults when None.
 
         Returns
         -------
@@ -479,13 +716,13 @@ class RetrievalTask(Task):
         Examples
         --------
         >>> import numpy as np
-        >>> from sklearn_isotropy.evaluation import EvaluationSettings, RetrievalTask
+        >>> from sklearn_isotropy.evaluation import RetrievalSettings, RetrievalTask
         >>> rng = np.random.default_rng(0)
         >>> docs = rng.normal(size=(40, 6))
         >>> task = RetrievalTask([f"q{i}" for i in range(10)],
         ...                      [f"d{i}" for i in range(40)], np.eye(10, 40))
         >>> queries = docs[:10] + 0.01 * rng.normal(size=(10, 6))
-        >>> settings = EvaluationSettings(quantizations=("float32",))
+        >>> settings = RetrievalSettings(quantizations=("float32",))
         >>> [record], _ = task.score("passthrough",
         ...                          {"queries": queries, "corpus": docs}, settings)
         >>> record["mrr@10"], record["bytes_per_vector"]
@@ -493,8 +730,8 @@ class RetrievalTask(Task):
         """
         from sklearn.base import clone
 
-        settings = settings or EvaluationSettings()
-        settings.check(self.name)
+        settings = self.settings_class.coerce(settings)
+        settings.check()
         Q, C = np.asarray(embeddings["queries"]), np.asarray(embeddings["corpus"])
         if Q.shape[0] != self.n_queries or C.shape[0] != self.n_documents:
             raise ValueError(
@@ -538,7 +775,7 @@ class RetrievalTask(Task):
             )
             search_seconds = time.perf_counter() - start
             index = exact_index(c_codes, quant.metric, settings.backend)
-            latency, batch = _latency(
+            latency, batch = time_searches(
                 index, q_codes, settings.latency_queries, settings.seed, k
             )
             per_vector = int(quant.bytes_per_vector(Q.shape[1]))
@@ -560,24 +797,3 @@ class RetrievalTask(Task):
             if settings.per_query:
                 records[-1]["per_query"] = {m: v.tolist() for m, v in per_query.items()}
         return records, None
-
-
-def _latency(index, queries, n_timed, seed, k):
-    """Time one-query searches (median ms, one thread) and batches (best of 3)."""
-    if n_timed <= 0:
-        return None, None
-    rng = np.random.RandomState(seed)
-    picked = rng.permutation(queries.shape[0])[: min(n_timed, queries.shape[0])]
-    times = []
-    with index.one_thread():  # one query, one thread: a serving process's view
-        index.search(queries[picked[:1]], k)  # warm-up
-        for i in picked:
-            start = time.perf_counter()
-            index.search(queries[i : i + 1], k)
-            times.append(time.perf_counter() - start)
-    batch = np.inf
-    for _ in range(3):  # the best of three: one slow moment is not the search
-        start = time.perf_counter()
-        index.search(queries, k)
-        batch = min(batch, time.perf_counter() - start)
-    return 1e3 * float(np.median(times)), 1e3 * batch / queries.shape[0]

@@ -1,83 +1,310 @@
-"""The options of every evaluation, with their defaults written once.
+"""The options every evaluation task shares, and how a task declares its own.
 
-:class:`EvaluationSettings` is the only place an evaluation default is
-written. Each field's metadata says which tasks read it and, for the fields
-the command line exposes, its flag and help line, from which the ``--help``
-of ``sklearn-isotropy evaluate``, ``retrieval`` and ``classify`` is
-generated. The class docstring documents the fields;
-``tests/evaluation/test_settings.py`` checks that it names each field with
-its type, default and tasks.
+:class:`EvaluationSettings` holds the options every task reads, in three
+fields: how texts become embeddings (:class:`EncodingSettings`, a group of
+its own), how the post-processing methods are built
+(:class:`MethodSettings`, another group), and the seed. Each task's
+settings class adds the fields only it reads, in the task's own module
+(:class:`~sklearn_isotropy.evaluation.STSSettings` in ``_sts.py``,
+:class:`~sklearn_isotropy.evaluation.RetrievalSettings` in
+``_retrieval.py``,
+:class:`~sklearn_isotropy.evaluation.ClassificationSettings` in
+``_classification.py``), and the task names it (``Task.settings_class``).
+
+A field is declared once, with :func:`option`: its default, and for the
+fields the command line exposes, its flag, its help line and the type that
+reads its text, bounds included (:class:`Number`, :class:`Integers`,
+:class:`Names`). The ``--help`` and the parsing of ``sklearn-isotropy
+evaluate``, ``retrieval`` and ``classify`` are generated from the fields;
+a group (declared with :func:`group`) offers its fields' flags in its place,
+so the command line stays flat while the settings nest. The few fields two
+tasks read (but not the third) are declared by the functions at the end, so
+their defaults are written once too. Each class
+docstring documents its own fields, after those of its base
+(:func:`inherit_parameters`); ``tests/evaluation/test_settings.py`` checks
+that each class's documentation names every field with its type and default.
 """
 
 from __future__ import annotations
 
+import inspect
+import math
+from collections.abc import Callable
 from dataclasses import Field, dataclass, field, fields
 
 from .._defaults import DEFAULT_MODEL_NAME, ENCODE_BATCH_SIZE
-from ..exceptions import EvaluationError
-from ..metrics import DEFAULT_RETRIEVAL_METRICS, SEARCH_BACKENDS, make_retrieval_scorer
 
-__all__ = ["EvaluationSettings"]
+__all__ = [
+    "EncodingSettings",
+    "EvaluationSettings",
+    "Integers",
+    "MethodSettings",
+    "Names",
+    "Number",
+    "group",
+    "inherit_parameters",
+    "option",
+]
 
 
-def _option(default, *, tasks=None, check=None, flag=None, help=None, **cli):
-    """Return a settings field: its default, the tasks reading it, its flag.
+def option(
+    default,
+    *,
+    flag: bool | str | None = None,
+    help: str | None = None,
+    type: Callable | None = None,
+    choices: tuple | Callable | None = None,
+    append: bool = False,
+    listing: str | None = None,
+    shown: str | None = None,
+    deprecated: tuple = (),
+    check: Callable | None = None,
+) -> Field:
+    """Return a settings field: its default and, with a ``flag``, its option.
 
-    A field with a ``flag`` (True: ``--`` and the field name with dashes)
-    is a command-line option of the ``tasks`` that read it (None: every
-    task, a new one included), with the ``help`` line: ``parser`` names how
-    its text is read (``"positive_int"``, ``"int>=2"``, ``"seed"`` (0 to
-    2**32 - 1), ``"ints"``, ``"number>=0"``...) or is a tuple of the
-    choices, and ``shown`` how the help names the default, if not its value.
-    ``check(names)`` raises if a non-empty tuple of names cannot run.
+    Parameters
+    ----------
+    default : object
+        The default, written here only.
+    flag : bool or str, default=None
+        The command-line flag: True for ``--`` and the field name with
+        dashes, a string for another spelling; None keeps the field off the
+        command line.
+    help : str, default=None
+        The flag's help line.
+    type : callable, default=None
+        Reads the flag's text into the field's value; raises ``ValueError``
+        with the message the command line shows (:class:`Number`...).
+    choices : tuple or callable, default=None
+        The values allowed: a tuple, or a registry, a callable returning
+        ``{name: description}``, read when the parser is built (so a name
+        registered later is offered).
+    append : bool, default=False
+        Whether the flag is repeated, each time adding one value
+        (``--pooling``).
+    listing : str, default=None
+        The heading under which ``--help`` lists the names and descriptions
+        of the registry of ``choices`` (or of ``type``, a :class:`Names`).
+    shown : str, default=None
+        How ``--help`` names the default, if not by its value.
+    deprecated : tuple of str, default=()
+        Older spellings of the flag that still work, with an
+        ``IsotropyDeprecationWarning``.
+    check : callable, default=None
+        ``check(values)`` raises if a non-empty tuple of names cannot run;
+        :meth:`EvaluationSettings.check` calls it before any work.
+
+    Returns
+    -------
+    dataclasses.Field
+        The field, its command-line description in its metadata.
     """
-    cli = {"flag": flag, "parser": None, "help": help, "shown": None, **cli}
-    metadata = {"tasks": tasks, "cli": cli if flag else None, "check": check}
-    return field(default=default, metadata=metadata)
+    cli = None
+    if flag:
+        cli = {
+            "flag": flag,
+            "help": help,
+            "type": type,
+            "choices": choices,
+            "append": append,
+            "listing": listing,
+            "shown": shown,
+            "deprecated": tuple(deprecated),
+        }
+    return field(default=default, metadata={"cli": cli, "check": check, "group": None})
 
 
-def _check_quantizations(names):
-    from ._quantization import QUANTIZATIONS
+def group(cls: type) -> Field:
+    """Return a field holding a group of options: an instance of ``cls``.
 
-    unknown = [q for q in names if q not in QUANTIZATIONS]
-    if unknown:
-        raise ValueError(
-            f"unknown quantization(s) {unknown}; choose from {', '.join(QUANTIZATIONS)}"
-        )
-    missing = {q: QUANTIZATIONS[q].missing() for q in names}
-    missing = {q: modules for q, modules in missing.items() if modules}
-    if missing:
-        needs = sorted({m for modules in missing.values() for m in modules})
-        raise EvaluationError(
-            f"the precision(s) {', '.join(missing)} need {', '.join(needs)}, which "
-            'is not installed: pip install "sklearn-isotropy[retrieval]", or keep '
-            "to float32 (--quantize float32)"
-        )
+    The group's fields are declared with :func:`option` in ``cls``; the
+    command line offers their flags in the group's place
+    (:meth:`EvaluationSettings.options`), and builds the group from them
+    (:meth:`EvaluationSettings.from_options`), so a group changes how the
+    options nest in Python and in the JSON report, not the flags.
 
+    Parameters
+    ----------
+    cls : type
+        A dataclass whose fields are declared with :func:`option`, each
+        with a default; ``cls()`` is the field's default.
 
-def _check_senteval_tasks(names):
-    from ..datasets import SENTEVAL_TASKS
-
-    unknown = [t for t in names if t not in SENTEVAL_TASKS]
-    if unknown:
-        raise ValueError(
-            f"unknown SentEval task(s) {unknown}; choose from "
-            f"{', '.join(SENTEVAL_TASKS)}"
-        )
+    Returns
+    -------
+    dataclasses.Field
+        The field, ``cls`` in its metadata.
+    """
+    return field(
+        default_factory=cls, metadata={"cli": None, "check": None, "group": cls}
+    )
 
 
-def _check_metrics(names):
-    for name in names:
-        make_retrieval_scorer(name)  # raises for a name it does not know
+@dataclass(frozen=True)
+class Number:
+    """Read a finite number from ``low`` to ``high``; an int with ``integer``.
+
+    Parameters
+    ----------
+    integer : bool, default=False
+        Read an int instead of a float.
+    low, high : float, default=None
+        The bounds, both included; None is no bound.
+    """
+
+    integer: bool = False
+    low: float | None = None
+    high: float | None = None
+
+    def __call__(self, text: str) -> int | float:
+        """Return the number ``text`` writes; a ``ValueError`` saying what is expected.
+
+        Parameters
+        ----------
+        text : str
+            The flag's text.
+
+        Returns
+        -------
+        int or float
+            The number.
+        """
+        kind = "an integer" if self.integer else "a number"
+        try:
+            value = int(text) if self.integer else float(text)
+        except ValueError:
+            raise ValueError(f"expected {kind}, got {text!r}") from None
+        too_low = self.low is not None and value < self.low
+        too_high = self.high is not None and value > self.high
+        # an int is finite (and math.isfinite overflows on one past float's range)
+        if (not self.integer and not math.isfinite(value)) or too_low or too_high:
+            kind = "an integer" if self.integer else "a finite value"
+            if self.high is not None:
+                bound = f" from {self.low} to {self.high}"
+            else:
+                bound = "" if self.low is None else f" >= {self.low}"
+            raise ValueError(f"expected {kind}{bound}, got {text!r}")
+        return value
+
+
+@dataclass(frozen=True)
+class Integers:
+    """Read comma-separated integers of at least ``low``, as a tuple.
+
+    Parameters
+    ----------
+    low : int, default=1
+        The smallest integer allowed.
+    """
+
+    low: int = 1
+
+    def __call__(self, text: str) -> tuple:
+        """Return the integers ``text`` lists; a ``ValueError`` if there are none.
+
+        Parameters
+        ----------
+        text : str
+            The flag's text.
+
+        Returns
+        -------
+        tuple of int
+            The integers, in order.
+        """
+        read = Number(integer=True, low=self.low)
+        values = [read(v) for v in text.split(",") if v.strip()]
+        if not values:
+            raise ValueError(f"expected integers >= {self.low}, got {text!r}")
+        return tuple(values)
+
+
+@dataclass(frozen=True)
+class Names:
+    """Read comma-separated names of a registry, each once, as a tuple.
+
+    Parameters
+    ----------
+    registry : callable
+        Returns the registry (``{name: description}``), when a text is read.
+    what : str
+        What the names are, for the message (``"precision(s)"``).
+    normalize : callable, default=None
+        Applied to each name first (``str.upper``).
+    """
+
+    registry: Callable
+    what: str
+    normalize: Callable | None = None
+
+    def __call__(self, text: str) -> tuple:
+        """Return the names ``text`` lists; a ``ValueError`` naming unknown ones.
+
+        Parameters
+        ----------
+        text : str
+            The flag's text.
+
+        Returns
+        -------
+        tuple of str
+            The names, in order, each once.
+        """
+        registry = self.registry()
+        names = [m.strip() for m in text.split(",") if m.strip()]
+        names = [self.normalize(m) for m in names] if self.normalize else names
+        unknown = [m for m in names if m not in registry]
+        if unknown or not names:
+            raise ValueError(
+                f"unknown {self.what} {unknown or [text]}; choose from "
+                f"{', '.join(registry)}"
+            )
+        return tuple(dict.fromkeys(names))
+
+
+def _poolings():
+    from ..text import POOLING_PRESETS
+
+    return {name: p.description for name, p in POOLING_PRESETS.items()}
+
+
+def _parameters(doc):
+    """The head of a docstring, and the entries of its Parameters section."""
+    head, _, entries = inspect.cleandoc(doc).partition("Parameters\n----------\n")
+    return head, entries.strip("\n")
+
+
+def inherit_parameters(cls: type) -> type:
+    """Write the parameters of the base of ``cls`` before its own in its docstring.
+
+    A dataclass's signature holds its base's fields, and numpydoc wants every
+    parameter documented; the shared ones are written once, in the base's
+    docstring, and a task's settings class documents its own after them.
+
+    Parameters
+    ----------
+    cls : type
+        A subclass of :class:`EvaluationSettings` whose docstring ends with
+        a Parameters section of its own fields.
+
+    Returns
+    -------
+    type
+        ``cls``, its docstring completed.
+    """
+    head, own = _parameters(cls.__doc__)
+    _, inherited = _parameters(cls.__mro__[1].__doc__)
+    cls.__doc__ = f"{head}Parameters\n----------\n{inherited}\n{own}\n"
+    return cls
 
 
 @dataclass
-class EvaluationSettings:
-    """Options of an evaluation: encoding, methods, retrieval and output.
+class EncodingSettings:
+    """How texts become embeddings: the encoder, its poolings, batches and device.
 
-    Every default of the evaluation is written here, once; the command
-    line's flags and help are generated from these fields. A task reads
-    the fields it needs and ignores the others.
+    The ``encoding`` of every task's settings
+    (:class:`~sklearn_isotropy.evaluation.EvaluationSettings`); the command
+    line offers each field as a flag of its own (``--model``, ``--pooling``,
+    ``--batch-size``...), as the field declares it.
 
     Parameters
     ----------
@@ -99,210 +326,46 @@ class EvaluationSettings:
         Torch device of the encoder and the flow.
     cache : str or None, default=None
         Directory caching sentence encodings across runs (``memory=``).
-    format : str or None, default=None
-        File format of STS data (see :func:`~sklearn_isotropy.datasets.load_sts`);
-        detected from the files when None. STS and retrieval only.
-    max_pairs : int or None, default=None
-        Keep a fixed random subset of at most this many pairs per STS split.
-        STS and retrieval only.
-    seed : int, default=0
-        Seeds the subset, the flow, the grid's folds and the timed queries;
-        0 to 2**32 - 1, as numpy's seeds.
-    n_components : int, default=256
-        Dimension ``k`` of ``whitening``, ``pca``, ``ppca`` and ``truncate``
-        (every dimension when the embeddings are not wider). STS and
-        classification only.
-    dimensions : tuple of int, default=(32, 64, 128, 256)
-        Dimensions ``k`` of the retrieval study, for the methods that take
-        one; those not below the embedding width are skipped. Retrieval only.
-    power : float, default=1.0
-        Power of ``whitening`` (1 whitens fully, 0 is PCA).
-    natsv_components : int, default=5
-        Top principal directions removed by ``natsv`` (at most ``d - 1``).
-    flow_epochs : int, default=1
-        Training epochs of ``flow`` (1 is BERT-flow's protocol).
-    cv : int, default=5
-        Folds of the ``grid`` search, at least 2: on the dev pairs (STS), or
-        inside each training fold (classification). STS and classification
-        only.
-    grid_k : tuple of int, default=(64, 128, 256)
-        Whitening dimensions the ``grid`` method searches (with every
-        dimension, and no transform). STS only.
-    grid_power : tuple of float, default=(0.0, 0.5, 1.0)
-        Whitening powers the ``grid`` method searches (classification: the
-        powers above 0, at full width). STS and classification only.
-    tasks : tuple of str, default=("MR", "CR", "SUBJ", "MPQA", "TREC")
-        SentEval tasks of the classification, names in
-        :data:`~sklearn_isotropy.datasets.SENTEVAL_TASKS`. Classification only.
-    protocol : str, default="default"
-        ``default``: stratified 5-fold CV (TREC: its split), logistic
-        regression with C=1; ``senteval``: SentEval's 10 folds, and C
-        chosen from 2^-2 to 2^3 by an inner 10-fold search. Classification
-        only.
-    quantizations : tuple of str, default=("float32", "int8", "binary")
-        Index precisions, names in
-        :attr:`~sklearn_isotropy.evaluation.RetrievalTask.quantizations`.
-        Retrieval only.
-    metrics : tuple of str, default=("mrr@10", "recall@1", "recall@10", "ndcg@10")
-        Retrieval scores to report (``"mrr@10"``...). Retrieval only.
-    min_score : float, default=4.0
-        STS pairs rated at least this are relevant. Retrieval only.
-    symmetric : bool, default=False
-        Query with both sentences of a relevant STS pair. Retrieval only.
-    query_splits : tuple of str, default=("test",)
-        STS splits whose pairs give the queries. Retrieval only.
-    backend : str, default="auto"
-        Exact search engine (``auto``: faiss when installed). Retrieval only.
-    latency_queries : int, default=100
-        Queries timed one at a time (0: no timing). Retrieval only.
-    per_query : bool, default=False
-        Also keep every query's scores in each record. Retrieval only.
     progress : bool or None, default=False
-        Progress bars of long steps: True shows them, False hides them, None
-        shows them when stderr is interactive.
+        Progress bars of long steps (encoding, the flow's training, the grid
+        search): True shows them, False hides them, None shows them when
+        stderr is interactive.
     """
 
-    model: str | None = _option(
+    model: str | None = option(
         None,
         flag=True,
         help="Hugging Face model name or local directory",
         shown=f"the embedded {DEFAULT_MODEL_NAME}",
     )
-    encoder: str = _option(
+    encoder: str = option(
         "transformer",
         flag=True,
-        parser=("transformer", "static"),
+        choices=("transformer", "static"),
         help="transformer (per pooling) or static token means (fitted on the "
         "train split's sentences where there is one)",
     )
-    poolings: tuple[str, ...] = _option(
+    poolings: tuple[str, ...] = option(
         ("mean", "embeddings_avg"),
         flag="--pooling",
-        parser="pooling",
+        choices=_poolings,
+        append=True,
+        listing="poolings",
         help="pooling preset; repeat for several",
     )
-    batch_size: int = _option(
-        ENCODE_BATCH_SIZE, flag=True, parser="positive_int", help="encoding batch size"
+    batch_size: int = option(
+        ENCODE_BATCH_SIZE,
+        flag=True,
+        type=Number(integer=True, low=1),
+        help="encoding batch size",
     )
-    device: str = _option(
+    device: str = option(
         "cpu", flag=True, help="torch device of the encoder and the flow"
     )
-    cache: str | None = _option(
+    cache: str | None = option(
         None, flag=True, help="directory caching sentence encodings across runs"
     )
-    format: str | None = _option(
-        None,
-        tasks=("sts", "retrieval"),
-        flag=True,
-        parser="sts_format",
-        help="file format of STS data",
-        shown="detected from the files",
-    )
-    max_pairs: int | None = _option(
-        None,
-        tasks=("sts", "retrieval"),
-        flag=True,
-        parser="positive_int",
-        help="keep a random subset of at most this many pairs per STS split",
-        shown="all",
-    )
-    seed: int = _option(
-        0,
-        flag=True,
-        parser="seed",
-        help="seeds the subset, the flow, the grid's folds and the timed queries; "
-        "0 to 2**32 - 1",
-    )
-    n_components: int = _option(
-        256,
-        tasks=("sts", "classification"),
-        flag=True,
-        parser="positive_int",
-        help="dimension k of whitening, pca and truncate",
-    )
-    dimensions: tuple[int, ...] = _option(
-        (32, 64, 128, 256),
-        tasks=("retrieval",),
-        flag="--dims",
-        parser="ints",
-        help="comma-separated dimensions k of pca, whitening and truncate",
-    )
-    power: float = _option(
-        1.0,
-        flag=True,
-        parser="number>=0",
-        help="power of whitening (1 whitens fully, 0 is PCA)",
-    )
-    natsv_components: int = _option(
-        5, flag=True, parser="positive_int", help="top directions removed by natsv"
-    )
-    flow_epochs: int = _option(
-        1, flag=True, parser="positive_int", help="training epochs of flow"
-    )
-    cv: int = _option(
-        5,
-        tasks=("sts", "classification"),
-        flag=True,
-        parser="int>=2",
-        help="folds of the grid search (on the dev pairs, or inside each "
-        "training fold), at least 2",
-    )
-    grid_k: tuple[int, ...] = _option((64, 128, 256), tasks=("sts",))
-    grid_power: tuple[float, ...] = _option(
-        (0.0, 0.5, 1.0), tasks=("sts", "classification")
-    )
-    tasks: tuple[str, ...] = _option(
-        ("MR", "CR", "SUBJ", "MPQA", "TREC"),
-        tasks=("classification",),
-        flag=True,
-        parser="senteval_tasks",
-        help="comma-separated SentEval tasks",
-        check=_check_senteval_tasks,
-    )
-    protocol: str = _option(
-        "default",
-        tasks=("classification",),
-        flag=True,
-        parser=("default", "senteval"),
-        help="default: 5-fold CV, logistic C=1; senteval: 10-fold CV, C chosen "
-        "by inner 10-fold CV",
-    )
-    quantizations: tuple[str, ...] = _option(
-        ("float32", "int8", "binary"),
-        tasks=("retrieval",),
-        flag="--quantize",
-        parser="quantizations",
-        help="comma-separated index precisions",
-        check=_check_quantizations,
-    )
-    metrics: tuple[str, ...] = _option(
-        DEFAULT_RETRIEVAL_METRICS, tasks=("retrieval",), check=_check_metrics
-    )
-    min_score: float = _option(
-        4.0,
-        tasks=("retrieval",),
-        flag=True,
-        parser="number",
-        help="STS pairs rated at least this are relevant",
-    )
-    symmetric: bool = _option(False, tasks=("retrieval",))
-    query_splits: tuple[str, ...] = _option(("test",), tasks=("retrieval",))
-    backend: str = _option(
-        "auto",
-        tasks=("retrieval",),
-        flag=True,
-        parser=("auto", *SEARCH_BACKENDS),
-        help="exact search engine (auto: faiss when installed)",
-    )
-    latency_queries: int = _option(
-        100,
-        tasks=("retrieval",),
-        flag=True,
-        parser="int>=0",
-        help="queries timed one at a time for the latency figure (0: no timing)",
-    )
-    per_query: bool = _option(False, tasks=("retrieval",))
-    progress: bool | None = _option(False)
+    progress: bool | None = option(False)
 
     @property
     def show_bars(self) -> bool:
@@ -311,38 +374,256 @@ class EvaluationSettings:
 
         return interactive_stderr() if self.progress is None else bool(self.progress)
 
-    def check(self, task: str) -> None:
-        """Raise before any work if a field that ``task`` reads cannot run.
 
-        Parameters
-        ----------
-        task : str
-            The name of the task (``"sts"``, ``"retrieval"``).
+@dataclass
+class MethodSettings:
+    """How the post-processing methods are built: their parameters every task shares.
+
+    The ``postprocessing`` of every task's settings
+    (:class:`~sklearn_isotropy.evaluation.EvaluationSettings`), read by the
+    builds of :data:`~sklearn_isotropy.evaluation.METHODS`. The dimension
+    ``n_components`` is the task's (one ``k``, or the retrieval study's
+    several), as are the ``grid`` method's candidates and folds.
+
+    Parameters
+    ----------
+    power : float, default=1.0
+        Power of ``whitening`` (1 whitens fully, 0 is PCA).
+    natsv_components : int, default=5
+        Top principal directions removed by ``natsv`` (at most ``d - 1``).
+    flow_epochs : int, default=1
+        Training epochs of ``flow`` (1 is BERT-flow's protocol).
+    """
+
+    power: float = option(
+        1.0,
+        flag=True,
+        type=Number(low=0),
+        help="power of whitening (1 whitens fully, 0 is PCA)",
+    )
+    natsv_components: int = option(
+        5,
+        flag=True,
+        type=Number(integer=True, low=1),
+        help="top directions removed by natsv",
+    )
+    flow_epochs: int = option(
+        1,
+        flag=True,
+        type=Number(integer=True, low=1),
+        help="training epochs of flow",
+    )
+
+
+def _leaves(cls):
+    """Yield ``(group, field)`` for the fields of ``cls``, a group's in its place.
+
+    ``group`` is the name of the field holding the group, None for a field
+    of ``cls`` itself.
+    """
+    for f in fields(cls):
+        if f.metadata["group"] is None:
+            yield None, f
+        else:
+            for inner in fields(f.metadata["group"]):
+                yield f.name, inner
+
+
+@dataclass
+class EvaluationSettings:
+    """Options every evaluation reads: the encoding, the seed, the methods.
+
+    Each task reads its own class, a subclass that adds the task's fields
+    (:class:`~sklearn_isotropy.evaluation.STSSettings`,
+    :class:`~sklearn_isotropy.evaluation.RetrievalSettings`,
+    :class:`~sklearn_isotropy.evaluation.ClassificationSettings`); a task
+    converts these shared options into it (:meth:`coerce`). The encoder's
+    options and the methods' are two groups,
+    :class:`~sklearn_isotropy.evaluation.EncodingSettings` and
+    :class:`~sklearn_isotropy.evaluation.MethodSettings`
+    (``STSSettings(encoding=EncodingSettings(poolings=("mean",)))``); the
+    command line offers their flags beside the task's. Every default is
+    written once, where its field is declared; the command line's flags,
+    help and parsing are generated from the fields.
+
+    Parameters
+    ----------
+    encoding : EncodingSettings, default=EncodingSettings()
+        How texts become embeddings: the model, the encoder, the poolings,
+        the batch size, the device, the cache and the progress bars.
+    seed : int, default=0
+        Seeds the subset, the flow, the grid's folds and the timed queries;
+        0 to 2**32 - 1, as numpy's seeds.
+    postprocessing : MethodSettings, default=MethodSettings()
+        How the post-processing methods are built: the power of whitening,
+        the directions NATSV removes, the flow's epochs.
+    """
+
+    encoding: EncodingSettings = group(EncodingSettings)
+    seed: int = option(
+        0,
+        flag=True,
+        type=Number(integer=True, low=0, high=2**32 - 1),
+        help="seeds the subset, the flow, the grid's folds and the timed queries; "
+        "0 to 2**32 - 1",
+    )
+    postprocessing: MethodSettings = group(MethodSettings)
+
+    def check(self) -> None:
+        """Raise before any work if a list of names cannot run.
+
+        Raises
+        ------
+        ValueError
+            If a list of names is empty or names something unknown.
+        EvaluationError
+            If a name needs a module that is not installed.
         """
-        for f in fields(self):
-            only, check = f.metadata["tasks"], f.metadata["check"]
-            if check is not None and (only is None or task in only):
-                if not getattr(self, f.name):
-                    raise ValueError(f"settings.{f.name} is empty; name at least one")
-                check(getattr(self, f.name))
+        for where, f in _leaves(type(self)):
+            check = f.metadata["check"]
+            if check is None:
+                continue
+            owner = self if where is None else getattr(self, where)
+            values = getattr(owner, f.name)
+            if not values:
+                name = f.name if where is None else f"{where}.{f.name}"
+                raise ValueError(f"settings.{name} is empty; name at least one")
+            check(values)
 
     @classmethod
-    def options(cls, task: str) -> list[Field]:
-        """Return the fields that ``task`` reads and the command line exposes.
+    def options(cls) -> list[Field]:
+        """Return the fields the command line exposes, in declaration order.
 
-        Parameters
-        ----------
-        task : str
-            The name of the task (``"sts"``, ``"retrieval"``).
+        A group's fields come in the group's place, so the flags are those
+        of the fields, whichever group holds them.
 
         Returns
         -------
         list of dataclasses.Field
-            The fields, in declaration order.
+            The fields with a flag: the base's, then the class's own.
         """
-        return [
-            f
-            for f in fields(cls)
-            if f.metadata["cli"] is not None
-            and (f.metadata["tasks"] is None or task in f.metadata["tasks"])
-        ]
+        return [f for _, f in _leaves(cls) if f.metadata["cli"] is not None]
+
+    @classmethod
+    def from_options(cls, values: dict) -> EvaluationSettings:
+        """Return the settings of ``values``, each named by its field alone.
+
+        The command line reads each flag into its field's name
+        (:meth:`options`), whichever group holds the field; each value goes
+        to its group here.
+
+        Parameters
+        ----------
+        values : dict
+            Values by field name, a group's fields included (``{"poolings":
+            ("mean",), "seed": 3}``); a field left out keeps its default.
+
+        Returns
+        -------
+        EvaluationSettings
+            An instance of this class.
+
+        Raises
+        ------
+        TypeError
+            If a name is no field of this class or of its groups.
+        """
+        values = dict(values)
+        groups = {}
+        for f in fields(cls):
+            kind = f.metadata["group"]
+            if kind is not None:
+                names = [inner.name for inner in fields(kind)]
+                groups[f.name] = kind(
+                    **{n: values.pop(n) for n in names if n in values}
+                )
+        return cls(**groups, **values)
+
+    @classmethod
+    def coerce(cls, settings: EvaluationSettings | None = None) -> EvaluationSettings:
+        """Return ``settings`` as an instance of this class.
+
+        A task reads its own settings class; the shared options may come as a
+        plain :class:`EvaluationSettings`, whose fields are kept and the
+        others take this class's defaults.
+
+        Parameters
+        ----------
+        settings : EvaluationSettings, default=None
+            The options: None for the defaults, a plain
+            :class:`EvaluationSettings`, or an instance of this class (returned
+            as it is).
+
+        Returns
+        -------
+        EvaluationSettings
+            An instance of this class.
+
+        Raises
+        ------
+        TypeError
+            If ``settings`` are another task's settings.
+        """
+        if settings is None:
+            return cls()
+        if isinstance(settings, cls):
+            return settings
+        if type(settings) is EvaluationSettings:
+            shared = {f.name: getattr(settings, f.name) for f in fields(settings)}
+            return cls(**shared)
+        raise TypeError(
+            f"settings must be {cls.__name__} or the shared EvaluationSettings; "
+            f"got {type(settings).__name__}, another task's: pass "
+            f"{cls.__name__}(...) with the same options"
+        )
+
+
+# ----------------------------------------------- fields two tasks read
+def sts_format_field() -> Field:
+    """Return the ``format`` field: the file format of STS data (STS, retrieval)."""
+    from ..datasets import STS_FORMATS
+
+    return option(
+        None,
+        flag=True,
+        choices=tuple(STS_FORMATS),
+        help="file format of STS data",
+        shown="detected from the files",
+    )
+
+
+def max_pairs_field() -> Field:
+    """Return the ``max_pairs`` field: a subset of each split (STS, retrieval)."""
+    return option(
+        None,
+        flag=True,
+        type=Number(integer=True, low=1),
+        help="keep a random subset of at most this many pairs per STS split",
+        shown="all",
+    )
+
+
+def n_components_field() -> Field:
+    """Return the ``n_components`` field of one dimension (STS, classification)."""
+    return option(
+        256,
+        flag=True,
+        type=Number(integer=True, low=1),
+        help="dimension k of whitening, pca and truncate",
+    )
+
+
+def cv_field() -> Field:
+    """Return the ``cv`` field: the grid search's folds (STS, classification)."""
+    return option(
+        5,
+        flag=True,
+        type=Number(integer=True, low=2),
+        help="folds of the grid search (on the dev pairs, or inside each "
+        "training fold), at least 2",
+    )
+
+
+def grid_power_field() -> Field:
+    """Return the ``grid_power`` field: the grid's powers (STS, classification)."""
+    return option((0.0, 0.5, 1.0))

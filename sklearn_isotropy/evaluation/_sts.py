@@ -4,23 +4,73 @@
 protocol; a method is fitted on the test sentences ("target", the papers'
 transductive protocol) or on the train split's, and scored on the test
 pairs by :class:`~sklearn_isotropy.metrics.PairedCosineSimilarity`.
+Everything the task is lives here: its options (:class:`STSSettings`), its
+report (:class:`STSReport`: the table, the anisotropy diagnostics and the
+figures) and its command, ``sklearn-isotropy evaluate``.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..datasets import load_sts_splits
 from ..exceptions import EvaluationError
 from ._methods import METHODS
-from ._report import STSReport
-from ._settings import EvaluationSettings
+from ._report import Column, Report
+from ._settings import (
+    EvaluationSettings,
+    cv_field,
+    grid_power_field,
+    inherit_parameters,
+    max_pairs_field,
+    n_components_field,
+    option,
+    sts_format_field,
+)
 from ._task import Task, check_fit_on, encode_once
 
-__all__ = ["STSTask", "required_splits"]
+__all__ = ["STSReport", "STSSettings", "STSTask", "required_splits"]
+
+
+@inherit_parameters
+@dataclass
+class STSSettings(EvaluationSettings):
+    """Options of the STS task (``sklearn-isotropy evaluate``).
+
+    The shared options of
+    :class:`~sklearn_isotropy.evaluation.EvaluationSettings`, then the data's
+    format and subset, the dimension of the methods that keep one, and the
+    grid search's candidates and folds.
+
+    Parameters
+    ----------
+    format : str or None, default=None
+        File format of STS data (see :func:`~sklearn_isotropy.datasets.load_sts`);
+        detected from the files when None.
+    max_pairs : int or None, default=None
+        Keep a fixed random subset of at most this many pairs per STS split.
+    n_components : int, default=256
+        Dimension ``k`` of ``whitening``, ``pca``, ``ppca`` and ``truncate``
+        (every dimension when the embeddings are not wider).
+    cv : int, default=5
+        Folds of the ``grid`` search on the dev pairs, at least 2.
+    grid_k : tuple of int, default=(64, 128, 256)
+        Whitening dimensions the ``grid`` method searches (with every
+        dimension, and no transform).
+    grid_power : tuple of float, default=(0.0, 0.5, 1.0)
+        Whitening powers the ``grid`` method searches.
+    """
+
+    format: str | None = sts_format_field()
+    max_pairs: int | None = max_pairs_field()
+    n_components: int = n_components_field()
+    cv: int = cv_field()
+    grid_k: tuple[int, ...] = option((64, 128, 256))
+    grid_power: tuple[float, ...] = grid_power_field()
 
 
 def required_splits(
@@ -59,6 +109,100 @@ def required_splits(
     return needed
 
 
+class STSReport(Report):
+    """Spearman's rho per method, anisotropy diagnostics, spectrum and cosines."""
+
+    title = "Spearman ρ×100 on the test split (cosine of pair embeddings)"
+    stem = "results"  # the name the README and the user guide document
+    figure_names = ("{}_spectrum.png", "{}_cosines.png")
+
+    def columns(self):
+        return [
+            Column("ρ×100", lambda r: f"{r['spearman_x100']:.2f}", score=True),
+            Column("fit s", lambda r: f"{r['fit_seconds']:.2f}"),
+            Column("transform s", lambda r: f"{r['transform_seconds']:.2f}"),
+        ]
+
+    def describe(self):
+        splits = self.evaluation.task.splits.items()
+        return ", ".join(f"{s} {len(b.scores)} pairs" for s, b in splits)
+
+    def json_fields(self):
+        diagnostics = {}
+        for r in self.evaluation.records:
+            if "diagnostics" in r.values:
+                diagnostics.setdefault(r.pooling, {})[_name(r)] = r.values[
+                    "diagnostics"
+                ]
+        splits = {s: len(b.scores) for s, b in self.evaluation.task.splits.items()}
+        return {"splits": splits, "diagnostics": diagnostics}
+
+    def sections(self):
+        md = [
+            "## Anisotropy of the test-sentence embeddings",
+            "",
+            "| pooling | method | mean pair cosine | isotropy I(W) | effective rank "
+            "| top-PC variance share |",
+            "|---|---|---:|---:|---:|---:|",
+        ]
+        for r in self.evaluation.records:
+            if "diagnostics" in r.values:
+                d = r.values["diagnostics"]
+                md.append(
+                    f"| {r.pooling} | {_name(r)} | {d['mean_pair_cosine']:.3f} "
+                    f"| {d['isotropy_score']:.3g} | {d['effective_rank']:.1f} | "
+                    f"{d['top_component_variance_ratio']:.3f} |"
+                )
+        return md
+
+    def console_lines(self):
+        ev = self.evaluation
+        sizes = ", ".join(f"{s} {len(b.scores)}" for s, b in ev.task.splits.items())
+        lines = [f"Pairs: {sizes}"]
+        for r in ev.results(method="grid"):
+            if r.params.get("chosen"):
+                lines.append(f"grid choice for {r.pooling}: {r.params['chosen']}")
+        return lines
+
+    def figures(self):
+        """``<pooling>_spectrum.png`` and ``<pooling>_cosines.png`` per pooling.
+
+        The spectrum draws the covariance spectrum of every method's output
+        on one log axis (down to each matrix's numerical rank); the cosines
+        figure has one panel per method, with the raw embeddings' histogram
+        behind each for reference.
+        """
+        from matplotlib.figure import Figure
+
+        from ..diagnostics import plot_cosine_panels, plot_eigenvalue_spectrum
+
+        ev, out = self.evaluation, []
+        for pooling in ev.poolings:
+            transformed = {
+                label: Z for (p, label), Z in ev.artifacts.items() if p == pooling
+            }
+            if not transformed:
+                continue
+            raw = [r.label for r in ev.results(pooling, "raw")][:1]
+            where = f"{pooling} pooling, test sentences"
+            spectrum = Figure(figsize=(9, 4.8), layout="constrained")
+            ax = plot_eigenvalue_spectrum(transformed, ax=spectrum.add_subplot())
+            ax.set_title(f"Covariance spectrum ({where})")
+            cosines = Figure(layout="constrained")
+            plot_cosine_panels(
+                transformed, reference=(raw or [None])[0], figure=cosines
+            )
+            grey = f" (grey: {raw[0]})" if raw else ""
+            cosines.suptitle(f"Pair cosine similarity, {where}{grey}")
+            names = [name.format(pooling) for name in self.figure_names]
+            out += zip(names, (spectrum, cosines))
+        return out
+
+
+def _name(record):  # a run's name in the reports (a custom run's is its label)
+    return record.label if record.method == "custom" else record.method
+
+
 class STSTask(Task):
     """Rated sentence pairs: Spearman's rho x100 of cosines on the test split.
 
@@ -82,6 +226,19 @@ class STSTask(Task):
     """
 
     name = "sts"
+    settings_class = STSSettings
+    report_class = STSReport
+    command = "evaluate"
+    command_help = (
+        "compare post-processing methods on an STS data set: encode it, "
+        "post-process the embeddings with each method and report Spearman x100 "
+        "of pair cosines on the test split."
+    )
+    data_help = (
+        "STS directory with train/dev/test files, a single file (used as "
+        "test), or 'stsb' to download the STS Benchmark"
+    )
+    default_data = "stsb"
     protocols = {
         "target": (
             "transforms fitted on the sentences of the test split itself "
@@ -106,22 +263,20 @@ class STSTask(Task):
 
     @classmethod
     def load(cls, data, settings=None, *, fit_on=None, methods=()):
-        settings = settings or EvaluationSettings()
+        settings = cls.settings_class.coerce(settings)
         fit_on = fit_on or "target"
         splits = load_sts_splits(
             data,
             required_splits(
-                methods or cls.default_methods, fit_on, encoder=settings.encoder
+                methods or cls.default_methods,
+                fit_on,
+                encoder=settings.encoding.encoder,
             ),
             max_pairs=settings.max_pairs,
             random_state=settings.seed,
             format=settings.format,
         )
         return cls(splits, fit_on=fit_on, data_name=str(data))
-
-    @classmethod
-    def report_class(cls) -> type:
-        return STSReport
 
     def embed(self, encode):
         pairs = [b.pairs.ravel() for b in self.splits.values()]
@@ -155,7 +310,7 @@ class STSTask(Task):
             )
         return list(dict.fromkeys(self.splits["train"].pairs.ravel().tolist()))
 
-    def dimensions(self, method, n_features, settings):
+    def n_components_for(self, method, n_features, settings):
         k = settings.n_components
         return [k if method.uses_k and k < n_features else None]
 

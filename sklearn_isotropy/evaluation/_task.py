@@ -3,12 +3,16 @@
 A :class:`Task` is labelled data and a way to score a transformer on it:
 :class:`~sklearn_isotropy.evaluation.STSTask` scores Spearman's rho of pair
 cosines, :class:`~sklearn_isotropy.evaluation.RetrievalTask` scores exact
-search. :func:`evaluate` encodes a task's texts once per pooling
+search. A task describes itself in class attributes (its settings class,
+its report class, its command's name, help and default data), as a
+sentence-transformers module names its ``config_keys``; the command line
+reads them. :func:`evaluate` encodes a task's texts once per pooling
 (:func:`encode_texts`), runs every method of
-:data:`~sklearn_isotropy.evaluation.METHODS` at the dimensions the task asks
-for, records what each raised, and returns an :class:`Evaluation`: records,
-as ``cross_validate`` returns ``cv_results_``. The reports of ``_report.py``
-render them. Nothing here prints or writes files.
+:data:`~sklearn_isotropy.evaluation.METHODS` at the ``n_components`` the task
+asks for, records what each raised, and returns an :class:`Evaluation`:
+records, as ``cross_validate`` returns ``cv_results_``. The task's report
+(beside the task, on the base of ``_report.py``) renders them. Nothing here
+prints or writes files.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from ..exceptions import (
     IsotropyDeprecationWarning,
 )
 from ._methods import METHODS, Method
-from ._settings import EvaluationSettings
+from ._settings import EncodingSettings, EvaluationSettings
 
 __all__ = ["Evaluation", "Record", "Task", "encode_texts", "evaluate"]
 
@@ -38,12 +42,32 @@ __all__ = ["Evaluation", "Record", "Task", "encode_texts", "evaluate"]
 class Task(ABC):
     """Labelled data and how a transformer is scored on it.
 
-    Adding a task is one module implementing these methods, and a report
-    (:data:`~sklearn_isotropy.evaluation.REPORTS`) if its records need one.
+    Adding a task is one module holding the task, which implements these
+    methods and sets the class attributes, its settings class (a subclass
+    of :class:`~sklearn_isotropy.evaluation.EvaluationSettings` with the
+    task's own fields) and its report (a subclass of the report base of
+    ``_report.py``), and adding the task to
+    :data:`~sklearn_isotropy.evaluation.TASKS`: the command line then has a
+    subcommand for it.
     """
 
-    #: The task's name, as the settings' fields list it ("sts", "retrieval").
+    #: The task's name, as reports and ``TASKS`` name it ("sts", "retrieval").
     name: ClassVar[str]
+    #: The options the task reads: ``EvaluationSettings`` and the task's own.
+    settings_class: ClassVar[type[EvaluationSettings]]
+    #: The class that renders the task's evaluations (tables, Markdown, JSON,
+    #: figures); the command line reads the names of the files it writes
+    #: (``stem``, ``figure_names``) before any work.
+    report_class: ClassVar[type]
+    #: The task's subcommand of ``sklearn-isotropy`` ("evaluate").
+    command: ClassVar[str]
+    #: What the subcommand does, a sentence: the words before its first colon
+    #: are the one line of ``sklearn-isotropy --help``.
+    command_help: ClassVar[str]
+    #: What ``--data`` reads, for its help line.
+    data_help: ClassVar[str]
+    #: The default of ``--data``; None makes ``--data`` required.
+    default_data: ClassVar[str | None] = None
     #: What each fitting protocol (``fit_on``) means, as written in reports.
     protocols: ClassVar[dict]
     #: The methods run when none are named.
@@ -79,7 +103,9 @@ class Task(ABC):
         data : str or path-like
             A path, or a name the task knows (``"stsb"``).
         settings : EvaluationSettings, default=None
-            The options, of which loading reads some (``max_pairs``...).
+            The options, of which loading reads some (``max_pairs``...): the
+            task's :attr:`settings_class`, or the shared options
+            (converted by its ``coerce``); the defaults when None.
         fit_on : str, default=None
             The fitting protocol, a key of :attr:`protocols`; the first when None.
         methods : sequence of str, default=()
@@ -113,10 +139,10 @@ class Task(ABC):
         """
 
     @abstractmethod
-    def dimensions(
+    def n_components_for(
         self, method: Method, n_features: int, settings: EvaluationSettings
     ) -> list[int | None]:
-        """Return the output dimensions ``k`` to run ``method`` at.
+        """Return the output dimensions (``n_components``) to run ``method`` at.
 
         Parameters
         ----------
@@ -129,24 +155,8 @@ class Task(ABC):
 
         Returns
         -------
-        dimensions : list of int or None
+        n_components : list of int or None
             One run per entry; None is the full width.
-        """
-
-    @classmethod
-    @abstractmethod
-    def report_class(cls) -> type:
-        """Return the class that renders this task's evaluations.
-
-        Its tables, Markdown, JSON and figures; the command line reads the
-        names of the files it writes (``stem``, ``figure_names``) before
-        any work. The task module imports it from ``evaluation/_report.py``;
-        the loop here never does (it hands records to its caller).
-
-        Returns
-        -------
-        type
-            A subclass of the report base class of ``evaluation/_report.py``.
         """
 
     def encoder_texts(self) -> list[str] | None:
@@ -179,7 +189,7 @@ class Task(ABC):
         embeddings : dict
             What :meth:`embed` returned.
         settings : EvaluationSettings
-            The options.
+            The options, as the task's :attr:`settings_class`.
 
         Returns
         -------
@@ -268,7 +278,8 @@ class Record:
     label : str
         The method's table label at this run (``"whitening-256"``).
     k : int or None
-        The output dimension asked for; None is the full width.
+        The output dimension asked for (the ``n_components`` of the run);
+        None is the full width.
     params : dict
         What the method reports about itself (its ``n_components``, what a
         grid chose...).
@@ -351,7 +362,7 @@ class Evaluation:
     @property
     def model_description(self) -> str:
         """The encoder in words, for reports: the name, or the default's description."""
-        return self.settings.model or DEFAULT_MODEL_DESCRIPTION
+        return self.settings.encoding.model or DEFAULT_MODEL_DESCRIPTION
 
     @property
     def model_name(self) -> str:
@@ -373,7 +384,7 @@ class Evaluation:
     @property
     def model_id(self) -> str:
         """The encoder by name: what was asked for, or the default's hub name."""
-        return self.settings.model or DEFAULT_MODEL
+        return self.settings.encoding.model or DEFAULT_MODEL
 
     @property
     def failures(self) -> list:
@@ -421,20 +432,20 @@ class Evaluation:
 
 def encode_texts(
     texts: Sequence[str],
-    settings: EvaluationSettings | None = None,
+    encoding: EncodingSettings | None = None,
     pooling: str = "mean",
     *,
     fit_texts: Sequence[str] | None = None,
 ) -> tuple[np.ndarray, float]:
-    """Encode texts with the vectorizer ``settings.encoder`` names.
+    """Encode texts with the vectorizer ``encoding.encoder`` names.
 
     Parameters
     ----------
     texts : sequence of str
         The texts.
-    settings : EvaluationSettings, default=None
-        Its ``encoder``, ``model``, ``batch_size``, ``device``, ``cache`` and
-        ``progress`` are read; the defaults when None.
+    encoding : EncodingSettings, default=None
+        The encoder's options (a task's ``settings.encoding``); its
+        ``poolings`` are not read, ``pooling`` is; the defaults when None.
     pooling : str, default="mean"
         The pooling preset of a ``transformer`` encoder.
     fit_texts : sequence of str, default=None
@@ -457,26 +468,26 @@ def encode_texts(
     """
     from ..text import BertPoolingVectorizer, StaticEmbeddingVectorizer
 
-    settings = settings or EvaluationSettings()
-    if settings.encoder == "static":  # it learns from texts: token frequencies
+    encoding = encoding or EncodingSettings()
+    if encoding.encoder == "static":  # it learns from texts: token frequencies
         # --cache keeps the refinement's encodings, as it keeps the encoder's
         vec = StaticEmbeddingVectorizer(
-            settings.model, device=settings.device, memory=settings.cache
+            encoding.model, device=encoding.device, memory=encoding.cache
         )
         fit_texts = texts if fit_texts is None else list(fit_texts)
     else:
         vec = BertPoolingVectorizer(
-            settings.model,
+            encoding.model,
             pooling=pooling,
-            batch_size=settings.batch_size,
-            device=settings.device,
-            memory=settings.cache,
-            show_progress_bar=settings.progress,
+            batch_size=encoding.batch_size,
+            device=encoding.device,
+            memory=encoding.cache,
+            show_progress_bar=encoding.progress,
         )
     try:
-        vec.fit(fit_texts if settings.encoder == "static" else texts[:1])
+        vec.fit(fit_texts if encoding.encoder == "static" else texts[:1])
     except (OSError, ValueError, ImportError, RuntimeError) as exc:
-        name = settings.model or f"the default {DEFAULT_MODEL_NAME}"
+        name = encoding.model or f"the default {DEFAULT_MODEL_NAME}"
         lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
         raise EvaluationError(
             f"cannot load model {name}: {'; '.join(lines) or repr(exc)}"
@@ -510,7 +521,7 @@ def _runs(task, methods, transformers, n_features, settings):
         chosen.append((str(label), _custom(str(label), estimator)))
     runs = []
     for name, method in chosen:
-        ks = task.dimensions(method, n_features, settings)
+        ks = task.n_components_for(method, n_features, settings)
         runs += [(name, method, k, len(ks)) for k in ks]
     return runs
 
@@ -544,14 +555,14 @@ def _run(task, method, k, bundle, n_features, settings):
 
 def _encode(task, settings, pooling, encoded, log):
     """Encode the task's texts for one pooling: what ``task.embed`` returns."""
-    fit_texts = task.encoder_texts() if settings.encoder == "static" else None
+    fit_texts = task.encoder_texts() if settings.encoding.encoder == "static" else None
     if fit_texts is not None:
         encoded["fit_texts"] = len(fit_texts)
 
     def encode(texts):
         encoded["texts"] = len(texts)
         E, encoded["seconds"] = encode_texts(
-            texts, settings, pooling, fit_texts=fit_texts
+            texts, settings.encoding, pooling, fit_texts=fit_texts
         )
         return E
 
@@ -665,7 +676,10 @@ def evaluate(
     methods : sequence of str, default=None
         Names in :data:`METHODS`; the task's ``default_methods`` when None.
     settings : EvaluationSettings, default=None
-        The options; the defaults when None.
+        The options: the task's settings class (:class:`STSSettings`,
+        :class:`RetrievalSettings`, :class:`ClassificationSettings`), or the
+        shared :class:`EvaluationSettings`, whose fields are kept and the
+        task's own take their defaults; the defaults when None.
     embeddings : dict, default=None
         Precomputed embeddings instead of encoding: ``{pooling: what
         task.embed returns}`` (for STS, a dict of split to array of shape
@@ -682,12 +696,12 @@ def evaluate(
     evaluation : Evaluation
         The records of every run.
     """
-    settings = settings or EvaluationSettings()
+    settings = task.settings_class.coerce(settings)
     log = log or (lambda line: None)
     methods = _check_methods(task, task.default_methods if methods is None else methods)
-    settings.check(task.name)
-    poolings = list(dict.fromkeys(embeddings or settings.poolings))
-    if embeddings is None and settings.encoder == "static":
+    settings.check()
+    poolings = list(dict.fromkeys(embeddings or settings.encoding.poolings))
+    if embeddings is None and settings.encoding.encoder == "static":
         poolings = ["static"]  # one table, whatever the poolings
     ev = Evaluation(task, settings, methods, poolings)
     for pooling in poolings:

@@ -68,7 +68,7 @@ def _quantize(rows, dtype):
     range needs it), int8 with one scale for the whole table, ``max |rows| /
     127``, as model2vec's own ``quantize_to="int8"`` does (a per-row scale
     would need model2vec's ``weights`` tensor, which sends ``encode`` down
-    its slower path, and scored the same on the default pipeline).
+    its slower path; the two are compared in :ref:`static_model2vec`).
     """
     if dtype == "float32":
         return np.ascontiguousarray(rows, dtype=np.float32)
@@ -216,9 +216,8 @@ def to_model2vec(
         How the rows are stored. ``"float16"`` halves the folder (cosines
         within about 1e-3 of the pipeline's); ``"int8"`` quarters it, with
         one scale for the whole table as model2vec quantises (cosines
-        within about 2e-2). On the default pipeline neither moved the
-        Spearman scores measurably (see :ref:`static_model2vec` for the
-        measured sizes and scores).
+        within about 2e-2). What each costs the default pipeline's scores
+        is measured in :ref:`static_model2vec`, with the folders' sizes.
     overwrite : bool, default=False
         Whether an existing ``path`` may be replaced, with all it holds (as
         for :func:`to_sentence_transformers`: links, the working directory

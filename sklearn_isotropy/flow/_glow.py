@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
-from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
+from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils import check_array, check_random_state
-from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._utils import PrefixedFeatureNamesMixin, resolve_device
+from .._utils._sklearn import Interval, StrOptions, _fit_context
 from ._input import fit_input_map, from_flow_input, input_log_det, to_flow_input
 from ._runtime import (
     check_finite,

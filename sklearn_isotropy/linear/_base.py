@@ -8,17 +8,13 @@ from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike
-from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
+from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils import check_array, gen_batches
 from sklearn.utils.metaestimators import available_if
-from sklearn.utils.validation import (
-    _assert_all_finite,
-    _check_sample_weight,
-    check_is_fitted,
-    validate_data,
-)
+from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._utils import PrefixedFeatureNamesMixin, is_dask_collection
+from .._utils._sklearn import _assert_all_finite, _check_sample_weight, _fit_context
 from ._array_api import (
     check_fitted_namespace,
     float_dtype,
@@ -42,12 +38,11 @@ _MAP_STATE = ("_map_pending", "_fitted_on")
 _SMALL_BATCH = 2**16
 
 # bytes of input mapped at a time by a transform: large enough for a matrix
-# product to run at full speed (a block of 512 rows of 768 costs about 20%
-# more than 4,096), small enough to keep the temporaries small
+# product to run at full speed, small enough to keep the temporaries small
 _TRANSFORM_BLOCK_BYTES = 2**24
 # the same for numpy rows under the other maps: small enough for the block to
-# stay in a core's cache from one step to the next (NATSV's projection of
-# 100,000 x 768 rows took a fifth of the time of large blocks)
+# stay in a core's cache from one step to the next (both sizes are measured
+# choices: benchmarks/README.md, "Choices measured once")
 _FINISH_BLOCK_BYTES = 2**18
 
 
@@ -427,8 +422,9 @@ class _StreamingMomentsMixin(
 
 def _matmul(Y, A, into):
     # numpy writes the product straight into the output rows ``into``: a copy
-    # of the result fewer, about 15% of a float32 transform (the Array API
-    # has no ``out=``; other namespaces return it, and it is copied there)
+    # of the result fewer (what it saves: benchmarks/README.md, "Choices
+    # measured once"; the Array API has no ``out=``: other namespaces return
+    # the product, and it is copied there)
     return np.matmul(Y, A, out=into) if isinstance(into, np.ndarray) else Y @ A
 
 

@@ -15,6 +15,7 @@ import uuid
 import numpy as np
 
 from .._utils import import_optional, is_dask_collection
+from .._utils._sklearn import _check_feature_names
 from ._moments import MomentAccumulator
 
 # statistics merged per task of the tree reduction: each combine task holds
@@ -41,7 +42,6 @@ def _as_dask_array(X, estimator, *, reset: bool):
     ``validate_data`` does for pandas input.
     """
     import dask.array as da
-    from sklearn.utils.validation import _check_feature_names
 
     name = type(estimator).__name__
     if not isinstance(X, da.Array):

@@ -90,7 +90,8 @@ class MomentAccumulator:
         for per-dimension standardisation and ``O(n_features)`` in memory.
     fourth_moments : bool, default=True
         With ``kind="full"``, also keep ``norm3`` and ``norm4``, which
-        :meth:`ledoit_wolf_shrinkage` needs (about 7% of an update's time).
+        :meth:`ledoit_wolf_shrinkage` needs (their share of an update's time
+        is in ``benchmarks/README.md``, "Choices measured once").
     keep_rows : bool, default=True
         With ``kind="full"``, keep the rows themselves (in float64) while
         fewer rows of positive weight than ``n_features`` have been seen, so

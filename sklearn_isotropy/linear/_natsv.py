@@ -5,9 +5,9 @@ from __future__ import annotations
 from numbers import Integral
 
 import numpy as np
-from sklearn.utils._param_validation import Interval
 
 from .._utils import sorted_eigh, warn
+from .._utils._sklearn import Interval
 from ..exceptions import RankDeficiencyWarning
 from ._base import (
     LinearMap,

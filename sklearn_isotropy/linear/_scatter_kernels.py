@@ -15,9 +15,9 @@ higher moments of a merge.
 Threads: the products run on one BLAS thread (:func:`one_blas_thread`, as
 the map's factorisations do), and the product of a large batch of numpy
 rows is split by rows into one share per CPU, each converted and
-multiplied in its own Python thread (:func:`accumulate`). On the 2-core
-benchmark machine, loaded, the split was faster than the same product on
-BLAS's own two threads (:ref:`scaling`, ``benchmarks/bench_threads.py``).
+multiplied in its own Python thread (:func:`accumulate`), rather than one
+product on BLAS's own threads: a choice measured in :ref:`scaling`
+(``benchmarks/bench_threads.py``).
 """
 
 from __future__ import annotations
@@ -193,9 +193,11 @@ def head_rows(X) -> np.ndarray:
 def _centre_block(Y, X, centre, e, w, piece):
     """``Y = (X - centre) * 2**-e`` in ``Y``'s dtype; return its column sums.
 
-    Casting into the work block and subtracting in place is about twice as
-    fast as a mixed-type subtraction; ``piece`` rows at a time stay in the
-    core's cache, where their column sums come almost for free.
+    The rows are cast into the work block and centred there, in place,
+    rather than by a mixed-type subtraction (a measured choice:
+    ``benchmarks/README.md``, "Choices measured once"); ``piece`` rows at a
+    time stay in the core's cache, where their column sums come almost for
+    free.
     """
     xp, _ = namespace_of(Y)
     sums = None
@@ -297,9 +299,9 @@ def _run_shares(shares, threads, args):
     """``_accumulate_rows`` of every share, in order, on ``threads`` threads.
 
     With several threads every share runs in a pool thread while the caller
-    waits: a share run in the calling thread itself was slower than the
-    others on the benchmark machine (:ref:`scaling`), and the fit waits for
-    the slowest. The caller's floating-point error state is passed on (numpy
+    waits, rather than one share in the calling thread itself, since the
+    fit waits for the slowest share (a choice measured in :ref:`scaling`).
+    The caller's floating-point error state is passed on (numpy
     keeps it per thread). At interpreter shutdown, when no thread may start,
     the shares run here.
     """

@@ -11,10 +11,10 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy import linalg
-from sklearn.utils._param_validation import Interval, RealNotInt, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._utils import sorted_eigh, spectrum_effective_rank, warn
+from .._utils._sklearn import Interval, RealNotInt, StrOptions
 from ..exceptions import RankDeficiencyWarning
 from ._array_api import (
     check_fitted_namespace,
@@ -319,8 +319,8 @@ class WhiteningTransformer(_StreamingMomentsMixin):
     ``noise_variance="auto"`` sets ``s2`` to the eigenvalue at the
     spectrum's effective rank (Roy and Vetterli, 2007), taken on the
     eigenvalues of ``covariance_`` (what
-    :func:`~sklearn_isotropy.diagnostics.effective_rank` measures), chosen on
-    STS-B dev with two encoders (:ref:`without_labels`). Eigenvalues whose
+    :func:`~sklearn_isotropy.diagnostics.effective_rank` measures), a rule
+    measured against others in :ref:`without_labels`. Eigenvalues whose
     standard deviations lie within twice the square root of the rank's
     tolerance of the largest tie with it and are all kept; when every one
     ties (an isotropic design, or rows already whitened), ``s2`` is 0.

@@ -5,14 +5,20 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy import sparse
-from sklearn.base import BaseEstimator, _fit_context, clone
+from sklearn.base import BaseEstimator, clone
 from sklearn.externals import array_api_compat
 from sklearn.utils import get_tags
-from sklearn.utils._array_api import _convert_to_numpy, get_namespace
-from sklearn.utils._param_validation import HasMethods, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted
 
 from .._utils import DocLinkMixin
+from .._utils._sklearn import (
+    HasMethods,
+    StrOptions,
+    _convert_to_numpy,
+    _fit_context,
+    get_namespace,
+    validate_params,
+)
 from ._scores import _row_cosine, spearman_score
 
 __all__ = ["PairedCosineSimilarity", "cosine_spearman_scorer", "transform_pairs"]
@@ -125,6 +131,13 @@ def _as_dense(Z, name):
     return Z
 
 
+# the estimator and the pairs are checked inside (by transform_pairs and
+# _check_pairs), whose messages name what is accepted and how to fix the rest;
+# nested validation stays on: the estimator's own methods validate themselves
+@validate_params(
+    {"estimator": "no_validation", "X_pairs": "no_validation"},
+    prefer_skip_nested_validation=False,
+)
 def transform_pairs(
     estimator: BaseEstimator, X_pairs: ArrayLike
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -368,6 +381,14 @@ def _check_y(y, n_pairs):
     return y
 
 
+@validate_params(
+    {
+        "estimator": "no_validation",  # as for transform_pairs
+        "X_pairs": "no_validation",
+        "y": ["array-like"],
+    },
+    prefer_skip_nested_validation=False,
+)
 def cosine_spearman_scorer(
     estimator: BaseEstimator, X_pairs: ArrayLike, y: ArrayLike
 ) -> float:

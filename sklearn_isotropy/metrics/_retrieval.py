@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from numbers import Integral, Real
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -23,10 +24,11 @@ from sklearn.utils import Bunch
 from sklearn.utils.validation import check_array
 
 from .._utils import normalize_rows, warn
+from .._utils._sklearn import Interval, StrOptions, validate_params
 from ..exceptions import NoRelevantDocumentWarning
 from ._paired import _check_y, transform_pairs
 from ._scores import check_same_shape
-from ._search import search_candidates
+from ._search import _BACKEND_NAMES, _METRICS, search_candidates
 
 __all__ = [
     "DEFAULT_RETRIEVAL_METRICS",
@@ -43,7 +45,7 @@ __all__ = [
 DEFAULT_RETRIEVAL_METRICS = ("mrr@10", "recall@1", "recall@10", "ndcg@10")
 
 _METRIC_NAME = re.compile(r"^(mrr|recall|ndcg)@([1-9][0-9]*)$")
-_NO_RELEVANT = ("skip", "zero", "raise")
+_NO_RELEVANT = StrOptions({"skip", "zero", "raise"})
 # elements of one (entries x documents) comparison block: 32 MB of float64
 _BLOCK_ELEMENTS = 1 << 22
 
@@ -183,6 +185,16 @@ def _mrr(stats, n_queries, k):
 _PER_QUERY = {"mrr": _mrr, "recall": _recall, "ndcg": _ndcg}
 
 
+@validate_params(
+    {
+        "y_true": ["array-like", "sparse matrix"],
+        "y_score": ["array-like"],  # a sparse one is refused with its reason
+        "metrics": [str, "array-like"],
+        "no_relevant": [_NO_RELEVANT],
+        "average": ["boolean"],
+    },
+    prefer_skip_nested_validation=True,
+)
 def retrieval_scores(
     y_true: ArrayLike,
     y_score: ArrayLike,
@@ -259,10 +271,6 @@ def retrieval_scores(
     >>> {m: round(v, 4) for m, v in retrieval_scores(y_true, y_score).items()}
     {'mrr@10': 0.625, 'recall@1': 0.25, 'recall@10': 1.0, 'ndcg@10': 0.7232}
     """
-    if no_relevant not in _NO_RELEVANT:
-        raise ValueError(
-            f"no_relevant must be one of {_NO_RELEVANT}; got {no_relevant!r}"
-        )
     if isinstance(metrics, str):
         metrics = [metrics]
     parsed = {name: _parse_metric(name) for name in metrics}
@@ -325,6 +333,15 @@ def _shared_parameters(func):
     return func
 
 
+_SINGLE_SCORE_CONSTRAINTS = {
+    "y_true": ["array-like", "sparse matrix"],
+    "y_score": ["array-like"],
+    "k": [Interval(Integral, 1, None, closed="left")],
+    "no_relevant": [_NO_RELEVANT],
+}
+
+
+@validate_params(_SINGLE_SCORE_CONSTRAINTS, prefer_skip_nested_validation=True)
 @_shared_parameters
 def mrr_score(
     y_true: ArrayLike, y_score: ArrayLike, *, k: int = 10, no_relevant: str = "skip"
@@ -352,6 +369,7 @@ def mrr_score(
     return _single("mrr", y_true, y_score, k, no_relevant)
 
 
+@validate_params(_SINGLE_SCORE_CONSTRAINTS, prefer_skip_nested_validation=True)
 @_shared_parameters
 def recall_at_k_score(
     y_true: ArrayLike, y_score: ArrayLike, *, k: int = 10, no_relevant: str = "skip"
@@ -378,6 +396,7 @@ def recall_at_k_score(
     return _single("recall", y_true, y_score, k, no_relevant)
 
 
+@validate_params(_SINGLE_SCORE_CONSTRAINTS, prefer_skip_nested_validation=True)
 @_shared_parameters
 def ndcg_at_k_score(
     y_true: ArrayLike, y_score: ArrayLike, *, k: int = 10, no_relevant: str = "skip"
@@ -407,6 +426,15 @@ def ndcg_at_k_score(
 
 
 # ----------------------------------------------------------------- pairs
+@validate_params(
+    {
+        "pairs": ["array-like"],
+        "scores": ["array-like"],
+        "min_score": [Interval(Real, None, None, closed="neither")],
+        "symmetric": ["boolean"],
+    },
+    prefer_skip_nested_validation=True,
+)
 def pairs_to_qrels(
     pairs: ArrayLike,
     scores: ArrayLike,
@@ -498,6 +526,18 @@ def pairs_to_qrels(
     )
 
 
+@validate_params(
+    {
+        "queries": [np.ndarray],
+        "corpus": [np.ndarray],
+        "relevance": ["array-like", "sparse matrix"],
+        "metrics": ["array-like"],
+        "exclude": ["sparse matrix", None],
+        "metric": [_METRICS],
+        "backend": [_BACKEND_NAMES],
+    },
+    prefer_skip_nested_validation=True,
+)
 def search_scores(
     queries: np.ndarray,
     corpus: np.ndarray,
@@ -604,6 +644,14 @@ class _PairRetrievalScorer:
         return float(per_query[self.metric].mean())
 
 
+@validate_params(
+    {
+        "metric": [str],
+        "min_score": [Interval(Real, None, None, closed="neither")],
+        "symmetric": ["boolean"],
+    },
+    prefer_skip_nested_validation=True,
+)
 def make_retrieval_scorer(
     metric: str = "mrr@10", *, min_score: float = 4.0, symmetric: bool = False
 ) -> Callable[[BaseEstimator, ArrayLike, ArrayLike], float]:

@@ -8,6 +8,7 @@ from scipy.stats import rankdata
 from sklearn.utils.validation import check_array, check_consistent_length
 
 from .._utils import normalize_rows, warn
+from .._utils._sklearn import validate_params
 from ..exceptions import UndefinedCorrelationWarning
 
 __all__ = ["cosine_spearman_score", "paired_cosine_similarity", "spearman_score"]
@@ -38,6 +39,10 @@ def _as_score_vectors(y_true, y_pred):
     return y_true, y_pred
 
 
+@validate_params(
+    {"y_true": ["array-like"], "y_pred": ["array-like"]},
+    prefer_skip_nested_validation=True,
+)
 def spearman_score(y_true: ArrayLike, y_pred: ArrayLike) -> float:
     """Compute Spearman's rank correlation, with a stated value for constant input.
 
@@ -106,6 +111,10 @@ def _check_embedding_pair(emb_a, emb_b):
     return emb_a, emb_b
 
 
+@validate_params(
+    {"emb_a": ["array-like"], "emb_b": ["array-like"]},
+    prefer_skip_nested_validation=True,
+)
 def paired_cosine_similarity(emb_a: ArrayLike, emb_b: ArrayLike) -> np.ndarray:
     """Compute the cosine similarity of row ``i`` of `emb_a` and row ``i`` of `emb_b`.
 
@@ -136,6 +145,10 @@ def paired_cosine_similarity(emb_a: ArrayLike, emb_b: ArrayLike) -> np.ndarray:
     return _row_cosine(emb_a, emb_b)
 
 
+@validate_params(
+    {"emb_a": ["array-like"], "emb_b": ["array-like"], "y_true": ["array-like"]},
+    prefer_skip_nested_validation=True,
+)
 def cosine_spearman_score(
     emb_a: ArrayLike, emb_b: ArrayLike, y_true: ArrayLike
 ) -> float:

@@ -14,11 +14,13 @@ identically and excluded documents left out.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from numbers import Integral
 
 import numpy as np
 from scipy import sparse
 
 from .._utils import import_optional
+from .._utils._sklearn import Interval, StrOptions, validate_params
 
 __all__ = ["SEARCH_BACKENDS", "exact_index", "search_candidates"]
 
@@ -143,6 +145,10 @@ _BACKENDS = {"numpy": NumpyIndex, "faiss": FaissIndex}
 SEARCH_BACKENDS = tuple(_BACKENDS)
 
 
+_METRICS = StrOptions({"ip", "hamming"})
+_BACKEND_NAMES = StrOptions({"auto", *_BACKENDS})
+
+
 def resolve_backend(backend="auto"):
     """Return ``"numpy"`` or ``"faiss"``; ``"auto"`` is faiss when importable."""
     if backend == "auto":
@@ -151,14 +157,13 @@ def resolve_backend(backend="auto"):
         except ImportError:
             return "numpy"
         return "faiss"
-    if backend not in _BACKENDS:
-        raise ValueError(
-            f"unknown search backend {backend!r}; choose from "
-            f"{', '.join(['auto', *_BACKENDS])}"
-        )
     return backend
 
 
+@validate_params(
+    {"codes": [np.ndarray], "metric": [_METRICS], "backend": [_BACKEND_NAMES]},
+    prefer_skip_nested_validation=True,
+)
 def exact_index(
     codes: np.ndarray, metric: str = "ip", backend: str = "auto"
 ) -> NumpyIndex | FaissIndex:
@@ -203,6 +208,17 @@ def exact_index(
     return index
 
 
+@validate_params(
+    {
+        "queries": [np.ndarray],
+        "corpus": [np.ndarray],
+        "k": [Interval(Integral, 1, None, closed="left")],
+        "metric": [_METRICS],
+        "backend": [_BACKEND_NAMES],
+        "exclude": ["sparse matrix", None],
+    },
+    prefer_skip_nested_validation=True,
+)
 def search_candidates(
     queries: np.ndarray,
     corpus: np.ndarray,

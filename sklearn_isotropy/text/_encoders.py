@@ -20,7 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
-from . import _onnx, _onnx_cache
+from . import _onnx_cache, _onnx_graph
 from ._loading import import_text_deps
 from ._pooling import pooled_batch
 
@@ -30,10 +30,9 @@ BACKENDS = {"torch": None, "onnx": "fp32", "onnx-int8": "int8"}
 #: Most padded tokens (rows x width) of one onnxruntime run: a larger batch
 #: runs in row slices, each trimmed of the padding it does not need.
 #: onnxruntime's matrix products slow down as their operands outgrow the
-#: CPU's L2 cache; on the default encoder, STS-B sentences in batches of 32
-#: ran faster in slices than in whole batches, in int8 above all, and caps
-#: from 320 to 512 tokens ran as fast (the ablation notes of
-#: :ref:`onnx_runtime`, ``benchmarks/bench_encoder.py --ablation``). int8's
+#: CPU's L2 cache. The cap is measured on the default encoder, against
+#: whole batches and other caps, in the ablation notes of
+#: :ref:`onnx_runtime` (``benchmarks/bench_encoder.py --ablation``). int8's
 #: embeddings move in the last digits with the grouping of its rows (a run
 #: shares the scale of each product's input).
 TOKENS_PER_RUN = 384
@@ -56,9 +55,9 @@ class EncoderSpec:
 
     def stem(self, fingerprint):
         """The start of the graph's file name (see ``_onnx_cache.py``)."""
-        spec = dict(asdict(self), model=fingerprint, format=_onnx.FORMAT_VERSION)
-        spec["opset"] = _onnx.OPSET
-        spec["attention"] = _onnx.EXPORT_ATTENTION
+        spec = dict(asdict(self), model=fingerprint, format=_onnx_graph.FORMAT_VERSION)
+        spec["opset"] = _onnx_graph.OPSET
+        spec["attention"] = _onnx_graph.EXPORT_ATTENTION
         digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode())
         return f"encoder-{digest.hexdigest()[:32]}"
 
@@ -73,7 +72,7 @@ class EncoderSpec:
 
     def input_names(self):
         """The graph's inputs: token types only for a model that takes them."""
-        names = _onnx.INPUT_NAMES
+        names = _onnx_graph.INPUT_NAMES
         return names if self.token_types else names[:2]
 
 
@@ -112,7 +111,7 @@ def make_encoder(backend, loaded, spec):
 
 def onnx_graph(loaded, spec):
     """Return the ``onnx.ModelProto`` that computes ``spec`` for ``loaded``."""
-    onnx, _ = _onnx.import_onnx_deps()
+    onnx, _ = _onnx_graph.import_onnx_deps()
     return onnx.load_from_string(_onnx_cache.load(loaded, spec)[1])
 
 
@@ -167,7 +166,7 @@ class OnnxEncoder:
     """The exported graph (fp32 or int8) in onnxruntime, on the CPU.
 
     Batches run side by side, one thread each (see
-    :class:`~._onnx.EncoderSession`), in runs of at most
+    :class:`~._onnx_graph.EncoderSession`), in runs of at most
     :data:`TOKENS_PER_RUN` padded tokens. A weight changed after ``fit`` is
     noticed at the next :meth:`open`, which then runs the graph of the new
     weights.
@@ -194,14 +193,15 @@ class OnnxEncoder:
 
     def session(self):
         """The session of the graph of the model's current weights."""
-        _onnx.import_onnx_deps()  # a clear ImportError, even with a session at hand
+        # a clear ImportError, even with a session at hand
+        _onnx_graph.import_onnx_deps()
         fingerprint = self.loaded.fingerprint()
-        key = (self.spec, _onnx.EXPORT_ATTENTION)
+        key = (self.spec, _onnx_graph.EXPORT_ATTENTION)
         found = self.loaded.sessions.get(key)  # (fingerprint, session)
         if found is not None and found[0] == fingerprint:
             return found[1]
         path, data = _onnx_cache.load(self.loaded, self.spec)
-        session = _onnx.EncoderSession(data, self.spec.input_names(), path)
+        session = _onnx_graph.EncoderSession(data, self.spec.input_names(), path)
         self.loaded.sessions[key] = (fingerprint, session)
         return session
 

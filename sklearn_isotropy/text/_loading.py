@@ -184,8 +184,8 @@ def _weights_signature(model, tokenizer):
     tensor has a new data pointer. A change through ``tensor.data`` bypasses
     the version counter, so a few evenly spaced entries of every tensor are
     compared too: a change of a whole tensor (``p.data.mul_(2)``, a copied
-    state) always shows there. Computing this takes about a millisecond,
-    against tenths of a second for hashing every weight.
+    state) always shows there. It costs far less than hashing every weight
+    (both are timed in ``benchmarks/README.md``, "Vectorizer").
     """
     tensors = model.state_dict(keep_vars=True)
     return (
@@ -260,9 +260,9 @@ class LoadedEncoder:
 
         What the embedding cache key and the names of exported graphs say
         about the model. Every byte of every tensor of ``state_dict()`` is
-        hashed (for the default encoder, 91 MB in well under a second; see
-        ``benchmarks/bench_vectorizer.py``); the digest is kept and computed
-        again only when a tensor has changed since.
+        hashed (timed for the default encoder in ``benchmarks/README.md``,
+        "Vectorizer"); the digest is kept and computed again only when a
+        tensor has changed since.
         """
         model, tokenizer = self.model, self.tokenizer
         signature = _weights_signature(model, tokenizer)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from .._utils import cache_home, warn, write_files
 from ..exceptions import CacheWarning
-from . import _onnx
+from . import _onnx_graph
 
 #: Environment variable naming the directory of the exported models.
 CACHE_ENV = "SKLEARN_ISOTROPY_ONNX_CACHE"
@@ -57,7 +57,7 @@ def load(loaded, spec):
     fallback directory is read, else the graph is exported (int8: quantised
     from a sound fp32 graph) now.
     """
-    _onnx.import_onnx_deps()
+    _onnx_graph.import_onnx_deps()
     stem = spec.stem(loaded.fingerprint())
     directory = cache_dir()
     for place in (directory, _UNWRITABLE.get(str(directory))):
@@ -102,10 +102,10 @@ def _build(loaded, spec, stem):
         staging = Path(tempfile.mkdtemp(prefix=_STAGING, dir=directory))
     try:
         if spec.precision == "fp32":
-            data = _onnx.export(loaded, spec, staging / "model.onnx")
+            data = _onnx_graph.export(loaded, spec, staging / "model.onnx")
         else:
             _, fp32 = load(loaded, replace(spec, precision="fp32"))
-            data = _onnx.quantize(fp32, staging / "model.onnx")
+            data = _onnx_graph.quantize(fp32, staging / "model.onnx")
         name = f"{stem}-{hashlib.sha256(data).hexdigest()}-{spec.precision}.onnx"
         path = directory / name
         try:  # renamed in from the staging folder, then into place

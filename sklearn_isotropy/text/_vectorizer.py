@@ -11,8 +11,7 @@ from numbers import Integral
 from typing import TYPE_CHECKING
 
 import numpy as np
-from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
-from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
+from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
 from .._defaults import ENCODE_BATCH_SIZE
@@ -24,6 +23,7 @@ from .._utils import (
     resolve_device,
     warn,
 )
+from .._utils._sklearn import HasMethods, Interval, StrOptions, _fit_context
 from ..exceptions import (
     DeviceWarning,
     ModelChangedWarning,
@@ -33,7 +33,7 @@ from ..exceptions import (
 from . import _cache, _encoders, _loading
 from ._base import TextVectorizerMixin, validate_texts
 from ._pooling import POOLING_PRESETS
-from ._static_table import static_folder
+from .static._table import static_folder
 
 if TYPE_CHECKING:
     import onnx

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from sklearn.decomposition import PCA
 
+from sklearn_isotropy.datasets import make_cone
 from sklearn_isotropy.diagnostics import (
     mean_pair_cosine,
     plot_cosine_histogram,
@@ -59,8 +60,9 @@ def test_cosine_histogram(plt):
 def test_spectrum_stops_at_the_numerical_rank(plt):
     from sklearn_isotropy import NATSVTransformer
 
-    rng = np.random.RandomState(8)
-    X = (rng.normal(size=(400, 12)) * np.geomspace(3, 0.3, 12) + 2).astype(np.float32)
+    X = make_cone(
+        400, 12, spread=(3, 0.3), offset=np.full(12, 2.0), rotate=False, random_state=8
+    ).astype(np.float32)
     nulled = NATSVTransformer(n_components=3).fit_transform(X)  # rank 12 - 3
     few = X[:5]  # 5 rows span 4 directions
     ax = plot_eigenvalue_spectrum({"raw": X, "natsv": nulled, "few rows": few})

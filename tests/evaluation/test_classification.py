@@ -15,9 +15,12 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils import Bunch
 
 from sklearn_isotropy import WhiteningTransformer
+from sklearn_isotropy.datasets import make_cone
 from sklearn_isotropy.evaluation import (
+    ClassificationSettings,
     ClassificationTask,
     EvaluationSettings,
+    MethodSettings,
     evaluate,
 )
 from sklearn_isotropy.exceptions import EvaluationError
@@ -27,11 +30,14 @@ def _sets(n=120, d=10, seed=0):
     """Two sets of anisotropic embeddings: binary, and 3 classes with a split."""
     rng = np.random.default_rng(seed)
     out, embeddings = {}, {}
+    offset = np.full(d, 3.0)
     for name, classes in (("bin", 2), ("three", 3)):
         y = np.arange(n) % classes
         rng.shuffle(y)
         centres = rng.normal(size=(classes, d)) * 1.5
-        X = centres[y] + rng.normal(size=(n, d)) * np.geomspace(4, 0.2, d) + 3.0
+        X = centres[y] + make_cone(
+            n, d, spread=(4, 0.2), offset=offset, rotate=False, random_state=rng
+        )
         bunch = Bunch(data=[f"{name} {i}" for i in range(n)], target=y)
         if name == "three":
             bunch.test_size = 30
@@ -72,7 +78,7 @@ def _independent(transformer, X, y, folds):
 )
 def test_scores_match_an_independent_computation(method, transformer):
     task, embeddings = _sets()
-    settings = EvaluationSettings(n_components=6)
+    settings = ClassificationSettings(n_components=6)
     ev = evaluate(
         task, methods=[method], settings=settings, embeddings={"mean": embeddings}
     )
@@ -102,7 +108,7 @@ def test_scores_match_an_independent_computation(method, transformer):
 
 def test_grid_searches_inside_each_training_fold():
     task, embeddings = _sets()
-    settings = EvaluationSettings(cv=3)
+    settings = ClassificationSettings(cv=3)
     ev = evaluate(
         task, methods=["grid"], settings=settings, embeddings={"m": embeddings}
     )
@@ -163,7 +169,7 @@ def test_senteval_protocol_has_ten_folds_and_chooses_c(monkeypatch):
     monkeypatch.setattr(_classification, "SENTEVAL_C", (0.25, 4.0))  # fast
     sets, embeddings = _sets(n=60)
     task = ClassificationTask({"bin": sets.datasets["bin"]})
-    settings = EvaluationSettings(protocol="senteval")
+    settings = ClassificationSettings(protocol="senteval")
     ev = evaluate(
         task, methods=["raw"], settings=settings, embeddings={"m": embeddings}
     )
@@ -194,7 +200,7 @@ def test_task_checks_its_data(tmp_path):
         ClassificationTask.load(tmp_path / "nope")
     (tmp_path / "MR").mkdir()
     (tmp_path / "MR" / "rt-polarity.pos").write_text("fine\n")
-    settings = EvaluationSettings(tasks=("MR",))
+    settings = ClassificationSettings(tasks=("MR",))
     with pytest.raises(EvaluationError, match=r"cannot read MR: .*rt-polarity\.neg"):
         ClassificationTask.load(tmp_path, settings)
 
@@ -215,6 +221,7 @@ def test_score_checks_the_input_embeddings_before_the_transformer():
     task, embeddings = _sets(n=40)
     embeddings["three"][7, 0] = np.inf
     with pytest.raises(ValueError) as caught:
+        # the shared options are converted into the task's own
         task.score("passthrough", embeddings, EvaluationSettings())
     assert "of 'three' hold NaN or inf in row(s) 7 (of 40" in str(caught.value)
     assert "NoneType" not in str(caught.value)
@@ -228,7 +235,9 @@ def test_the_grids_natsv_candidate_is_capped_as_the_natsv_method_is():
     X = rng.normal(size=(120, 32)) + 2.0 * y[:, None]
     data = Bunch(data=[f"t{i}" for i in range(120)], target=y, test_size=20)
     task = ClassificationTask({"one split": data})  # one fold: fast
-    settings = EvaluationSettings(natsv_components=40, cv=2)
+    settings = ClassificationSettings(
+        postprocessing=MethodSettings(natsv_components=40), cv=2
+    )
     ev = evaluate(
         task,
         methods=["natsv", "grid"],

@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sklearn_isotropy.evaluation import METHODS, EvaluationSettings, STSTask, evaluate
+from sklearn_isotropy.evaluation import (
+    METHODS,
+    EncodingSettings,
+    STSSettings,
+    STSTask,
+    evaluate,
+)
 from tests._data import sts_pairs
 
 
@@ -41,12 +47,12 @@ def test_grid_search_shows_a_progress_bar(capfd):
     emb, bunch = sts_pairs(rng, 40, 12)
     dev, dev_bunch = sts_pairs(rng, 30, 12)
     task = STSTask({"test": bunch, "dev": dev_bunch})
-    settings = EvaluationSettings(cv=3, progress=True)
+    settings = STSSettings(encoding=EncodingSettings(progress=True), cv=3)
     embeddings = {"mean": {"test": emb, "dev": dev}}
     ev = evaluate(task, methods=["grid"], settings=settings, embeddings=embeddings)
     err = capfd.readouterr().err
     n_fits = ev.record("grid", "mean").params["n_candidates"] * 3
     assert "grid search" in err and f"{n_fits}/{n_fits}" in err
-    settings.progress = False
+    settings.encoding.progress = False
     evaluate(task, methods=["grid"], settings=settings, embeddings=embeddings)
     assert "grid search" not in capfd.readouterr().err

@@ -22,7 +22,7 @@ def test_json_names_the_default_model():
     payload = json.loads(to_json(ev))
     assert payload["model"] == "sentence-transformers/all-MiniLM-L6-v2"
     assert "embedded default" in payload["model_description"]
-    ev.settings.model = "/models/mine"
+    ev.settings.encoding.model = "/models/mine"
     assert json.loads(to_json(ev))["model"] == "/models/mine"
 
 
@@ -119,7 +119,7 @@ def test_each_task_has_its_own_report_names():
     # issue 50, item 6: classify inherited STS's results.md / results.json
     from sklearn_isotropy.evaluation import TASKS
 
-    reports = {name: task.report_class() for name, task in TASKS.items()}
+    reports = {name: task.report_class for name, task in TASKS.items()}
     stems = {name: report.stem for name, report in reports.items()}
     assert stems == {
         "sts": "results",

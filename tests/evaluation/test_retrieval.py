@@ -18,9 +18,10 @@ from scipy import sparse
 from sklearn.base import BaseEstimator, TransformerMixin
 
 from sklearn_isotropy import WhiteningTransformer
+from sklearn_isotropy.datasets import make_cone
 from sklearn_isotropy.evaluation import (
     METHODS,
-    EvaluationSettings,
+    RetrievalSettings,
     RetrievalTask,
     evaluate,
 )
@@ -37,7 +38,7 @@ def score_retrieval(
     queries, docs, task, quantization="float32", *, fit_emb=None, settings=None
 ):
     """The records of ``task.score`` for the raw embeddings, at one precision."""
-    settings = replace(settings or EvaluationSettings(), quantizations=(quantization,))
+    settings = replace(settings or RetrievalSettings(), quantizations=(quantization,))
     embeddings = {"queries": queries, "corpus": docs}
     if fit_emb is not None:
         embeddings["fit"] = fit_emb
@@ -195,7 +196,7 @@ def test_beir_folder_missing_file(tmp_path):
 
 
 def test_sts_task_and_fitting_sentences(tiny_sts_dir):
-    task = RetrievalTask.load(tiny_sts_dir, EvaluationSettings(min_score=3.0))
+    task = RetrievalTask.load(tiny_sts_dir, RetrievalSettings(min_score=3.0))
     fit_texts, fit_on = task.fit_texts, task.fit_on
     assert fit_on == "train"
     import csv
@@ -226,9 +227,9 @@ def test_sts_task_refuses_a_split_it_cannot_read(tiny_sts_dir, tmp_path):
     with open(data / "dev.csv", "ab") as fh:
         fh.write("un caf\xe9,cr\xe8me,3.0\n".encode("cp1252"))
     with pytest.raises(EvaluationError, match=r"dev.csv:\d+: byte 0xe9"):
-        RetrievalTask.load(data, EvaluationSettings(min_score=3.0))
+        RetrievalTask.load(data, RetrievalSettings(min_score=3.0))
     (data / "dev.csv").unlink()
-    task = RetrievalTask.load(data, EvaluationSettings(min_score=3.0))
+    task = RetrievalTask.load(data, RetrievalSettings(min_score=3.0))
     assert task.notes["corpus_splits"] == ["test", "train"]
 
 
@@ -249,7 +250,9 @@ def cone_task():
     rng = np.random.default_rng(0)
     d, n, n_q = 24, 400, 60
     scale = np.geomspace(4, 0.2, d)
-    docs = rng.normal(size=(n, d)) * scale + 2.0
+    docs = make_cone(
+        n, d, spread=scale, offset=np.full(d, 2.0), rotate=False, random_state=rng
+    )
     docs[n - 20 :] = docs[:20]  # 20 exact duplicates
     own = rng.choice(n - 20, n_q, replace=False)
     target = (own + 1) % (n - 20)
@@ -277,7 +280,7 @@ def test_search_equals_a_full_score_matrix(cone_task, backend, quantization):
     from sklearn_isotropy._utils import normalize_rows
 
     task, queries, docs, fit = cone_task
-    settings = EvaluationSettings(backend=backend, latency_queries=3)
+    settings = RetrievalSettings(backend=backend, latency_queries=3)
     [record] = score_retrieval(
         queries, docs, task, quantization, fit_emb=fit, settings=settings
     )
@@ -330,7 +333,7 @@ def test_binary_ties_are_complete():
 
     results = []
     for backend in ["numpy"] + (["faiss"] if _has_faiss() else []):
-        settings = EvaluationSettings(backend=backend, latency_queries=0)
+        settings = RetrievalSettings(backend=backend, latency_queries=0)
         [record] = score_retrieval(
             queries, docs, task, "binary", fit_emb=docs, settings=settings
         )
@@ -354,8 +357,8 @@ def test_numpy_and_faiss_give_the_same_study(cone_task):
     task, queries, docs, fit = cone_task
     runs = []
     for backend in ("numpy", "faiss"):
-        settings = EvaluationSettings(
-            dimensions=(4, 8), backend=backend, latency_queries=2
+        settings = RetrievalSettings(
+            n_components=(4, 8), backend=backend, latency_queries=2
         )
         runs.append(run_study(queries, docs, task, fit_emb=fit, settings=settings))
     assert len(runs[0]) == len(runs[1])
@@ -383,8 +386,8 @@ def test_study_methods_and_fit_on_fitting_rows_only(cone_task):
     from sklearn_isotropy._utils import normalize_rows
 
     task, queries, docs, fit = cone_task
-    settings = EvaluationSettings(
-        dimensions=(4, 8, 24, 99), latency_queries=0, quantizations=("float32",)
+    settings = RetrievalSettings(
+        n_components=(4, 8, 24, 99), latency_queries=0, quantizations=("float32",)
     )
     spy = _Spy()
     records = run_study(
@@ -432,7 +435,7 @@ def test_study_methods_and_fit_on_fitting_rows_only(cone_task):
 
 def test_per_query_scores_average_to_the_record(cone_task):
     task, queries, docs, fit = cone_task
-    settings = EvaluationSettings(latency_queries=0, per_query=True)
+    settings = RetrievalSettings(latency_queries=0, per_query=True)
     [record] = score_retrieval(queries, docs, task, fit_emb=fit, settings=settings)
     for m in RETRIEVAL_METRICS:
         assert len(record["per_query"][m]) == task.n_queries
@@ -459,7 +462,7 @@ def test_study_records_failures_and_registered_precisions(cone_task):
                 task,
                 fit_emb=fit[:5],
                 methods=["raw", "natsv"],
-                settings=EvaluationSettings(latency_queries=0, quantizations=("half",)),
+                settings=RetrievalSettings(latency_queries=0, quantizations=("half",)),
             )
     finally:
         del QUANTIZATIONS["half"]
@@ -476,8 +479,8 @@ def test_warnings_name_the_run_as_its_row_does(cone_task):
     # the full-width PCA of 5 rows keeps 4 directions: its row is PCA-4, and
     # so is the prefix of its warning (not the width it asked for)
     task, queries, docs, fit = cone_task
-    settings = EvaluationSettings(
-        dimensions=(2,), latency_queries=0, quantizations=("float32",)
+    settings = RetrievalSettings(
+        n_components=(2,), latency_queries=0, quantizations=("float32",)
     )
     with pytest.warns(EvaluationWarning) as caught:
         records = run_study(
@@ -493,7 +496,7 @@ def test_empty_precisions_or_metrics_are_refused(cone_task):
     task, queries, docs, fit = cone_task
     embeddings = {"queries": queries, "corpus": docs, "fit": fit}
     for field in ("quantizations", "metrics"):
-        settings = EvaluationSettings(**{field: ()})
+        settings = RetrievalSettings(**{field: ()})
         with pytest.raises(ValueError, match=f"settings.{field} is empty"):
             task.score("passthrough", embeddings, settings)
 

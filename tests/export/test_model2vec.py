@@ -10,8 +10,6 @@ and model2vec's ``StaticModel.from_pretrained(...).encode``.
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -264,114 +262,6 @@ def test_bad_dtype_and_pipelines_are_refused(pipelines, tiny_bert, tmp_path):
         to_model2vec(pipe, tmp_path / "full")
     assert not (tmp_path / "x").exists()
     assert [p.name for p in (tmp_path / "full").iterdir()] == ["f"]
-
-
-@pytest.mark.parametrize("target", ["new path", "empty folder"])
-def test_two_exports_to_one_path_at_once(pipelines, tmp_path, monkeypatch, target):
-    """The export that finishes second fails as one to an existing path does.
-
-    Two ``to_model2vec`` started together both find the path free (new, or
-    an empty folder); the other one is made to finish between this one's
-    writing and its publication. This one used to fail with a bare
-    ``OSError`` (Errno 39, directory not empty), or to write its files over
-    the other's in the folder.
-    """
-    from sklearn_isotropy._utils import _files
-
-    path = tmp_path / "m2v"
-    if target == "empty folder":
-        path.mkdir()
-    written = _files._give_default_modes  # once written, before publication
-    other = {}
-
-    def the_other_export_finishes_first(directory):
-        written(directory)
-        shutil.copytree(directory, path, dirs_exist_ok=True)
-        (path / "other").write_text("the export that finished first")
-        other.update(snapshot(path))
-
-    monkeypatch.setattr(_files, "_give_default_modes", the_other_export_finishes_first)
-    message = r"m2v was written by someone else.*pass another path or overwrite=True"
-    with pytest.raises(FileExistsError, match=message):
-        to_model2vec(pipelines["sif"], path)
-    assert snapshot(path) == other  # left as the other export wrote it
-    # no staging folder left, beside the path or in it
-    assert [p.name for p in tmp_path.iterdir()] == ["m2v"]
-    assert not [p for p in path.iterdir() if p.name.startswith(".")]
-
-
-@pytest.mark.parametrize(
-    "race",
-    ["moved the old one aside", "then published first", "published in between"],
-)
-def test_two_overwriting_exports_to_one_path(pipelines, tmp_path, monkeypatch, race):
-    """Two ``overwrite=True`` exports replacing one folder at once.
-
-    Each renames the old folder aside, then its staged export into place.
-    The other one can do either first: this one used to fail with a bare
-    ``FileNotFoundError`` (the old folder already moved away) and discard its
-    staged work. Now it publishes where the old folder was, or, when the
-    other has published there first (before this one's rename into place,
-    whichever moved the old folder aside), fails with the documented
-    ``FileExistsError``, leaving what the other wrote. (An export that
-    finished before this one started to replace the folder is simply
-    replaced, as ``overwrite=True`` says.)
-    """
-    import os
-
-    from sklearn_isotropy._utils import _files
-
-    path = tmp_path / "m2v"
-    path.mkdir()
-    (path / "previous.txt").write_text("the export both replace")
-    other = tmp_path / "other"  # what the other export publishes
-    other.mkdir()
-    (other / "other.txt").write_text("the export that finished first")
-    aside = tmp_path / ".m2v.old-of-the-other"
-    written = _files._give_default_modes  # once written, before publication
-    real_replace = os.replace
-
-    def the_other_export(directory):
-        written(directory)
-        if race != "published in between":
-            real_replace(path, aside)  # the other's first rename
-
-    def publish_first(src, dst):  # just before this export's rename into place
-        if Path(dst) == path and ".staging-" in Path(src).name and other.exists():
-            real_replace(other, path)
-        return real_replace(src, dst)
-
-    monkeypatch.setattr(_files, "_give_default_modes", the_other_export)
-    if race != "moved the old one aside":
-        monkeypatch.setattr(_files.os, "replace", publish_first)
-    if race == "moved the old one aside":
-        model = to_model2vec(pipelines["sif"], path, overwrite=True)
-        back = model2vec.StaticModel.from_pretrained(path)
-        assert_array_equal(back.embedding, model.embedding)
-        assert not (path / "previous.txt").exists()
-    else:
-        message = r"m2v was written by someone else.*pass another path"
-        with pytest.raises(FileExistsError, match=message):
-            to_model2vec(pipelines["sif"], path, overwrite=True)
-        assert [p.name for p in path.iterdir()] == ["other.txt"]
-    # no staging folder left, nor the old folder this export moved aside
-    # (the other export's is its own to delete)
-    left = {p.name for p in tmp_path.iterdir()} - {aside.name, "other"}
-    assert left == {"m2v"}
-
-
-def snapshot(folder):
-    """``{relative path: bytes}`` of the files under ``folder``.
-
-    Those of a staging folder in it (an export into an empty folder stages
-    there) left out.
-    """
-    files = (p for p in sorted(folder.rglob("*")) if p.is_file())
-    return {
-        str(p.relative_to(folder)): p.read_bytes()
-        for p in files
-        if not p.relative_to(folder).parts[0].startswith(".staging-")
-    }
 
 
 def test_a_wrong_table_fails_the_parity_check(pipelines, tmp_path, monkeypatch):

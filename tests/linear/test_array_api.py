@@ -22,6 +22,7 @@ from sklearn_isotropy import (
     StandardNormalizer,
     WhiteningTransformer,
 )
+from sklearn_isotropy.datasets import make_cone
 from sklearn_isotropy.exceptions import RankDeficiencyWarning
 
 xps = pytest.importorskip("array_api_strict")
@@ -76,8 +77,9 @@ def _close(actual, expected, dtype):
 @pytest.fixture(scope="module")
 def rows():
     rng = np.random.default_rng(0)
-    X = rng.normal(size=(600, 10)) * np.geomspace(4.0, 0.05, 10)
-    X = X @ np.linalg.qr(rng.normal(size=(10, 10)))[0] + 3.0
+    X = make_cone(
+        600, 10, spread=(4.0, 0.05), offset=np.full(10, 3.0), random_state=rng
+    )
     w = rng.uniform(0.0, 2.0, size=600)
     return X, w
 

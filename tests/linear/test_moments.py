@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.covariance import OAS, ledoit_wolf_shrinkage
 
-from sklearn_isotropy import MomentAccumulator
+from sklearn_isotropy import MomentAccumulator, datasets
 from tests._references import two_pass
 
 
@@ -290,7 +290,9 @@ def test_scaled_views_keep_what_the_units_of_the_data_cannot():
     # whose squares lie below float64's smallest subnormal number
     rng = np.random.default_rng(13)
     d = 12
-    Xu = rng.normal(size=(30, d)) * np.geomspace(4.0, 0.1, d) + 3.0
+    Xu = datasets.make_cone(
+        30, d, spread=(4.0, 0.1), offset=np.full(d, 3.0), rotate=False, random_state=rng
+    )
     w = rng.uniform(0.5, 2.0, size=30)
     X = np.ldexp(Xu, -830)
     for n in (8, 30):  # 8 < 12 rows: the rows are kept; 30: the scatter

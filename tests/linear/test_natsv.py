@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sklearn_isotropy import NATSVTransformer
+from sklearn_isotropy import NATSVTransformer, datasets
 from sklearn_isotropy.exceptions import RankDeficiencyWarning
 from tests._data import CONE
 
@@ -67,7 +67,10 @@ def test_natsv_bad_n_components(make_cone):
 @pytest.mark.parametrize("center", [True, False])
 def test_natsv_on_wide_data_uses_the_dual_form(center):
     rng = np.random.default_rng(4)
-    X = rng.normal(size=(15, 3000)) * np.geomspace(4, 0.5, 3000) + 2.0
+    n, d = 15, 3000
+    X = datasets.make_cone(
+        n, d, spread=(4, 0.5), offset=np.full(d, 2.0), rotate=False, random_state=rng
+    )
     est = NATSVTransformer(n_components=3, center=center).fit(X)
     assert est.moments_.representation == "rows"
     Y = X - X.mean(axis=0) if center else X

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import scipy.linalg
 
-from sklearn_isotropy import MomentAccumulator, WhiteningTransformer
+from sklearn_isotropy import MomentAccumulator, WhiteningTransformer, datasets
 from tests._references import two_pass
 
 
@@ -251,9 +251,10 @@ def test_a_batch_above_the_split_threshold_is_split_and_exact(monkeypatch):
 
     monkeypatch.setattr(_scatter_kernels, "_accumulate_rows", spy)
     rng = np.random.default_rng(31)
-    X = (rng.normal(size=(7300, 768)) * np.geomspace(3, 0.03, 768) + 2).astype(
-        np.float32
-    )
+    offset = np.full(768, 2.0)
+    X = datasets.make_cone(
+        7300, 768, spread=(3, 0.03), offset=offset, rotate=False, random_state=rng
+    ).astype(np.float32)
     acc = MomentAccumulator(768, fourth_moments=False).update(X)
     assert ran == [3650, 3650]
     mean, scatter = two_pass(X)

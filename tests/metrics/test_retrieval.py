@@ -184,6 +184,15 @@ def test_unknown_metric_name():
         make_retrieval_scorer("mrr@0")
 
 
+def test_bad_parameters_name_the_parameter_and_the_function():
+    with pytest.raises(ValueError, match="'no_relevant' parameter of retrieval_sco"):
+        retrieval_scores([[1]], [[0.1]], no_relevant="ignore")
+    with pytest.raises(ValueError, match=r"'k' parameter of mrr_score .* \[1, inf\)"):
+        mrr_score([[1]], [[0.1]], k=0)
+    with pytest.raises(TypeError, match="'symmetric' parameter of make_retrieval_sc"):
+        make_retrieval_scorer(symmetric="yes")
+
+
 # ------------------------------------------------- judgements from pairs
 def test_pairs_to_qrels():
     pairs = [

@@ -17,7 +17,7 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 from sklearn_isotropy import BertPoolingVectorizer  # noqa: E402
-from sklearn_isotropy.text import _encoders, _onnx  # noqa: E402
+from sklearn_isotropy.text import _encoders, _onnx_graph  # noqa: E402
 
 
 @pytest.mark.parametrize("workers", [1, 3])
@@ -35,13 +35,13 @@ def test_large_batches_run_in_slices_of_few_tokens(tiny_bert, monkeypatch):
     expected = BertPoolingVectorizer(tiny_bert).fit_transform(TEXTS)
     vec = BertPoolingVectorizer(tiny_bert, backend="onnx", batch_size=64).fit(["a"])
     shapes = []
-    original = _onnx.EncoderSession.run
+    original = _onnx_graph.EncoderSession.run
 
     def recorded(self, inputs):
         shapes.append(inputs["attention_mask"].shape)
         return original(self, inputs)
 
-    monkeypatch.setattr(_onnx.EncoderSession, "run", recorded)
+    monkeypatch.setattr(_onnx_graph.EncoderSession, "run", recorded)
     monkeypatch.setattr(_encoders, "TOKENS_PER_RUN", 30)
     assert_allclose(vec.transform(TEXTS), expected, rtol=0, atol=1e-4)
     # one batch of 8 texts padded to 14 tokens (112): 4 slices of 2 rows,
@@ -56,7 +56,7 @@ def test_a_failing_batch_fails_the_transform(tiny_bert, monkeypatch):
     monkeypatch.setattr(_encoders, "worker_threads", lambda: 2)
     vec = BertPoolingVectorizer(tiny_bert, backend="onnx", batch_size=2).fit(["a"])
     calls = []
-    original = _onnx.EncoderSession.run
+    original = _onnx_graph.EncoderSession.run
 
     def flaky(self, inputs):
         calls.append(1)
@@ -64,7 +64,7 @@ def test_a_failing_batch_fails_the_transform(tiny_bert, monkeypatch):
             raise RuntimeError("out of memory in batch 3")
         return original(self, inputs)
 
-    monkeypatch.setattr(_onnx.EncoderSession, "run", flaky)
+    monkeypatch.setattr(_onnx_graph.EncoderSession, "run", flaky)
     with pytest.raises(RuntimeError, match="batch 3"):
         vec.transform(TEXTS)
 

@@ -20,19 +20,19 @@ pytest.importorskip("onnxruntime")
 
 from sklearn_isotropy import BertPoolingVectorizer  # noqa: E402
 from sklearn_isotropy.exceptions import CacheWarning  # noqa: E402
-from sklearn_isotropy.text import _onnx, _onnx_cache  # noqa: E402
+from sklearn_isotropy.text import _onnx_cache, _onnx_graph  # noqa: E402
 
 
 class _CountExports:
     def __init__(self, monkeypatch):
         self.calls = 0
-        original = _onnx._export
+        original = _onnx_graph._export
 
         def counted(*args, **kwargs):
             self.calls += 1
             return original(*args, **kwargs)
 
-        monkeypatch.setattr(_onnx, "_export", counted)
+        monkeypatch.setattr(_onnx_graph, "_export", counted)
 
 
 def test_exported_once_per_model_and_cached_on_disk(
@@ -80,7 +80,7 @@ def test_a_killed_export_leaves_nothing_behind(
         path.write_bytes(b"half a model")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(_onnx, "_export", killed)
+    monkeypatch.setattr(_onnx_graph, "_export", killed)
     with pytest.raises(KeyboardInterrupt):
         BertPoolingVectorizer((model, tokenizer), backend="onnx").fit(["a"])
     assert list(fresh_cache.iterdir()) == []  # no model, no staging directory

@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from sklearn_isotropy import StaticEmbeddingVectorizer  # noqa: E402
-from sklearn_isotropy.text import _static_refine  # noqa: E402
+from sklearn_isotropy.text.static import _refine  # noqa: E402
 
 # distilled tables go to a fresh directory per test, never ~/.cache
 pytestmark = pytest.mark.usefixtures("static_cache")
@@ -68,7 +68,7 @@ def ridge(X, Y, penalty, prior):
 def test_refined_table_solves_the_two_ridge_problems(
     tiny_bert, hf, fitted, weighting, monkeypatch
 ):
-    monkeypatch.setattr(_static_refine, "CG_TOL", 1e-12)  # solve to round-off
+    monkeypatch.setattr(_refine, "CG_TOL", 1e-12)  # solve to round-off
     alpha, k = 0.05, 3.0
     vec = StaticEmbeddingVectorizer(
         tiny_bert,
@@ -106,8 +106,84 @@ def test_refined_table_solves_the_two_ridge_problems(
     assert np.linalg.norm(A @ vec.embeddings_ - Y) < 0.5 * np.linalg.norm(X - Y)
 
 
+def test_refine_table_is_the_vectorizers_refinement(tiny_bert, fitted):
+    # the public function on the fit texts and the encoder's embeddings of
+    # them refines as fit does with no copies less a word
+    from sklearn_isotropy import BertPoolingVectorizer
+    from sklearn_isotropy.text import refine_table
+
+    vec = StaticEmbeddingVectorizer(
+        tiny_bert, weighting="sif", refine_deletions=0, refine_backend="torch"
+    ).fit(FIT_TEXTS)
+    encoder = BertPoolingVectorizer(tiny_bert, pooling="mean").fit(FIT_TEXTS)
+    refined = refine_table(
+        fitted["unrefined"].embeddings_,
+        vec.tokenizer_,
+        ["", *FIT_TEXTS],  # a text without tokens is left out
+        encoder.transform(["", *FIT_TEXTS]),
+        weights=vec.token_weights_,
+        alpha=vec.refine_alpha,
+        pseudo_tokens=vec.refine_pseudo_tokens,
+    )
+    assert refined.dtype == np.float32
+    assert_allclose(refined, vec.embeddings_, rtol=1e-5, atol=1e-6)
+
+
+def test_refine_table_runs_the_stages_asked_for(fitted):
+    from sklearn_isotropy.text import refine_table
+
+    vec = fitted["unrefined"]
+    table, tokenizer = vec.embeddings_, vec.tokenizer_
+    targets = np.random.default_rng(0).normal(size=(len(FIT_TEXTS), table.shape[1]))
+    kept = refine_table(
+        table, tokenizer, FIT_TEXTS, targets, affine=False, tokens=False
+    )
+    np.testing.assert_array_equal(kept, table)
+    # None weighs every token alike
+    ones = np.ones(len(table))
+    assert_allclose(
+        refine_table(table, tokenizer, FIT_TEXTS, targets),
+        refine_table(table, tokenizer, FIT_TEXTS, targets, weights=ones),
+    )
+    # the token stage moves only the rows of tokens the texts use
+    used = np.zeros(len(table), dtype=bool)
+    for encoding in tokenizer.encode_batch(FIT_TEXTS, add_special_tokens=False):
+        used[encoding.ids] = True
+    rows = refine_table(table, tokenizer, FIT_TEXTS, targets, affine=False)
+    np.testing.assert_array_equal(rows[~used], table[~used])
+    assert not np.allclose(rows[used], table[used])
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        ({"targets": np.zeros((2, 4))}, "one row per text"),
+        ({"weights": np.ones(3)}, "one weight per token"),
+        ({"alpha": 0.0}, "alpha=0.0 must be in"),
+        ({"pseudo_tokens": -1.0}, "pseudo_tokens=-1.0"),
+        ({"table": np.zeros((3, 4))}, "token id"),
+        ({"texts": ["", " "], "targets": np.zeros((2, 4))}, "has a token"),
+        ({"targets": np.full((3, 4), np.nan)}, "targets holds NaN"),
+        ({"texts": "the cat"}, "string object received"),
+    ],
+)
+def test_refine_table_refuses_bad_input(fitted, change, match):
+    from sklearn_isotropy.text import refine_table
+
+    vec = fitted["unrefined"]
+    args = {
+        "table": np.zeros((len(vec.embeddings_), 4)),
+        "tokenizer": vec.tokenizer_,
+        "texts": ["the cat", "a dog", "the dog sat"],
+        "targets": np.zeros((3, 4)),
+        **change,
+    }
+    with pytest.raises(ValueError, match=match):
+        refine_table(**args)
+
+
 def test_one_word_deleted_copies():
-    from sklearn_isotropy.text._static_refine import one_word_deleted
+    from sklearn_isotropy.text.static._refine import one_word_deleted
 
     five = "one two three four five"
     first = zlib.crc32(five.encode()) % 5
@@ -210,8 +286,8 @@ def test_one_fit_text_is_encoded_as_the_encoder_does(tiny_bert, hf, k):
 
 
 def test_a_refinement_that_does_not_converge_warns(tiny_bert, fitted, monkeypatch):
-    monkeypatch.setattr(_static_refine, "CG_MAX_ITER", 1)
-    with pytest.warns(_static_refine.RefinementWarning, match="did not reach"):
+    monkeypatch.setattr(_refine, "CG_MAX_ITER", 1)
+    with pytest.warns(_refine.RefinementWarning, match="did not reach"):
         vec = StaticEmbeddingVectorizer(tiny_bert, refine_backend="torch").fit(
             FIT_TEXTS
         )
@@ -241,7 +317,7 @@ def test_memory_keeps_the_encoders_embeddings(tiny_bert, fitted, tmp_path, monke
 def test_auto_refine_backend(monkeypatch):
     import importlib.util
 
-    from sklearn_isotropy.text._static_refine import AUTO_ONNX_BACKEND, refine_backend
+    from sklearn_isotropy.text.static._refine import AUTO_ONNX_BACKEND, refine_backend
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     installed = all(importlib.util.find_spec(n) for n in ("onnx", "onnxruntime"))
@@ -262,7 +338,7 @@ def test_refine_encodes_with_the_onnx_backends(tiny_bert, hf, fitted, backend):
     pytest.importorskip("onnx")
     pytest.importorskip("onnxruntime")
     from sklearn_isotropy import BertPoolingVectorizer
-    from sklearn_isotropy.text._static_refine import AUTO_ONNX_BACKEND, refine_table
+    from sklearn_isotropy.text.static._refine import AUTO_ONNX_BACKEND, fit_table
 
     vec = StaticEmbeddingVectorizer(tiny_bert, refine_backend=backend).fit(FIT_TEXTS)
     torch_table = fitted["sif"].embeddings_
@@ -279,7 +355,7 @@ def test_refine_encodes_with_the_onnx_backends(tiny_bert, hf, fitted, backend):
                 A[row, i] += w[i]
                 n[row] += 1
             A[row] /= A[row].sum()
-        expected = refine_table(
+        expected = fit_table(
             fitted["unrefined"].embeddings_,
             sparse.csr_matrix(A),
             targets,

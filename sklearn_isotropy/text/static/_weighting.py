@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .._utils import sorted_eigh
+from ..._utils import sorted_eigh
 
 __all__ = [
     "MODEL2VEC_REMOVED",

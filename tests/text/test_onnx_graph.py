@@ -26,7 +26,7 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 from sklearn_isotropy import BertPoolingVectorizer  # noqa: E402
-from sklearn_isotropy.text import _onnx  # noqa: E402
+from sklearn_isotropy.text import _onnx_graph  # noqa: E402
 
 POOLINGS = [
     {"pooling": "mean"},
@@ -149,13 +149,13 @@ def test_int8_never_shares_cached_embeddings(tiny_bert, tmp_path, monkeypatch):
     fp32 = BertPoolingVectorizer(tiny_bert, memory=memory).fit(TEXTS)
     from_torch = fp32.transform(TEXTS)
     runs = []
-    original = _onnx.EncoderSession.run
+    original = _onnx_graph.EncoderSession.run
 
     def counted(self, inputs):
         runs.append(self.path.name)
         return original(self, inputs)
 
-    monkeypatch.setattr(_onnx.EncoderSession, "run", counted)
+    monkeypatch.setattr(_onnx_graph.EncoderSession, "run", counted)
     # fp32 ONNX equals torch to round-off: it reads torch's cached rows
     onnx_vec = BertPoolingVectorizer(tiny_bert, memory=memory, backend="onnx")
     assert_allclose(onnx_vec.fit(TEXTS).transform(TEXTS), from_torch, rtol=0, atol=0)

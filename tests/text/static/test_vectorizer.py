@@ -2,10 +2,10 @@
 
 The tiny BERT of ``conftest.tiny_bert`` is distilled (well under a second).
 References are weighted means computed text by text in Python from
-transformers' tokenizer. The table has its tests in ``test_static_table.py``,
-the weighting in ``test_static_weighting.py``, the refinement in
-``test_static_refine.py``, the cache in ``test_static_cache.py`` and the
-exports in ``tests/export/test_static.py``.
+transformers' tokenizer. The table has its tests in ``test_table.py``, the
+weighting in ``test_weighting.py``, the refinement in ``test_refine.py``, the
+cache in ``test_table_cache.py`` (all beside this file) and the exports in
+``tests/export/test_static.py``.
 """
 
 from __future__ import annotations
@@ -118,12 +118,12 @@ def test_refine_pseudo_tokens_is_bounded(tiny_bert, k, monkeypatch):
     """
     from sklearn.utils._param_validation import InvalidParameterError
 
-    from sklearn_isotropy.text import _static_table
+    from sklearn_isotropy.text.static import _table
 
     def distill(*args, **kwargs):
         raise AssertionError("distilled before the parameters were checked")
 
-    monkeypatch.setattr(_static_table, "distill", distill)
+    monkeypatch.setattr(_table, "distill", distill)
     match = r"'refine_pseudo_tokens'.* in the range \[0(\.0)?, 10000(\.0)?\]"
     with pytest.raises(InvalidParameterError, match=match):
         StaticEmbeddingVectorizer(tiny_bert, refine_pseudo_tokens=k).fit(FIT_TEXTS)

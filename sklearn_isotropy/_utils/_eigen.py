@@ -15,8 +15,9 @@ from sklearn.utils.extmath import svd_flip
 
 def sorted_eigh(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Eigenpairs of a symmetric matrix, largest first, with deterministic signs."""
-    # LAPACK syevd (divide and conquer); scipy's wrapper is about 10% faster
-    # than numpy's on a 768 x 768 covariance
+    # LAPACK syevd (divide and conquer), through scipy's wrapper rather than
+    # numpy's: a measured choice (benchmarks/README.md, "Choices measured
+    # once")
     evals, evecs = linalg.eigh(matrix, driver="evd", check_finite=False)
     return evals[::-1], fix_signs(evecs[:, ::-1])
 

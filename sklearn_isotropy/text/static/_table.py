@@ -8,7 +8,7 @@ already holds one: a model2vec model (``model.safetensors`` with an
 ``StaticEmbedding`` module (``model.safetensors`` with ``embedding.weight``,
 ``tokenizer.json``), alone or as the first module of a sentence-transformers
 model folder (``modules.json``). Distilled tables are cached on disk
-(``_static_cache.py``), keyed by the encoder's fingerprint. A folder written
+(``_table_cache.py``), keyed by the encoder's fingerprint. A folder written
 by this package's exporters says so in its configuration
 (:func:`read_export_record`): its rows carry their token weights already.
 
@@ -29,10 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .._utils import EXPORT_RECORD_KEY, import_optional, progress_bar
-from . import _loading
-from ._base import is_model_name
-from ._static_cache import cached_table
+from ..._utils import EXPORT_RECORD_KEY, import_optional, progress_bar
+from .. import _loading
+from .._base import is_model_name
+from ._table_cache import cached_table
 
 logger = logging.getLogger(__name__)
 

@@ -9,22 +9,22 @@ from collections.abc import Iterable, Mapping
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
-from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
+from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
-from .._utils import PrefixedFeatureNamesMixin, resolve_device, warn
-from ..exceptions import DoubleWeightingWarning
-from ._base import TextVectorizerMixin, validate_texts
-from ._static_means import mixing_matrix, token_ids, weighted_means
-from ._static_refine import (
+from ..._utils import PrefixedFeatureNamesMixin, resolve_device, warn
+from ..._utils._sklearn import HasMethods, Interval, StrOptions, _fit_context
+from ...exceptions import DoubleWeightingWarning
+from .._base import TextVectorizerMixin, validate_texts
+from ._means import mixing_matrix, token_ids, weighted_means
+from ._refine import (
     MAX_PSEUDO_TOKENS,
     MAX_REFINE_ALPHA,
     REFINE_BACKENDS,
     refine_on_encoder,
 )
-from ._static_table import DISTILL_POOLINGS, load_table, static_folder
-from ._static_weighting import (
+from ._table import DISTILL_POOLINGS, load_table, static_folder
+from ._weighting import (
     sif_weights,
     token_counts,
     token_probabilities,
@@ -43,9 +43,9 @@ class StaticEmbeddingVectorizer(
 
     A text becomes the weighted mean of the rows of a token table over its
     tokens: no transformer runs at :meth:`transform`, which is one call of
-    the fast tokenizer and one sparse matrix product, about two orders of
-    magnitude faster than encoding with the transformer (see
-    :doc:`/user_guide/static`). :meth:`fit` builds the table, either
+    the fast tokenizer and one sparse matrix product (its speed against
+    the transformer is measured in :doc:`/user_guide/static`). :meth:`fit`
+    builds the table, either
     distilled from a Hugging Face encoder (each vocabulary token alone
     through the model) or read from a static model (model2vec,
     sentence-transformers ``StaticEmbedding``), estimates the token
@@ -122,10 +122,9 @@ class StaticEmbeddingVectorizer(
         :class:`~sklearn_isotropy.exceptions.DoubleWeightingWarning`.
 
     sif_coefficient : float, default=1e-2
-        ``a`` of ``weighting="sif"``. Chosen on STS-B dev with the default
-        encoder (``benchmarks/bench_static.py``); with the refined table,
-        its neighbours a factor of three either side score about as well
-        (see :doc:`/user_guide/static`).
+        ``a`` of ``weighting="sif"``. The default is a measured choice, with
+        the scores of its neighbours in :doc:`/user_guide/static`
+        (``benchmarks/bench_static.py``).
 
     frequencies : None, "zipf", dict or array-like of shape (n_tokens,), \
             default=None
@@ -149,8 +148,8 @@ class StaticEmbeddingVectorizer(
         How a distilled token's outputs become its row: ``"mean"`` averages
         the encoder's output over the whole input (``[CLS] token [SEP]``
         for BERT: the mean-pooled embedding of the one-token text);
-        ``"token"`` takes the output at the token's position. ``"mean"``
-        was better on STS-B dev for every weighting. Ignored for a static
+        ``"token"`` takes the output at the token's position (the two are
+        compared in :doc:`/user_guide/static`). Ignored for a static
         model.
 
     refine : bool, default=True
@@ -160,17 +159,18 @@ class StaticEmbeddingVectorizer(
         the distilled table is cached): first an affine map of the whole
         table, then a correction of the rows of the tokens the texts use,
         both ridge least squares of the weighted means on the encoder's
-        embeddings, shrunk toward the distilled table (see Notes). On STS-B
-        it closes most of the gap to the encoder (see
+        embeddings, shrunk toward the distilled table (see Notes; how much
+        of the gap to the encoder it closes is measured in
         :doc:`/user_guide/static`). ``False`` keeps the distilled table, and
         a ``fit`` that runs no transformer once the table is cached. Ignored
         for a static model, which has no encoder.
 
     refine_alpha : float, default=0.1
-        Ridge penalty of the refinement, chosen on STS-B dev: the affine
-        map's, relative to the mean eigenvalue of the Gram matrix of the
-        centred weighted means, and each token row's, in units of the
-        squared weights (each text's weights sum to one). Larger keeps the
+        Ridge penalty of the refinement (a measured default, see
+        :doc:`/user_guide/static`): the affine map's, relative to the mean
+        eigenvalue of the Gram matrix of the centred weighted means, and
+        each token row's, in units of the squared weights (each text's
+        weights sum to one). Larger keeps the
         table closer to the distilled one (shifted to the embeddings' mean).
         At most 1e8: each stage's change shrinks as about ``1 / alpha``, and
         beyond that the table no longer changes in float32 (values near
@@ -188,9 +188,8 @@ class StaticEmbeddingVectorizer(
         the text's own rows cannot. Equivalently, ``n / (n + k)`` times the
         static mean is fitted to the embedding with each text's squared
         error weighted by ``((n + k) / n)^2``: short texts weigh more.
-        Chosen on STS-B dev, fitted on the train sentences, with
-        ``WhiteningTransformer(noise_variance="auto")`` (see
-        :doc:`/user_guide/static`); 0 fits the embeddings as they are. At
+        The default is a measured choice (see :doc:`/user_guide/static`);
+        0 fits the embeddings as they are. At
         most 10 000: ``k`` counts positions, more than any encoder pools,
         and beyond the longest text a larger ``k`` only scales the fit's
         targets.
@@ -206,9 +205,9 @@ class StaticEmbeddingVectorizer(
         embeddings too. Texts the encoder truncates get no copy (the word
         could be one it never sees). The token frequencies of the weighting
         come from the fit texts only. Each copy adds about as many texts to
-        encode as the fit texts of four words or more. Chosen on STS-B dev
-        for the pairs it mends: a negation on one side, nearly the same
-        words (see :doc:`/user_guide/static`). Ignored where nothing is
+        encode as the fit texts of four words or more. What the copies mend
+        (pairs with a negation on one side, pairs of nearly the same words)
+        is measured in :doc:`/user_guide/static`. Ignored where nothing is
         refined (``refine=False``, a static model).
 
     refine_backend : {"auto", "torch", "onnx", "onnx-int8"}, default="auto"
@@ -219,10 +218,9 @@ class StaticEmbeddingVectorizer(
         extra) and ``device`` is the CPU, else torch (and torch too if the
         encoder does not export to ONNX). The graph is exported once per
         encoder and machine and cached on disk; the first export takes a
-        few seconds. int8 was chosen because it refits several times faster
-        than torch at almost no cost to the default pipeline (with
-        ``WhiteningTransformer(noise_variance="auto")``) on STS-B (see
-        :doc:`/user_guide/static`). ``"onnx"`` gives torch's embeddings to
+        few seconds. int8 is the default for its refit time and its small
+        cost to the default pipeline, both measured in
+        :doc:`/user_guide/static`. ``"onnx"`` gives torch's embeddings to
         float32 round-off; int8 embeddings move in the last digits with the
         batch they are encoded in. Ignored where nothing is refined.
 

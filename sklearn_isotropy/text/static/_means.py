@@ -4,7 +4,7 @@ A static text vector is ``A @ T``: ``A`` the sparse ``(n_texts, n_tokens)``
 matrix of each text's normalised token weights (:func:`mixing_matrix`),
 ``T`` the token table. :class:`~sklearn_isotropy.StaticEmbeddingVectorizer`
 encodes with it (:func:`weighted_means`) and the refinement of its table
-fits ``T`` through it (``_static_refine.py``).
+fits ``T`` through it (``_refine.py``).
 """
 
 from __future__ import annotations

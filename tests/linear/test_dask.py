@@ -1,21 +1,16 @@
-"""Dask back end: fits on a real two-process LocalCluster equal in-memory fits.
+"""Dask back end of the linear post-processors: cluster fits equal in-memory fits.
 
-The cluster (two worker processes, one thread each, on loopback) is started
-once for the module and closed at its end. The 40,000 x 384 data are
-generated block by block on the workers from a seed, and the same function
-builds the in-memory copy on the client, so no large array travels in the
-task graph.
+On a real two-process LocalCluster (``dask_client``, started once for the
+module). The 40,000 x 384 data are generated block by block on the workers
+from a seed, and the same function builds the in-memory copy on the client,
+so no large array travels in the task graph.
 """
 
 from __future__ import annotations
 
-import logging
-import threading
-import warnings
-
 import numpy as np
 import pytest
-from numpy.testing import assert_allclose, assert_array_equal
+from numpy.testing import assert_array_equal
 
 da = pytest.importorskip("dask.array")
 dask = pytest.importorskip("dask")
@@ -26,7 +21,6 @@ from sklearn_isotropy import (  # noqa: E402
     StandardNormalizer,
     WhiteningTransformer,
 )
-from sklearn_isotropy.dask import embed_partitions  # noqa: E402
 
 N_ROWS, N_FEATURES, N_CHUNKS = 40_000, 384, 20
 CHUNK = N_ROWS // N_CHUNKS
@@ -34,24 +28,6 @@ RTOL = 1e-10
 
 
 # ------------------------------------------------------------------ fixtures
-@pytest.fixture(scope="module")
-def client():
-    cluster = distributed.LocalCluster(
-        n_workers=2,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address=None,
-        silence_logs=logging.ERROR,
-    )
-    client = distributed.Client(cluster)
-    try:
-        yield client
-    finally:
-        client.close()
-        cluster.close()
-
-
 def _block(i: int, n: int = CHUNK, d: int = N_FEATURES) -> np.ndarray:
     """Rows ``i * n`` to ``(i + 1) * n`` of the test data, from a seed.
 
@@ -66,7 +42,7 @@ def _block(i: int, n: int = CHUNK, d: int = N_FEATURES) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def data(client):
+def data(dask_client):
     """(in-memory X, the same X as a persisted dask array of 20 chunks)."""
     blocks = [
         da.from_delayed(
@@ -104,7 +80,7 @@ def align_signs(W, reference):
 
 
 # ------------------------------------------------------------ linear fitting
-def test_whitening_fit_on_cluster_equals_in_memory(client, data):
+def test_whitening_fit_on_cluster_equals_in_memory(dask_client, data):
     X, X_dask = data
     assert X_dask.numblocks == (N_CHUNKS, 1)
     ref = WhiteningTransformer().fit(X)
@@ -129,7 +105,7 @@ def test_whitening_fit_on_cluster_equals_in_memory(client, data):
         assert_rel(align_signs(Z.blocks[i].compute(), Z_ref), Z_ref)
 
 
-def test_denoised_whitening_on_cluster(client, small):
+def test_denoised_whitening_on_cluster(dask_client, small):
     X, X_dask = small
     ref = WhiteningTransformer(noise_variance="auto").fit(X)
     est = WhiteningTransformer(noise_variance="auto").fit(X_dask)
@@ -138,7 +114,7 @@ def test_denoised_whitening_on_cluster(client, small):
     assert_rel(align_signs(est.whitening_, ref.whitening_), ref.whitening_)
 
 
-def test_whitening_options_and_weights_on_cluster(client, small):
+def test_whitening_options_and_weights_on_cluster(dask_client, small):
     X, X_dask = small
     w = np.random.default_rng(3).integers(0, 4, size=X.shape[0]).astype(float)
     w_dask = da.from_array(w, chunks=CHUNK // 2)  # rechunked to match X
@@ -159,7 +135,7 @@ def test_whitening_options_and_weights_on_cluster(client, small):
     assert_rel(align_signs(Z.compute(), Z_ref), Z_ref)
 
 
-def test_continued_dask_fit_keeps_its_fourth_moments_like_numpy(client, small):
+def test_continued_dask_fit_keeps_its_fourth_moments_like_numpy(dask_client, small):
     # started with Ledoit-Wolf, a detour through another shrinkage must not
     # drop the fourth moments on the dask path (the numpy path keeps them)
     X, X_dask = small
@@ -181,7 +157,7 @@ def test_continued_dask_fit_keeps_its_fourth_moments_like_numpy(client, small):
     [lambda: NATSVTransformer(n_components=3), lambda: StandardNormalizer()],
     ids=["natsv", "standard"],
 )
-def test_natsv_and_standard_on_cluster(client, small, make):
+def test_natsv_and_standard_on_cluster(dask_client, small, make):
     X, X_dask = small
     ref = make().fit(X)
     est = make().fit(X_dask)
@@ -195,7 +171,7 @@ def test_natsv_and_standard_on_cluster(client, small, make):
     assert_rel(Z.compute(), ref.transform(X))
 
 
-def test_partial_fit_with_dask_batches(client, small):
+def test_partial_fit_with_dask_batches(dask_client, small):
     X, X_dask = small
     est = WhiteningTransformer()
     est.partial_fit(X_dask[: 2 * CHUNK + 123])
@@ -212,7 +188,7 @@ def test_partial_fit_with_dask_batches(client, small):
     assert_rel(est.covariance_, ref.covariance_)
 
 
-def test_dask_dataframe_records_feature_names(client):
+def test_dask_dataframe_records_feature_names(dask_client):
     pd = pytest.importorskip("pandas")
     dd = pytest.importorskip("dask.dataframe")
     rng = np.random.default_rng(0)
@@ -228,7 +204,7 @@ def test_dask_dataframe_records_feature_names(client):
 
 
 # ------------------------------------------------------------- bad input
-def test_nan_in_one_block_names_block_and_row(client):
+def test_nan_in_one_block_names_block_and_row(dask_client):
     X = np.random.default_rng(1).normal(size=(4000, 5))
     X[2345, 3] = np.nan
     X_dask = da.from_array(X, chunks=(500, 5))
@@ -248,7 +224,7 @@ def test_nan_in_one_block_names_block_and_row(client):
     assert not hasattr(est, "moments_")
 
 
-def test_inf_in_several_blocks_and_unknown_chunks(client):
+def test_inf_in_several_blocks_and_unknown_chunks(dask_client):
     X = np.random.default_rng(2).normal(size=(3000, 4))
     X[10, 0] = np.inf
     X[2999, 1] = -np.inf
@@ -262,7 +238,7 @@ def test_inf_in_several_blocks_and_unknown_chunks(client):
     assert "infinity in block 2 (row 999 of the block)" in str(info.value)
 
 
-def test_bad_weights_and_shapes(client):
+def test_bad_weights_and_shapes(dask_client):
     X = np.random.default_rng(4).normal(size=(600, 3))
     X_dask = da.from_array(X, chunks=200)
     w = np.ones(600)
@@ -320,7 +296,7 @@ def test_float32_blocks_keep_their_round_off_out_of_the_rank():
 
 
 # ------------------------------------------------------------------ dask-ml
-def test_dask_ml_incremental(client, small):
+def test_dask_ml_incremental(dask_client, small):
     wrappers = pytest.importorskip("dask_ml.wrappers")
     X, X_dask = small
     X, X_dask = X[: 3 * CHUNK], X_dask[: 3 * CHUNK]
@@ -340,133 +316,3 @@ def test_dask_ml_incremental(client, small):
     assert isinstance(Z, da.Array)
     Z_ref = ref.transform(X[: 2 * CHUNK])
     assert_rel(align_signs(Z.compute(), Z_ref), Z_ref)
-
-
-# ---------------------------------------------------------------- embedding
-_LOADS = {"count": 0}
-_LOADS_LOCK = threading.Lock()
-
-
-def _load_count():
-    return _LOADS["count"]
-
-
-class LazyModelVectorizer:
-    """Stand-in for a model vectorizer: loads its "model" on first transform.
-
-    The model is left out of the pickle, like weights reloaded from disk; the
-    loads are counted per process.
-    """
-
-    def __init__(self, width=6):
-        self.width = width
-        self._model = None
-
-    def __sklearn_is_fitted__(self):
-        return True
-
-    def __getstate__(self):
-        return {"width": self.width, "_model": None}
-
-    def transform(self, texts):
-        if self._model is None:
-            with _LOADS_LOCK:
-                _LOADS["count"] += 1
-            self._model = np.arange(1, self.width + 1, dtype=np.float32)
-        lengths = np.array([len(t) for t in texts], dtype=np.float32)
-        return (
-            np.outer(lengths, self._model)
-            + np.array([sum(map(ord, t)) % 97 for t in texts], dtype=np.float32)[
-                :, None
-            ]
-        )
-
-
-def test_embed_partitions_loads_model_once_per_worker(client):
-    pd = pytest.importorskip("pandas")
-    dd = pytest.importorskip("dask.dataframe")
-    texts = [f"sentence {i} " + "word " * (i % 7) for i in range(300)]
-    ddf = dd.from_pandas(pd.DataFrame({"text": texts}), npartitions=12)
-    vec = LazyModelVectorizer()
-    client.run(lambda: _LOADS.update(count=0))
-    E = embed_partitions(vec, ddf["text"])
-    assert isinstance(E, da.Array)
-    assert E.shape == (300, 6) and E.dtype == np.float32
-    assert not any(np.isnan(c) for c in E.chunks[0])
-    assert sum(E.chunks[0]) == 300 and len(E.chunks[0]) == 12
-    values = E.compute()
-    assert_array_equal(values, LazyModelVectorizer().transform(texts))
-    loads = client.run(_load_count)
-    assert sum(loads.values()) >= 1
-    assert all(n <= 1 for n in loads.values()), loads
-    # the embeddings feed a cluster fit directly
-    est = StandardNormalizer().fit(E)
-    assert_allclose(est.mean_, values.astype(np.float64).mean(axis=0), rtol=1e-6)
-
-
-def test_embed_partitions_bag_and_errors(client):
-    db = pytest.importorskip("dask.bag")
-    texts = [f"t{i}" * (1 + i % 3) for i in range(50)]
-    bag = db.from_sequence(texts, npartitions=4)
-    E = embed_partitions(LazyModelVectorizer(width=3), bag, n_features=3, dtype="f8")
-    assert E.dtype == np.float64 and E.shape == (50, 3)
-    assert_array_equal(E.compute(), LazyModelVectorizer(width=3).transform(texts))
-    with pytest.raises(TypeError, match="dask Series"):
-        embed_partitions(LazyModelVectorizer(), texts)
-    from sklearn.exceptions import NotFittedError
-    from sklearn.feature_extraction.text import TfidfVectorizer
-
-    with pytest.raises(NotFittedError, match="embed_partitions"):
-        embed_partitions(TfidfVectorizer(), bag)
-
-
-def _count_encoder_loads():
-    """Install (once) and read a per-process counter of encoder loads."""
-    import sklearn_isotropy.text._loading as loading
-
-    cls = loading.LoadedEncoder
-    if "_n_loads" not in cls.__dict__:
-        original = cls.__init__
-
-        def counting_init(self, *args, **kwargs):
-            cls._n_loads += 1
-            original(self, *args, **kwargs)
-
-        cls._n_loads = 0
-        cls.__init__ = counting_init
-    return cls._n_loads
-
-
-def test_embed_partitions_tiny_bert_matches_single_process(client, tiny_bert):
-    pytest.importorskip("torch")
-    pd = pytest.importorskip("pandas")
-    dd = pytest.importorskip("dask.dataframe")
-    from sklearn_isotropy import BertPoolingVectorizer
-
-    words = "the a cat dog sat on mat ran fast slow man woman big small red".split()
-    rng = np.random.default_rng(0)
-    texts = [" ".join(rng.choice(words, size=rng.integers(1, 12))) for i in range(300)]
-    frame = pd.DataFrame({"id": np.arange(300), "text": texts})
-    ddf = dd.from_pandas(frame, npartitions=6)
-    vec = BertPoolingVectorizer(str(tiny_bert), batch_size=16).fit(texts[:2])
-    expected = vec.transform(texts)
-
-    before = client.run(_count_encoder_loads)
-    # every task on one worker, so that one process, not two, imports torch
-    # (the test above spreads its partitions over both workers)
-    worker, other = sorted(before)
-    with dask.annotate(workers=[worker], allow_other_workers=False):
-        with warnings.catch_warnings():
-            # dask-expr does not annotate the partitions of the frame; they
-            # hold texts only and may run anywhere
-            warnings.filterwarnings("ignore", "Dask annotations", UserWarning)
-            E = embed_partitions(vec, ddf["text"])  # its probe runs there too
-        values = E.compute()
-    assert E.shape == (300, 32) and E.dtype == np.float32
-    assert E.chunks[0] == tuple(ddf.map_partitions(len).compute())
-    loads = {w: n - before[w] for w, n in client.run(_count_encoder_loads).items()}
-    # same rows in the same order (float32 round-off: torch uses one thread
-    # per worker and several here)
-    assert_allclose(values, expected, rtol=1e-5, atol=1e-6)
-    # six partitions and the probe: the encoder was loaded once
-    assert loads == {worker: 1, other: 0}, loads

@@ -275,6 +275,6 @@ def test_a_corrupt_tokenizer_json_is_named(hf, tmp_path):
 
 
 def test_an_encoder_folder_is_not_taken_for_a_static_one(tiny_bert):
-    from sklearn_isotropy.text._static_table import static_folder
+    from sklearn_isotropy.text.static._table import static_folder
 
     assert static_folder(tiny_bert) is None  # config.json of a BERT

@@ -21,7 +21,7 @@ from sklearn_isotropy import (  # noqa: E402
     StaticEmbeddingVectorizer,
     WhiteningTransformer,
 )
-from sklearn_isotropy.text._static_weighting import token_probabilities  # noqa: E402
+from sklearn_isotropy.text.static._weighting import token_probabilities  # noqa: E402
 
 # distilled tables go to a fresh directory per test, never ~/.cache
 pytestmark = pytest.mark.usefixtures("static_cache")
@@ -126,7 +126,7 @@ def test_zipf_frequencies_are_model2vecs_rank_estimate(tiny_bert, hf):
 
 def test_zipf_frequencies_leave_out_unused_placeholders():
     tokenizers = pytest.importorskip("tokenizers")
-    from sklearn_isotropy.text._static_weighting import token_probabilities, zipf_counts
+    from sklearn_isotropy.text.static._weighting import token_probabilities, zipf_counts
 
     words = ["[PAD]", "[unused0]", "[UNK]", "the", "[unused1]", "cat", "sat"]
     model = tokenizers.models.WordPiece(

@@ -45,10 +45,10 @@ FORMAT_VERSION = 5
 #: model's own). Traced, torch's fused attention (SDPA) becomes a boolean
 #: mask and a NaN guard after the softmax (``IsNaN``, ``Where``) in every
 #: block; the plain ("eager") attention computes the same (each export is
-#: checked against the model as it runs) with fewer operations, and its
-#: graph of the default encoder ran faster, in int8 above all (the
-#: ablation notes of :ref:`onnx_runtime`, ``benchmarks/bench_encoder.py
-#: --ablation``).
+#: checked against the model as it runs) with fewer operations. The choice
+#: is measured on the default encoder in the ablation notes of
+#: :ref:`onnx_runtime` (``benchmarks/bench_encoder.py --ablation``), which
+#: hold the figures.
 EXPORT_ATTENTION = "eager"
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
@@ -135,8 +135,9 @@ def _export(loaded, spec, path):
     ):
         # TorchScript's tracer notes the Python branches on shapes of the
         # attention code; the check below runs the graph on other shapes.
-        # Its exporter is deprecated in favour of torch.export, whose graphs
-        # of these encoders ran about 10% slower in onnxruntime.
+        # Its exporter is deprecated in favour of torch.export, kept on
+        # speed: the ablation notes of the ONNX Runtime page hold the
+        # measured cost of torch.export's graphs.
         warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
         warnings.filterwarnings("ignore", category=DeprecationWarning)
         warnings.filterwarnings("ignore", category=UserWarning, module="torch")
@@ -267,8 +268,8 @@ def quantize(source, target):
     Dynamic int8 quantisation of the matrix products (weights per channel).
     ``reduce_range`` keeps the weights to 7 bits: CPUs without VNNI
     saturate in the int8 products otherwise, and the same file may serve on
-    one (on the default encoder it cost no STS-B correlation against full
-    range; ``benchmarks/bench_encoder.py`` prints int8's beside float32's).
+    one (what the narrower weights cost is measured in :ref:`onnx_runtime`;
+    ``benchmarks/bench_encoder.py`` prints int8's beside float32's).
     Embedding lookups (``Gather``) stay float32: they cost no arithmetic.
     """
     onnx, _ = import_onnx_deps()
@@ -292,9 +293,9 @@ def quantize(source, target):
 #: The keyword arguments of ``onnxruntime.InferenceSession`` that run an
 #: exported graph as the vectorizer does
 #: (``sklearn_isotropy.text.ONNX_SESSION_OPTIONS``). onnxruntime's fusion of
-#: the residual Add into its SkipLayerNormalization kernel made the int8
-#: graph slower, and float32 no faster (the ablation notes of
-#: :ref:`onnx_runtime`, ``benchmarks/bench_encoder.py --ablation``). An int8
+#: the residual Add into its SkipLayerNormalization kernel is turned off, a
+#: choice measured in the ablation notes of :ref:`onnx_runtime`
+#: (``benchmarks/bench_encoder.py --ablation``). An int8
 #: graph is reproduced exactly only with the same fusions, so every session
 #: of an exported graph (the pipeline export's check, its README) takes
 #: these options.
@@ -312,9 +313,9 @@ class EncoderSession:
     (:class:`~._encoders.BatchRunner`). A transformer's batch is many small
     operations (layer norms, activations, the attention of short texts)
     that gain little from splitting each across threads and pay a
-    synchronisation at each; whole batches on separate threads scale
-    better, in float32 and in int8, than one session of several intra-op
-    threads (measured in the ablation notes of :ref:`onnx_runtime`).
+    synchronisation at each, so whole batches run on separate threads
+    rather than one session of several intra-op threads (a choice measured
+    in the ablation notes of :ref:`onnx_runtime`).
     ``model`` is the graph's bytes, ``path`` where they were read from.
     """
 

@@ -6,8 +6,9 @@ holds one folder per key, ``table-<key>/``, with the table as
 ``table.npy`` (float32), the sha256 of that file's bytes as
 ``table.npy.sha256`` and, for people, ``spec.json`` (what the key was made
 of). The key hashes the encoder's fingerprint (every weight, the
-configuration and the tokenizer: ``_cache.fingerprint``), the distillation
-pooling and the distillation version.
+configuration and the tokenizer: ``LoadedEncoder.fingerprint`` in
+``text/_loading.py``), the distillation pooling and the distillation
+version.
 
 What it guarantees, as the cache of exported ONNX encoders does:
 
@@ -35,8 +36,8 @@ import json
 
 import numpy as np
 
-from .._utils import cache_home, publish_directory, warn
-from ..exceptions import CacheWarning
+from ..._utils import cache_home, publish_directory, warn
+from ...exceptions import CacheWarning
 
 #: Environment variable naming the directory of the distilled tables.
 CACHE_ENV = "SKLEARN_ISOTROPY_STATIC_CACHE"

@@ -22,12 +22,12 @@ pytestmark = pytest.mark.usefixtures("static_cache")
 
 
 def _no_distillation(monkeypatch):
-    from sklearn_isotropy.text import _static_table
+    from sklearn_isotropy.text.static import _table
 
     def fail(*args, **kwargs):
         raise AssertionError("distilled although the table was cached")
 
-    monkeypatch.setattr(_static_table, "distill", fail)
+    monkeypatch.setattr(_table, "distill", fail)
 
 
 def test_a_second_fit_reads_the_verified_cache(tiny_bert, static_cache, monkeypatch):
@@ -123,16 +123,16 @@ def test_a_table_another_process_stored_is_not_a_failure(
     import warnings
 
     from sklearn_isotropy.exceptions import CacheWarning
-    from sklearn_isotropy.text import _static_cache
+    from sklearn_isotropy.text.static import _table_cache
 
-    write = _static_cache._write
+    write = _table_cache._write
 
     def racing(folder, table, spec, overwrite):
         write(folder, table, spec, overwrite)  # the other process wins
         raise FileExistsError(17, "File exists", str(folder))
 
     with monkeypatch.context() as patch:
-        patch.setattr(_static_cache, "_write", racing)
+        patch.setattr(_table_cache, "_write", racing)
         with warnings.catch_warnings():
             warnings.simplefilter("error", CacheWarning)
             StaticEmbeddingVectorizer(tiny_bert, weighting="uniform").fit(["a"])
@@ -140,20 +140,20 @@ def test_a_table_another_process_stored_is_not_a_failure(
     def refused(folder, table, spec, overwrite):
         raise FileExistsError(17, "File exists", str(folder))
 
-    monkeypatch.setattr(_static_cache, "_write", refused)
+    monkeypatch.setattr(_table_cache, "_write", refused)
     with pytest.warns(CacheWarning, match="Cannot store"):
         StaticEmbeddingVectorizer(tiny_bert, distill_pooling="token").fit(["a"])
 
 
 def test_a_cache_that_cannot_be_written_is_read(tiny_bert, static_cache, monkeypatch):
     from sklearn_isotropy.exceptions import CacheWarning
-    from sklearn_isotropy.text import _static_cache
+    from sklearn_isotropy.text.static import _table_cache
 
     def read_only(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
     first = StaticEmbeddingVectorizer(tiny_bert, weighting="uniform").fit(["a"])
-    monkeypatch.setattr(_static_cache, "publish_directory", read_only)
+    monkeypatch.setattr(_table_cache, "publish_directory", read_only)
     with monkeypatch.context() as patch:  # a stored table is served
         _no_distillation(patch)
         served = StaticEmbeddingVectorizer(tiny_bert, weighting="uniform").fit(["a"])

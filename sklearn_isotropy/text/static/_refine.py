@@ -4,7 +4,7 @@ A static text vector is ``A @ T``: ``A`` the sparse (n_texts, n_tokens)
 matrix of each text's normalised token weights (rows summing to one),
 ``T`` the table. A table distilled from single tokens (``T0``) does not
 know how the encoder combines tokens in context; the encoder's embeddings
-``Y`` of some texts do, and need no labels. :func:`refine_table` fits ``T``
+``Y`` of some texts do, and need no labels. :func:`fit_table` fits ``T``
 to them in two ridge-regularised least-squares stages, each shrunk toward
 the distilled table (model2vec's "tokenlearn" fits a table to an encoder's
 outputs the same way, by gradient descent over a large corpus):
@@ -16,11 +16,11 @@ outputs the same way, by gradient descent over a large corpus):
    tokens with others (BERT's ``[CLS]`` and ``[SEP]``), whose share
    ``2 / (n + 2)`` shrinks the embeddings of short texts toward the
    outputs of those positions, which a mean of the text's own rows cannot
-   do. On STS-B dev ``k = 16`` was better than ``k = 2`` and than no
-   scaling, though by kind of pair it gains on long texts, not short ones:
-   it acts as a weighting of the least squares (each text's squared error
-   times ``((n + k) / n)^2``) as much as a model of the special tokens
-   (``benchmarks/bench_static_quality.py``);
+   do. The scaling acts as a weighting of the least squares (each text's
+   squared error times ``((n + k) / n)^2``) as much as a model of the
+   special tokens; the default ``k`` is measured against others, and by
+   kind of pair, in the user guide's static page ("What we tried",
+   ``benchmarks/bench_static_quality.py``);
 
 1. an affine map of the whole table, ``T1 = T0 M + b``, from the ``d + 1``
    columns of ``A T0`` to ``Y``, with the penalty ``mu ||M - I||^2``: it
@@ -36,14 +36,15 @@ The texts are the fit texts and, by default, a copy of each with one word
 deleted (:func:`one_word_deleted`), encoded by the encoder too: a pair of a
 text and the same text less a word tells the least squares what that word
 does to the encoder's embedding in that context, which is what a pair of
-similar sentences in an STS set differs by. Random spans of the fit texts
-(fragments rather than sentences) did not help
-(``benchmarks/bench_static_quality.py``).
+similar sentences in an STS set differs by. The other texts tried in their
+place (random spans of the fit texts among them) are in the same "What we
+tried" (``benchmarks/bench_static_quality.py``).
 
 :func:`refine_on_encoder` is what the vectorizer's ``fit`` runs: it fits
 the encoder of the targets (:func:`fit_encoder`, on the backend of
 :func:`refine_backend`), adds the copies, encodes and calls
-:func:`refine_table`.
+:func:`fit_table`. :func:`refine_table` is the public door to the same
+fit, for a table, texts and targets of the caller's own.
 """
 
 from __future__ import annotations
@@ -54,14 +55,22 @@ import re
 import time
 import warnings
 import zlib
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy import sparse
 from sklearn.exceptions import ConvergenceWarning
 
-from .._utils import warn
-from ..exceptions import IsotropyWarning, TruncationWarning
-from ._static_means import mixing_matrix, token_ids
+from ..._utils import warn
+from ...exceptions import IsotropyWarning, TruncationWarning
+from .._base import validate_texts
+from ._means import mixing_matrix, token_ids
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import tokenizers
+    from numpy.typing import ArrayLike
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +113,8 @@ class RefinementWarning(IsotropyWarning, ConvergenceWarning):
 
 
 #: Relative residual of the normal equations at which conjugate gradients stop,
-#: and the most iterations they take (about 20 for STS-B train).
+#: and the most iterations they take (far more than a fit on STS-B train
+#: needs: the user guide's static page gives the count).
 CG_TOL, CG_MAX_ITER = 1e-3, 500
 
 
@@ -228,7 +238,7 @@ def token_refinement(mixing, residuals, alpha):
     return out, n_iter
 
 
-def refine_table(
+def fit_table(
     table,
     mixing,
     targets,
@@ -282,6 +292,154 @@ def refine_table(
         D, _ = token_refinement(mixing, targets - mixing @ refined, alpha)
         refined += D
     return refined.astype(np.float32)
+
+
+def refine_table(
+    table: ArrayLike,
+    tokenizer: tokenizers.Tokenizer,
+    texts: Sequence[str],
+    targets: ArrayLike,
+    *,
+    weights: ArrayLike | None = None,
+    alpha: float = 0.1,
+    pseudo_tokens: float = 16.0,
+    affine: bool = True,
+    tokens: bool = True,
+) -> np.ndarray:
+    """Fit a token table to sentence embeddings of texts.
+
+    The refinement that :class:`~sklearn_isotropy.StaticEmbeddingVectorizer`
+    runs at ``fit`` (``refine=True``), for a table, texts and target
+    embeddings of the caller's own: a table the vectorizer read from a
+    static model (which it never refines), say, fitted to the embeddings
+    another encoder gives of some texts. The static mean of each text (its
+    rows weighted by ``weights``) is fitted to its target in two ridge
+    least-squares stages, each shrunk toward ``table``: an affine map of the
+    whole table, then a correction of the rows of the tokens the texts use
+    (see the vectorizer's Notes and :ref:`static`).
+
+    Parameters
+    ----------
+    table : array-like of shape (n_tokens, n_features)
+        The token table, one row per token id of ``tokenizer``.
+    tokenizer : tokenizers.Tokenizer
+        A fast tokenizer whose ids index the rows of ``table`` (the
+        vectorizer's ``tokenizer_``). Texts are tokenized without special
+        tokens, as the vectorizer does.
+    texts : sequence of str
+        The texts whose static means are fitted. Texts without tokens are
+        left out.
+    targets : array-like of shape (n_texts, n_features)
+        Their embeddings, the row of each text in ``texts`` order.
+    weights : array-like of shape (n_tokens,), default=None
+        Each token's weight in the means (the vectorizer's
+        ``token_weights_``); None weighs every token alike.
+    alpha : float, default=0.1
+        The ridge penalty of both stages (``refine_alpha`` of the
+        vectorizer), in (0, 1e8].
+    pseudo_tokens : float, default=16.0
+        ``k`` of the model of mean pooling (``refine_pseudo_tokens`` of the
+        vectorizer): each target is scaled by ``(n + k) / n`` for a text of
+        ``n`` tokens; 0 fits the targets as they are. In [0, 1e4].
+    affine : bool, default=True
+        Run the first stage, the affine map of the whole table.
+    tokens : bool, default=True
+        Run the second stage, the correction of each used token's row.
+
+    Returns
+    -------
+    table : ndarray of shape (n_tokens, n_features), float32
+        The refined table.
+
+    Raises
+    ------
+    ValueError
+        If the shapes of ``table``, ``targets`` and ``weights`` do not
+        match ``texts`` and each other, ``tokenizer`` gives ids beyond the
+        rows of ``table``, no text has a token, a value is not finite, or
+        ``alpha`` or ``pseudo_tokens`` is out of range.
+
+    See Also
+    --------
+    sklearn_isotropy.StaticEmbeddingVectorizer : Runs this refinement on
+        the encoder's own embeddings of its fit texts.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tokenizers import Tokenizer, models, pre_tokenizers
+    >>> from sklearn_isotropy.text import refine_table
+    >>> vocab = {"[UNK]": 0, "the": 1, "cat": 2, "sat": 3, "dog": 4}
+    >>> tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    >>> tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    >>> rng = np.random.default_rng(0)
+    >>> table = rng.normal(size=(5, 3))
+    >>> texts = ["the cat sat", "the dog sat", "the cat", "a dog"]
+    >>> refined = refine_table(table, tokenizer, texts, rng.normal(size=(4, 3)))
+    >>> refined.shape, refined.dtype
+    ((5, 3), dtype('float32'))
+    """
+    texts = validate_texts(texts)
+    table = np.asarray(table)
+    targets = np.asarray(targets, dtype=np.float64)
+    if (
+        table.ndim != 2
+        or targets.ndim != 2
+        or targets.shape
+        != (
+            len(texts),
+            table.shape[1],
+        )
+    ):
+        raise ValueError(
+            f"table (shape {table.shape}) must be 2-D, and targets (shape "
+            f"{targets.shape}) must have one row per text ({len(texts)}) and "
+            "one column per column of table; pass the embeddings of texts, "
+            "in texts order."
+        )
+    weights = np.ones(len(table)) if weights is None else np.asarray(weights)
+    if weights.shape != (len(table),):
+        raise ValueError(
+            f"weights has shape {weights.shape}, but table has {len(table)} "
+            "rows; pass one weight per token (or None for equal weights)."
+        )
+    if not (0 < alpha <= MAX_REFINE_ALPHA and 0 <= pseudo_tokens <= MAX_PSEUDO_TOKENS):
+        raise ValueError(
+            f"alpha={alpha!r} must be in (0, {MAX_REFINE_ALPHA:g}] and "
+            f"pseudo_tokens={pseudo_tokens!r} in [0, {MAX_PSEUDO_TOKENS:g}] (the "
+            "vectorizer's refine_alpha and refine_pseudo_tokens)."
+        )
+    for name, values in (("table", table), ("targets", targets), ("weights", weights)):
+        if not np.all(np.isfinite(values)):
+            raise ValueError(f"{name} holds NaN or infinite values; pass finite ones.")
+    ids, lengths = token_ids(tokenizer, texts)
+    if len(ids) and ids.max() >= len(table):
+        raise ValueError(
+            f"tokenizer gives token id {ids.max()}, but table has {len(table)} "
+            "rows; pass the tokenizer whose ids index the table."
+        )
+    kept = np.flatnonzero(lengths)
+    if not len(kept):
+        raise ValueError("None of the texts has a token: nothing to fit the table to.")
+    mixing = mixing_matrix(ids, lengths, weights, len(table))[kept]
+    with np.errstate(invalid="ignore", over="ignore"):
+        refined = fit_table(
+            table,
+            mixing,
+            targets[kept],
+            alpha,
+            lengths=lengths[kept],
+            pseudo_tokens=pseudo_tokens,
+            affine=affine,
+            tokens=tokens,
+        )
+    if not np.all(np.isfinite(refined)):
+        raise ValueError(
+            f"Fitting the table with alpha={alpha!r} and pseudo_tokens="
+            f"{pseudo_tokens!r} overflowed float32; pass values nearer the "
+            "defaults (0.1 and 16)."
+        )
+    return refined
 
 
 def _check_finite(refined, targets, texts, vectorizer):
@@ -343,7 +501,7 @@ def fit_encoder(vectorizer, texts, device):
     and the backend it runs (see ``refine_backend``; ``"auto"`` falls back
     to torch when the encoder does not export to ONNX).
     """
-    from ._vectorizer import BertPoolingVectorizer
+    from .._vectorizer import BertPoolingVectorizer
 
     backend = refine_backend(vectorizer.refine_backend, device)
 
@@ -426,7 +584,7 @@ def refine_on_encoder(
     # non-finite targets, or a table beyond float32's range, are the
     # ValueError of _check_finite, not numpy's warnings on the way there
     with np.errstate(invalid="ignore", over="ignore"):
-        refined = refine_table(
+        refined = fit_table(
             table,
             mixing,
             targets,
