@@ -19,6 +19,7 @@ __all__ = [
     "DoubleWeightingWarning",
     "EvaluationError",
     "EvaluationWarning",
+    "FlowTrainingError",
     "FlowTrainingWarning",
     "IsotropyDeprecationWarning",
     "IsotropyWarning",
@@ -87,7 +88,21 @@ class NoRelevantDocumentWarning(IsotropyWarning):
 
 
 class FlowTrainingWarning(IsotropyWarning, ConvergenceWarning):
-    """Normalizing-flow training did not end cleanly (non-finite loss)."""
+    """Normalizing-flow training did not end cleanly.
+
+    Its loss became non-finite or rose by orders of magnitude; the fitted
+    flow keeps the last parameters that were still good, and the message
+    gives the figures and what to change.
+    """
+
+
+class FlowTrainingError(ValueError):
+    """Normalizing-flow training produced no usable model.
+
+    Raised when even the parameters a failed training falls back to give
+    non-finite or runaway outputs; the message says what to change
+    (``learning_rate``, ``standardize``, ``coupling``).
+    """
 
 
 class DensityUnderflowWarning(IsotropyWarning):

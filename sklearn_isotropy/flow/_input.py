@@ -34,18 +34,31 @@ __all__ = [
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
+def rescaled(X: np.ndarray) -> tuple[np.ndarray, float]:
+    """``(X / p, p)`` with ``p`` a power of two near ``max|X|``, in ``X``'s dtype.
+
+    Dividing by a power of two is exact, and the squares of the rescaled rows
+    cannot overflow: statistics of ``X / p`` are those of ``X`` for any
+    finite magnitude (1e154 and more), moved back by ``p``.
+    """
+    amax = float(np.max(np.abs(X))) if X.size else 0.0
+    p = 2.0 ** np.floor(np.log2(amax)) if amax > 0 else 1.0
+    return X / X.dtype.type(p), p
+
+
 def standardization(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-feature mean and scale of ``X`` (float64), for any finite magnitude.
 
     The statistics are those of :class:`~sklearn_isotropy.StandardNormalizer`
-    (same constant-feature rule), computed on ``X / p`` with ``p`` a power of
-    two near ``max|X|``: dividing by a power of two is exact, and the squares
-    of the rescaled rows cannot overflow, so input of magnitude 1e154 and more
-    gets the same standardisation as input of magnitude 1.
+    (same constant-feature rule, at the precision of ``X``'s dtype: a float32
+    feature whose spread is float32 round-off is constant), computed on
+    ``X / p`` with ``p`` a power of two near ``max|X|``: dividing by a power
+    of two is exact, and the squares of the rescaled rows cannot overflow, so
+    input of magnitude 1e154 and more gets the same standardisation as input
+    of magnitude 1.
     """
-    amax = float(np.max(np.abs(X))) if X.size else 0.0
-    p = 2.0 ** np.floor(np.log2(amax)) if amax > 0 else 1.0
-    normalizer = StandardNormalizer().fit(X / p)
+    X_p, p = rescaled(X)
+    normalizer = StandardNormalizer().fit(X_p)
     return normalizer.mean_ * p, normalizer.scale_ * p
 
 
@@ -85,13 +98,21 @@ def from_flow_input(U, mean, scale, whitener) -> np.ndarray:
     return unstandardize(U, mean, scale)
 
 
-def fit_whitener(Xs_train: np.ndarray, shrinkage) -> tuple[WhiteningTransformer, int]:
+def fit_whitener(
+    Xs_train: np.ndarray, X_train: np.ndarray, shrinkage
+) -> tuple[WhiteningTransformer, int]:
     """The initial whitening of the standardised training rows, and its rank.
 
     Parameters
     ----------
     Xs_train : ndarray of shape (n_samples, n_features)
-        Standardised training rows.
+        Standardised training rows (float64).
+    X_train : ndarray of shape (n_samples, n_features)
+        The same rows as given, in their dtype: the rank is theirs, so that
+        round-off is judged at the input's precision and against the rows'
+        own magnitudes (a float32 row rounded in computing a hyperplane's
+        coordinates keeps no direction off it). Standardising rescales the
+        features but adds no direction of variance.
     shrinkage : "auto", float, "ledoit-wolf" or "oas"
         The estimator's parameter: ``"auto"`` is 0 for a full-rank covariance
         and ``"oas"`` for a singular one.
@@ -99,11 +120,12 @@ def fit_whitener(Xs_train: np.ndarray, shrinkage) -> tuple[WhiteningTransformer,
     Returns
     -------
     whitener : WhiteningTransformer
-        Fitted, full rank (shrunk when the covariance is singular).
+        Fitted to ``Xs_train``, full rank (shrunk when the covariance is
+        singular).
     rank : int
-        Numerical rank of the unshrunk covariance: the first ``rank``
-        whitened coordinates (in principal-axis order) are the directions in
-        which the rows vary.
+        Numerical rank of the covariance: the first ``rank`` whitened
+        coordinates (in principal-axis order) are the directions in which
+        the rows vary.
     """
     d = Xs_train.shape[1]
     if np.all(np.ptp(Xs_train, axis=0) == 0):
@@ -115,8 +137,7 @@ def fit_whitener(Xs_train: np.ndarray, shrinkage) -> tuple[WhiteningTransformer,
     with warnings.catch_warnings():
         # a singular covariance is handled here, with the flow's advice
         warnings.simplefilter("ignore", RankDeficiencyWarning)
-        whitener = WhiteningTransformer().fit(Xs_train)
-    rank = int(whitener.n_components_)
+        rank = int(WhiteningTransformer().fit(rescaled(X_train)[0]).n_components_)
     resolved = shrinkage
     if shrinkage == "auto":
         resolved = 0.0 if rank == d else "oas"
@@ -127,25 +148,31 @@ def fit_whitener(Xs_train: np.ndarray, shrinkage) -> tuple[WhiteningTransformer,
             "whitening would not be invertible. Pass shrinkage='auto' (or a "
             "float > 0, 'ledoit-wolf', 'oas'), or init='bert-flow'."
         )
-    if resolved != 0:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RankDeficiencyWarning)
         whitener = WhiteningTransformer(shrinkage=resolved).fit(Xs_train)
     return whitener, rank
 
 
-def fit_input_map(X64: np.ndarray, rng, params: dict) -> tuple:
-    """Fit the input map to ``X64`` for the estimator's ``params``, and apply it.
+def fit_input_map(X: np.ndarray, rng, params: dict) -> tuple:
+    """Fit the input map to ``X`` for the estimator's ``params``, and apply it.
 
     With early stopping, ``validation_fraction`` of the rows (drawn by
-    ``rng``) are held out first: they take no part in the whitening. Returns
-    ``mean, scale, whitener, rank, U_train, U_val`` (``whitener`` None with
-    ``init="bert-flow"``, ``U_val`` None without early stopping).
+    ``rng``) are held out first: they take no part in the whitening. The map
+    computes in float64 but judges round-off at the precision of ``X``'s
+    dtype (constant features, the whitening's rank). Returns ``mean, scale,
+    whitener, rank, U_train, U_val`` (``whitener`` None with
+    ``init="bert-flow"``, ``U_val`` None without early stopping), the rows in
+    float64.
     """
+    X64 = X.astype(np.float64, copy=False)
     n_samples, n_features = X64.shape
     if params["standardize"]:
-        mean, scale = standardization(X64)
+        mean, scale = standardization(X)
     else:
         mean, scale = np.zeros(n_features), np.ones(n_features)
     U_train, U_val = standardize(X64, mean, scale), None
+    X_train = X
     if params["early_stopping"]:
         fraction = params["validation_fraction"]
         n_val = max(1, int(round(fraction * n_samples)))
@@ -158,11 +185,12 @@ def fit_input_map(X64: np.ndarray, rng, params: dict) -> tuple:
             )
         perm = rng.permutation(n_samples)
         U_train, U_val = U_train[perm[n_val:]], U_train[perm[:n_val]]
+        X_train = X[perm[n_val:]]
     if not params["standardize"]:
         check_raw_magnitude(X64, params["init"])
     whitener, rank = None, n_features
     if params["init"] == "whitening":
-        whitener, rank = fit_whitener(U_train, params["shrinkage"])
+        whitener, rank = fit_whitener(U_train, X_train, params["shrinkage"])
         U_train = whitener.transform(U_train)
         U_val = None if U_val is None else whitener.transform(U_val)
     return mean, scale, whitener, rank, U_train, U_val

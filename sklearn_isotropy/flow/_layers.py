@@ -16,12 +16,13 @@ layer that keeps the contract needs no export code of its own.
 
 The layers follow Glow (Kingma & Dhariwal, 2018) with the convolutional
 pieces replaced by their vector analogues, as BERT-flow (Li et al., 2020)
-does: :class:`ActNorm`, :class:`InvertibleLinear` (LU form),
-:class:`Coupling` (additive or affine), :class:`FlowStep` (the three in
-turn), :class:`Glow` (levels of steps, half the features factored out after
-each level but the last) and :class:`LatentMap` (an estimator's whole
-``x -> z``, one module to trace for export). This module imports torch at
-import time; the scikit-learn wrapper imports it only when it needs it.
+does: :class:`ActNorm`, a fixed mixing layer (:class:`ReversePermutation`,
+BERT-flow's, or :class:`OrthogonalMixing`), :class:`Coupling` (additive or
+affine), :class:`FlowStep` (the three in turn), :class:`Glow` (levels of
+steps, half the features factored out after each level but the last) and
+:class:`LatentMap` (an estimator's whole ``x -> z``, one module to trace for
+export). This module imports torch at import time; the scikit-learn wrapper
+imports it only when it needs it.
 
 Examples
 --------
@@ -48,12 +49,16 @@ from torch import nn
 __all__ = [
     "ActNorm",
     "Coupling",
+    "CouplingNet",
     "FlowStep",
     "Glow",
-    "InvertibleLinear",
+    "CONDITIONER_LOGSCALE_FACTOR",
     "LatentMap",
-    "ResidualMLP",
+    "MIXING_LAYERS",
+    "OrthogonalMixing",
+    "ReversePermutation",
     "SequentialFlow",
+    "learning_rate_factors",
 ]
 
 _LOG_2PI = math.log(2 * math.pi)
@@ -61,16 +66,6 @@ _LOG_2PI = math.log(2 * math.pi)
 
 def _zeros_log_det(x: torch.Tensor) -> torch.Tensor:
     return x.new_zeros(x.shape[0])
-
-
-def _is_traced() -> bool:
-    """Whether ``torch.export`` (or ``torch.compile``) is tracing this call.
-
-    ``torch.compiler.is_compiling`` exists from torch 2.3; nothing traces the
-    layers on older releases.
-    """
-    is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
-    return bool(is_compiling is not None and is_compiling())
 
 
 class ActNorm(nn.Module):
@@ -88,7 +83,9 @@ class ActNorm(nn.Module):
     The shift is applied after the scaling, so it lives in the (unit-scale)
     output space: an optimiser step on it has the same effect whatever the
     input's scale, and a near-constant feature (a huge scale) does not turn
-    small steps on the shift into huge outputs.
+    small steps on the shift into huge outputs. (Glow's and BERT-flow's
+    ActNorm shifts before scaling; at initialisation the two maps are the
+    same.)
 
     Parameters
     ----------
@@ -97,23 +94,43 @@ class ActNorm(nn.Module):
     eps : float, default=1e-6
         Added to the batch standard deviation at initialisation, so constant
         features get a large but finite scale instead of a division by zero.
+    logscale_factor : float, default=1.0
+        How much faster the log-scale learns than the other parameters.
+        Glow (and BERT-flow) trains ``log_scale / logscale_factor`` with
+        ``logscale_factor=3``, so that an Adam step moves the log-scale three
+        times as far; Adam is invariant to that reparametrisation, so training
+        gives ``log_scale`` a learning rate ``logscale_factor`` times the
+        others' instead (see :func:`learning_rate_factors`), and the layer
+        computes no product for it.
     """
 
-    def __init__(self, n_features: int, eps: float = 1e-6):
+    def __init__(
+        self, n_features: int, eps: float = 1e-6, logscale_factor: float = 1.0
+    ):
         super().__init__()
         self.eps = eps
+        self.logscale_factor = float(logscale_factor)
         self.bias = nn.Parameter(torch.zeros(n_features))
         self.log_scale = nn.Parameter(torch.zeros(n_features))
         self.register_buffer("initialized", torch.tensor(False))
+        # the buffer is the truth (saved and loaded); this flag spares reading
+        # it (a device synchronisation) on every training pass once it is set
+        self._known_initialized = False
+
+    def _load_from_state_dict(self, *args, **kwargs):
+        self._known_initialized = False  # the loaded buffer decides again
+        super()._load_from_state_dict(*args, **kwargs)
 
     @torch.no_grad()
     def initialize(self, x: torch.Tensor) -> None:
         """Set ``bias``/``log_scale`` from the batch ``x``; mark as initialised."""
         mean = x.mean(0)
         std = x.std(0, correction=0)
-        self.log_scale.copy_(-torch.log(std + self.eps))
-        self.bias.copy_(-mean * torch.exp(self.log_scale))
+        log_scale = -torch.log(std + self.eps)
+        self.log_scale.copy_(log_scale)
+        self.bias.copy_(-mean * torch.exp(log_scale))
         self.initialized.fill_(True)
+        self._known_initialized = True
 
     @torch.no_grad()
     def initialize_identity(self) -> None:
@@ -126,27 +143,40 @@ class ActNorm(nn.Module):
         self.bias.zero_()
         self.log_scale.zero_()
         self.initialized.fill_(True)
+        self._known_initialized = True
+
+    def _scale_shift(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(z, log_scale)``, initialising from ``x`` on a first training pass."""
+        if self.training and not self._known_initialized:
+            if not bool(self.initialized):
+                self.initialize(x)
+            self._known_initialized = True
+        log_scale = self.log_scale
+        # a product and a sum, not addcmul: its backward pass converts its
+        # scalar factor for every gradient it computes
+        return x * torch.exp(log_scale) + self.bias, log_scale
+
+    def affine(self, x: torch.Tensor) -> torch.Tensor:
+        """The map alone, without its log-determinant (a conditioner's layer)."""
+        return self._scale_shift(x)[0]
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.training and not bool(self.initialized):
-            self.initialize(x)
-        z = x * torch.exp(self.log_scale) + self.bias
-        return z, self.log_scale.sum().expand(x.shape[0])
+        z, log_scale = self._scale_shift(x)
+        return z, log_scale.sum().expand(x.shape[0])
 
     def inverse(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = (z - self.bias) * torch.exp(-self.log_scale)
-        return x, (-self.log_scale.sum()).expand(z.shape[0])
+        log_scale = self.log_scale
+        x = (z - self.bias) * torch.exp(-log_scale)
+        return x, (-log_scale.sum()).expand(z.shape[0])
 
 
-class InvertibleLinear(nn.Module):
-    """Invertible dense layer ``z = W x`` parametrised by its LU decomposition.
+class ReversePermutation(nn.Module):
+    """Reverse the order of the features: BERT-flow's mixing, never trained.
 
-    ``W = P L (U + diag(sign_s * exp(log_s)))`` with ``P`` a fixed permutation,
-    ``L`` unit lower-triangular and ``U`` strictly upper-triangular (both
-    learned), and a learned log-magnitude of the diagonal with a fixed sign.
-    ``log|det W| = sum(log_s)`` costs O(d); the inverse uses two triangular
-    solves. Initialised at a random orthogonal matrix drawn from torch's
-    current random state.
+    Every configuration BERT-flow ships sets ``permutation: true``: the
+    invertible layer between ActNorm and the coupling is this fixed
+    permutation, so the next coupling conditions the other half of the
+    features. It has no parameters and ``log|det| = 0``.
 
     Parameters
     ----------
@@ -156,119 +186,163 @@ class InvertibleLinear(nn.Module):
 
     def __init__(self, n_features: int):
         super().__init__()
-        q, _ = torch.linalg.qr(torch.randn(n_features, n_features, dtype=torch.float64))
-        p, lower, upper = torch.linalg.lu(q)
-        diag = torch.diagonal(upper)
-        # q = p @ lower @ upper, p[i, perm[i]] = 1, so (p @ y)[i] = y[perm[i]]
-        self.register_buffer("perm", p.argmax(dim=1))
-        self.register_buffer("inv_perm", torch.argsort(p.argmax(dim=1)))
-        self.register_buffer("sign_s", torch.sign(diag).float())
-        self.register_buffer(
-            "lower_mask", torch.tril(torch.ones(n_features, n_features), -1)
-        )
-        self.lower = nn.Parameter(torch.tril(lower, -1).float())
-        self.upper = nn.Parameter(torch.triu(upper, 1).float())
-        self.log_s = nn.Parameter(torch.log(torch.abs(diag)).float())
-
-    def _factors(self) -> tuple[torch.Tensor, torch.Tensor]:
-        eye = torch.eye(
-            self.lower.shape[0], dtype=self.lower.dtype, device=self.lower.device
-        )
-        mask = self.lower_mask.to(self.lower.dtype)
-        lower = self.lower * mask + eye
-        upper = self.upper * mask.T + torch.diag(
-            self.sign_s.to(self.log_s.dtype) * torch.exp(self.log_s)
-        )
-        return lower, upper
-
-    def weight(self) -> torch.Tensor:
-        """The dense matrix ``W`` (for inspection and tests)."""
-        lower, upper = self._factors()
-        return (lower @ upper)[self.perm]
-
-    def _frozen_weight_t(self) -> torch.Tensor | None:
-        """``W^T`` when no parameter of the layer is trained, else None.
-
-        A fixed mixing layer (as behind a whitening) then costs one matrix
-        product per pass instead of two products, a permutation and the
-        rebuilding of its factors. The cached matrix is recomputed whenever a
-        parameter is replaced or changed in place (``load_state_dict``,
-        ``.double()``), which the key of tensor identities and versions sees.
-        While the layer is traced (``torch.export``), ``W^T`` is computed
-        from the parameters without the cache: an exporter folds that
-        computation into one constant, and the module keeps no traced tensor.
-        """
-        params = (self.lower, self.upper, self.log_s)
-        if any(p.requires_grad for p in params):
-            return None
-        if _is_traced():
-            return self.weight().T
-        key = tuple((id(p), p._version, p.dtype, p.device) for p in params)
-        cached = getattr(self, "_weight_t_cache", None)
-        if cached is None or cached[0] != key:
-            with torch.no_grad():
-                cached = (key, self.weight().T.contiguous())
-            self._weight_t_cache = cached
-        return cached[1]
+        # a gather rather than flip: it exports to every ONNX opset
+        self.register_buffer("perm", torch.arange(n_features - 1, -1, -1))
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        weight_t = self._frozen_weight_t()
-        if weight_t is not None:
-            return x @ weight_t, self.log_s.sum().expand(x.shape[0])
-        lower, upper = self._factors()
-        # row vectors: z = x @ W^T = x @ U^T @ L^T @ P^T,
-        # and (y @ P^T)[:, i] = y[:, perm[i]]
-        z = (x @ upper.T @ lower.T)[:, self.perm]
-        return z, self.log_s.sum().expand(x.shape[0])
+        return x.index_select(1, self.perm), _zeros_log_det(x)
 
     def inverse(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        lower, upper = self._factors()
-        y = z[:, self.inv_perm]
-        w = torch.linalg.solve_triangular(
-            lower.T, y, upper=True, left=False, unitriangular=True
-        )
-        x = torch.linalg.solve_triangular(upper.T, w, upper=False, left=False)
-        return x, (-self.log_s.sum()).expand(z.shape[0])
+        return z.index_select(1, self.perm), _zeros_log_det(z)
 
 
-class ResidualMLP(nn.Module):
-    """Small residual MLP, the coupling conditioner.
+class OrthogonalMixing(nn.Module):
+    """A fixed random orthogonal map ``z = x @ W^T``, never trained.
 
-    ``Linear(in, hidden) -> n_blocks x [h + Linear(ReLU(Linear(ReLU(h))))] ->
-    ReLU -> Linear(hidden, out)``. The output layer starts at zero, so every
-    coupling layer starts as the identity (as in Glow).
+    ``W`` is drawn from the Haar distribution (torch's current random state)
+    and stored, rounded to float32, as a buffer. Its exact
+    ``log|det W|`` (0 up to that rounding) is computed once, in float64, and
+    stored beside it, so the log-determinant is the true one of the stored
+    matrix in every dtype; the inverse solves with ``W`` rather than
+    assuming ``W^-1 = W^T``.
+
+    Every coupling after it conditions on a random half of all the
+    directions, not on a fixed half of the features. A *trained* dense
+    mixing (Glow's LU-parametrised layer) is not offered: one Adam step
+    moves every entry of its factors by about the learning rate, and the
+    factors of an orthogonal start are ill-conditioned, so from a few
+    hundred features up one step wrecks the matrix's conditioning and the
+    likelihood diverges (the flow page, :ref:`density`).
+
+    Parameters
+    ----------
+    n_features : int
+        Width of the input and of the output; the matrix is square.
+    """
+
+    def __init__(self, n_features: int):
+        super().__init__()
+        gaussian = torch.randn(n_features, n_features, dtype=torch.float64)
+        q, r = torch.linalg.qr(gaussian)
+        q = q * torch.sign(torch.diagonal(r))  # Haar, not biased by QR's signs
+        weight = q.float()
+        self.register_buffer("weight", weight)
+        log_det = torch.linalg.slogdet(weight.double())[1]
+        self.register_buffer("log_abs_det", log_det.float())
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x @ self.weight.T, self.log_abs_det.expand(x.shape[0])
+
+    def inverse(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.linalg.solve(self.weight, z.T).T
+        return x, (-self.log_abs_det).expand(z.shape[0])
+
+
+#: The mixing layers, by the name of :class:`Glow`'s ``mixing`` parameter.
+MIXING_LAYERS = {"orthogonal": OrthogonalMixing, "permutation": ReversePermutation}
+
+
+class CouplingNet(nn.Module):
+    """The coupling conditioner of Glow and BERT-flow, for vectors.
+
+    ``Linear(in, hidden) -> ActNorm -> ReLU -> Linear(hidden, hidden) ->
+    ActNorm -> ReLU -> Linear(hidden, out) * exp(log_scale)``: Glow's
+    ``conv_stack`` with 1x1 convolutions, as BERT-flow runs it (the factor 3
+    of its log-scales is a learning-rate factor, see
+    :func:`learning_rate_factors`). The hidden
+    layers have no bias (their ActNorm has one) and start from
+    ``N(0, 0.05**2)`` weights; their ActNorm layers (log-scale factor 3) are
+    set from the data on the first training pass, so the hidden units start
+    standardised whatever the input's scale. The output layer and its
+    log-scale start at zero, so every coupling starts as the identity.
 
     Parameters
     ----------
     in_features, out_features, hidden_size : int
         Widths.
-    n_blocks : int, default=1
-        Number of residual blocks.
     """
 
-    def __init__(
-        self, in_features: int, out_features: int, hidden_size: int, n_blocks: int = 1
-    ):
+    def __init__(self, in_features: int, out_features: int, hidden_size: int):
         super().__init__()
-        self.inp = nn.Linear(in_features, hidden_size)
-        self.blocks = nn.ModuleList(
-            nn.Sequential(
-                nn.ReLU(),
-                nn.Linear(hidden_size, hidden_size),
-                nn.ReLU(),
-                nn.Linear(hidden_size, hidden_size),
-            )
-            for _ in range(n_blocks)
+        self.hidden = nn.Linear(in_features, hidden_size, bias=False)
+        self.hidden_norm = ActNorm(
+            hidden_size, logscale_factor=CONDITIONER_LOGSCALE_FACTOR
         )
-        self.out = nn.Sequential(nn.ReLU(), nn.Linear(hidden_size, out_features))
-        nn.init.zeros_(self.out[1].weight)
-        nn.init.zeros_(self.out[1].bias)
+        self.hidden2 = nn.Linear(hidden_size, hidden_size, bias=False)
+        self.hidden2_norm = ActNorm(
+            hidden_size, logscale_factor=CONDITIONER_LOGSCALE_FACTOR
+        )
+        for layer in (self.hidden, self.hidden2):
+            nn.init.normal_(layer.weight, std=0.05)
+        self.out = nn.Linear(hidden_size, out_features)
+        nn.init.zeros_(self.out.weight)
+        nn.init.zeros_(self.out.bias)
+        self.out_log_scale = nn.Parameter(torch.zeros(out_features))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.inp(x)
-        for block in self.blocks:
-            h = h + block(h)
-        return self.out(h)
+        norms = (self.hidden_norm, self.hidden2_norm)
+        if (
+            self.training
+            and torch.is_grad_enabled()
+            and all(norm._known_initialized for norm in norms)
+        ):  # a training step: the same function, with a hand-written backward
+            return _ConditionerFunction.apply(
+                x,
+                self.hidden.weight,
+                self.hidden_norm.log_scale,
+                self.hidden_norm.bias,
+                self.hidden2.weight,
+                self.hidden2_norm.log_scale,
+                self.hidden2_norm.bias,
+                self.out.weight,
+                self.out.bias,
+                self.out_log_scale,
+            )
+        h = torch.relu(self.hidden_norm.affine(self.hidden(x)))
+        h = torch.relu(self.hidden2_norm.affine(self.hidden2(h)))
+        return self.out(h) * torch.exp(self.out_log_scale)
+
+
+class _ConditionerFunction(torch.autograd.Function):
+    """:class:`CouplingNet`'s forward pass, with its backward pass written out.
+
+    Recorded op by op, a training step of the conditioner is some thirty
+    small operations forward and twice as many backward, each of which costs
+    torch's dispatch and autograd's bookkeeping: for the batches and widths a
+    flow trains on, more than the six matrix products that do the work.
+    Here the forward pass is eleven operations and the backward pass
+    twenty-five, six of them the products. ``tests/flow/test_layers.py``
+    checks it against autograd on the layers themselves.
+    """
+
+    @staticmethod
+    def forward(ctx, x, w1, ls1, b1, w2, ls2, b2, wo, bo, lso):
+        s1, s2, so = torch.exp(ls1), torch.exp(ls2), torch.exp(lso)
+        h1 = torch.mm(x, w1.t())
+        r1 = torch.addcmul(b1, h1, s1).relu_()
+        h2 = torch.mm(r1, w2.t())
+        r2 = torch.addcmul(b2, h2, s2).relu_()
+        o = torch.addmm(bo, r2, wo.t())
+        ctx.save_for_backward(x, w1, s1, h1, r1, w2, s2, h2, r2, wo, so, o)
+        return o * so
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w1, s1, h1, r1, w2, s2, h2, r2, wo, so, o = ctx.saved_tensors
+        threshold_backward = torch.ops.aten.threshold_backward
+        g_o = grad * so
+        g_lso = (grad * o).sum(0) * so
+        g_wo, g_bo = torch.mm(g_o.t(), r2), g_o.sum(0)
+        g_a2 = threshold_backward(torch.mm(g_o, wo), r2, 0)
+        g_b2, g_ls2 = g_a2.sum(0), (g_a2 * h2).sum(0) * s2
+        g_h2 = g_a2 * s2
+        g_w2 = torch.mm(g_h2.t(), r1)
+        g_a1 = threshold_backward(torch.mm(g_h2, w2), r1, 0)
+        g_b1, g_ls1 = g_a1.sum(0), (g_a1 * h1).sum(0) * s1
+        g_h1 = g_a1 * s1
+        g_w1 = torch.mm(g_h1.t(), x)
+        g_x = torch.mm(g_h1, w1) if ctx.needs_input_grad[0] else None
+        return g_x, g_w1, g_ls1, g_b1, g_w2, g_ls2, g_b2, g_wo, g_bo, g_lso
 
 
 class Coupling(nn.Module):
@@ -310,7 +384,7 @@ class Coupling(nn.Module):
             self.net = None
         else:
             n_out = n_b if coupling == "additive" else 2 * n_b
-            self.net = ResidualMLP(self.n_a, n_out, hidden_size)
+            self.net = CouplingNet(self.n_a, n_out, hidden_size)
 
     def _shift_log_scale(self, x_a: torch.Tensor):
         h = self.net(x_a)
@@ -322,7 +396,8 @@ class Coupling(nn.Module):
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.net is None:
             return x, _zeros_log_det(x)
-        x_a, x_b = x[:, : self.n_a], x[:, self.n_a :]
+        # split, not two slices: its backward pass is one concatenation
+        x_a, x_b = x.split([self.n_a, x.shape[1] - self.n_a], dim=1)
         shift, log_scale = self._shift_log_scale(x_a)
         if log_scale is None:
             return torch.cat([x_a, x_b + shift], dim=1), _zeros_log_det(x)
@@ -332,7 +407,7 @@ class Coupling(nn.Module):
     def inverse(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.net is None:
             return z, _zeros_log_det(z)
-        z_a, z_b = z[:, : self.n_a], z[:, self.n_a :]
+        z_a, z_b = z.split([self.n_a, z.shape[1] - self.n_a], dim=1)
         shift, log_scale = self._shift_log_scale(z_a)
         if log_scale is None:
             return torch.cat([z_a, z_b - shift], dim=1), _zeros_log_det(z)
@@ -348,27 +423,48 @@ class SequentialFlow(nn.Module):
         self.layers = nn.ModuleList(layers)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        log_det = _zeros_log_det(x)
+        log_det = None
         for layer in self.layers:
             x, ld = layer(x)
-            log_det = log_det + ld
-        return x, log_det
+            log_det = ld if log_det is None else log_det + ld
+        return x, _zeros_log_det(x) if log_det is None else log_det
 
     def inverse(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        log_det = _zeros_log_det(z)
+        log_det = None
         for layer in reversed(self.layers):
             z, ld = layer.inverse(z)
-            log_det = log_det + ld
-        return z, log_det
+            log_det = ld if log_det is None else log_det + ld
+        return z, _zeros_log_det(z) if log_det is None else log_det
 
 
 class FlowStep(SequentialFlow):
-    """One Glow step: ActNorm -> InvertibleLinear -> Coupling."""
+    """One Glow step: ActNorm -> fixed mixing -> Coupling.
 
-    def __init__(self, n_features: int, hidden_size: int, coupling: str = "additive"):
+    Parameters
+    ----------
+    n_features, hidden_size, coupling
+        As :class:`Coupling`'s.
+    mixing : {"orthogonal", "permutation"}, default="orthogonal"
+        A key of :data:`MIXING_LAYERS`.
+    logscale_factor : float, default=1.0
+        The ActNorm's (see :class:`ActNorm`).
+    """
+
+    def __init__(
+        self,
+        n_features: int,
+        hidden_size: int,
+        coupling: str = "additive",
+        mixing: str = "orthogonal",
+        logscale_factor: float = 1.0,
+    ):
+        if mixing not in MIXING_LAYERS:
+            raise ValueError(
+                f"mixing must be one of {sorted(MIXING_LAYERS)}, got {mixing!r}"
+            )
         super().__init__(
-            ActNorm(n_features),
-            InvertibleLinear(n_features),
+            ActNorm(n_features, logscale_factor=logscale_factor),
+            MIXING_LAYERS[mixing](n_features),
             Coupling(n_features, hidden_size, coupling),
         )
 
@@ -397,6 +493,13 @@ class Glow(nn.Module):
         Width of the coupling conditioners.
     coupling : {"additive", "affine"}, default="additive"
         Coupling type.
+    mixing : {"orthogonal", "permutation"}, default="orthogonal"
+        The fixed layer between each ActNorm and coupling: a random
+        orthogonal matrix (:class:`OrthogonalMixing`) or BERT-flow's reverse
+        permutation (:class:`ReversePermutation`).
+    logscale_factor : float, default=1.0
+        Of every :class:`ActNorm` (Glow's reparametrisation of the log-scale;
+        BERT-flow's is 3).
     output_scale : bool, default=False
         End with an :class:`ActNorm` on the whole latent (a per-coordinate
         scale and shift, i.e. a diagonal Gaussian prior with learned
@@ -412,6 +515,8 @@ class Glow(nn.Module):
         depth: int = 3,
         hidden_size: int = 32,
         coupling: str = "additive",
+        mixing: str = "orthogonal",
+        logscale_factor: float = 1.0,
         output_scale: bool = False,
     ):
         super().__init__()
@@ -423,7 +528,10 @@ class Glow(nn.Module):
         for level in range(n_levels):
             self.levels.append(
                 SequentialFlow(
-                    *(FlowStep(width, hidden_size, coupling) for _ in range(depth))
+                    *(
+                        FlowStep(width, hidden_size, coupling, mixing, logscale_factor)
+                        for _ in range(depth)
+                    )
                 )
             )
             n_out = width // 2 if level < n_levels - 1 else 0
@@ -431,14 +539,14 @@ class Glow(nn.Module):
             width -= n_out
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        log_det = _zeros_log_det(x)
+        log_det = None
         factored = []
         for level, n_out in zip(self.levels, self.split_sizes):
             x, ld = level(x)
-            log_det = log_det + ld
+            log_det = ld if log_det is None else log_det + ld
             if n_out:
-                factored.append(x[:, -n_out:])
-                x = x[:, :-n_out]
+                x, out = x.split([x.shape[1] - n_out, n_out], dim=1)
+                factored.append(out)
         z = torch.cat([*factored, x], dim=1)
         if self.output is not None:
             z, ld = self.output(z)
@@ -472,36 +580,52 @@ class Glow(nn.Module):
                 torch.default_generator.manual_seed(seed)
             return cls(**config)
 
-    def fix_mixing(self) -> None:
-        """Freeze the :class:`InvertibleLinear` layers (``init="whitening"``).
-
-        After a whitening, their gradients are sampling noise, which Adam
-        turns into steps of the size of the learning rate on every one of
-        their ``d**2`` entries (the ablation in ``benchmarks/README.md``);
-        they stay at their random orthogonal start, like the fixed
-        permutations of RealNVP. Frozen, each runs as one cached matrix
-        product (about 40% of the time of a training step on 384 features).
-        """
-        for module in self.modules():
-            if isinstance(module, InvertibleLinear):
-                module.requires_grad_(False)
-
     def initialize_identity(self) -> None:
-        """Initialise every :class:`ActNorm` at the identity (no data needed).
+        """Set the steps' :class:`ActNorm` layers at the identity (no data needed).
 
-        With the couplings starting at the identity and the invertible linear
-        layers at orthogonal matrices, the whole flow is then an orthogonal
+        With the couplings starting at the identity and the mixing layers
+        orthogonal (permutations are), the whole flow is then an orthogonal
         map, under which the standard normal prior is invariant: the density
-        of the flow is exactly ``N(0, I)`` until training changes it.
+        of the flow is exactly ``N(0, I)`` until training changes it. The
+        ActNorm layers inside the couplings' conditioners are left to the
+        first training pass (they shape hidden units, not the map, which
+        starts at the identity whatever they are).
         """
-        for module in self.modules():
-            if isinstance(module, ActNorm):
-                module.initialize_identity()
+        steps = [m for m in self.modules() if isinstance(m, FlowStep)]
+        for norm in [step.layers[0] for step in steps] + [self.output]:
+            if norm is not None:
+                norm.initialize_identity()
 
     def log_prob(self, x: torch.Tensor) -> torch.Tensor:
         """Log-density of each row of ``x`` under the flow (standard normal prior)."""
         z, log_det = self(x)
         return standard_normal_log_prob(z) + log_det
+
+
+#: Glow's ``logscale_factor`` inside the coupling conditioners
+#: (``glow_ops.conv``'s default, which BERT-flow keeps).
+CONDITIONER_LOGSCALE_FACTOR = 3.0
+
+
+def learning_rate_factors(module: nn.Module) -> dict[int, float]:
+    """``{id(parameter): factor}`` for the parameters that learn faster.
+
+    Glow trains its log-scales as ``log_scale / logscale_factor``. Adam's
+    step does not depend on the scale of a gradient, so training
+    ``log_scale`` itself at ``logscale_factor`` times the learning rate is
+    the same optimisation (with the weight decay divided by the factor, so
+    the decay per step is the same too), and the forward pass is spared a
+    product per layer. The factors: every :class:`ActNorm`'s own, and
+    :data:`CONDITIONER_LOGSCALE_FACTOR` for the output scale of each
+    :class:`CouplingNet`. Parameters not listed learn at the plain rate.
+    """
+    factors = {}
+    for layer in module.modules():
+        if isinstance(layer, ActNorm) and layer.logscale_factor != 1.0:
+            factors[id(layer.log_scale)] = layer.logscale_factor
+        elif isinstance(layer, CouplingNet):
+            factors[id(layer.out_log_scale)] = CONDITIONER_LOGSCALE_FACTOR
+    return factors
 
 
 def standard_normal_log_prob(z: torch.Tensor) -> torch.Tensor:

@@ -136,7 +136,7 @@ def dump_flow(flow) -> bytes:
     return buffer.getvalue()
 
 
-def load_flow(payload: bytes, config: dict, *, fix_mixing: bool, device: str):
+def load_flow(payload: bytes, config: dict, *, device: str):
     """The Glow of ``config`` with the state of :func:`dump_flow`, in eval mode.
 
     Loaded with ``weights_only=True``; on ``device``, or on the CPU with a
@@ -147,9 +147,14 @@ def load_flow(payload: bytes, config: dict, *, fix_mixing: bool, device: str):
 
     state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
     flow = Glow.seeded(config, seed=None)
-    flow.load_state_dict(state)
-    if fix_mixing:
-        flow.fix_mixing()
+    try:
+        flow.load_state_dict(state)
+    except RuntimeError as exc:
+        raise ValueError(
+            "This GlowFlowTransformer was pickled by a version of "
+            "sklearn-isotropy whose flow layers differ from this one's "
+            f"({str(exc).splitlines()[0]}); fit it again with this version."
+        ) from None
     flow.eval()
     owner = "GlowFlowTransformer"
     resolved, fallback = resolve_device(device, owner=owner, allow_fallback=True)

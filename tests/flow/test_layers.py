@@ -12,20 +12,24 @@ torch = pytest.importorskip("torch")
 from sklearn_isotropy.flow._layers import (  # noqa: E402
     ActNorm,
     Coupling,
+    CouplingNet,
     FlowStep,
     Glow,
-    InvertibleLinear,
-    ResidualMLP,
+    OrthogonalMixing,
+    ReversePermutation,
     SequentialFlow,
+    learning_rate_factors,
 )
 
-TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
+TOL = {torch.float32: 5e-5, torch.float64: 1e-10}
 
 
 def _make(name, d):
     return {
         "actnorm": lambda: ActNorm(d),
-        "linear": lambda: InvertibleLinear(d),
+        "actnorm3": lambda: ActNorm(d, logscale_factor=3.0),
+        "orthogonal": lambda: OrthogonalMixing(d),
+        "permutation": lambda: ReversePermutation(d),
         "additive": lambda: Coupling(d, 8, "additive"),
         "affine": lambda: Coupling(d, 8, "affine"),
         "step": lambda: FlowStep(d, 8, "affine"),
@@ -33,10 +37,31 @@ def _make(name, d):
         "glow_affine3": lambda: Glow(
             d, n_levels=3, depth=2, hidden_size=8, coupling="affine"
         ),
+        "glow_bert_flow": lambda: Glow(
+            d,
+            n_levels=3,
+            depth=1,
+            hidden_size=8,
+            mixing="permutation",
+            logscale_factor=3.0,
+        ),
     }[name]()
 
 
-LAYERS = ["actnorm", "linear", "additive", "affine", "step", "glow", "glow_affine3"]
+LAYERS = [
+    "actnorm",
+    "actnorm3",
+    "orthogonal",
+    "permutation",
+    "additive",
+    "affine",
+    "step",
+    "glow",
+    "glow_affine3",
+    "glow_bert_flow",
+]
+# the mixing layers have no parameters: nothing for a gradient to reach
+TRAINED = [name for name in LAYERS if name not in ("orthogonal", "permutation")]
 
 
 def _prepared(name, d, dtype, seed=0):
@@ -52,7 +77,9 @@ def _prepared(name, d, dtype, seed=0):
     layer(torch.randn(64, d, generator=gen, dtype=dtype) * 3 + 1)  # ActNorm init
     with torch.no_grad():
         for p in layer.parameters():
-            p.add_(0.2 * torch.randn(p.shape, generator=gen, dtype=dtype))
+            # by 20% of the parameter's size (0.2 where it starts at zero)
+            size = float(p.abs().mean()) or 1.0
+            p.add_(0.2 * size * torch.randn(p.shape, generator=gen, dtype=dtype))
     return layer, gen
 
 
@@ -97,7 +124,7 @@ def test_log_det_matches_autograd_jacobian(name, d):
         )
 
 
-@pytest.mark.parametrize("name", LAYERS)
+@pytest.mark.parametrize("name", TRAINED)
 def test_gradients_reach_every_parameter(name):
     layer, gen = _prepared(name, 6, torch.float32)
     x = torch.randn(32, 6, generator=gen)
@@ -144,23 +171,52 @@ def test_actnorm_constant_feature_stays_finite():
     assert torch.isfinite(z).all() and torch.isfinite(log_det).all()
 
 
-def test_invertible_linear_is_x_times_weight_transpose():
+def test_actnorm_logscale_factor_is_a_learning_rate_factor():
+    """Glow's logscale_factor: the same layer, a faster-learning log-scale."""
+    x = torch.randn(200, 4, dtype=torch.float64) * torch.tensor([5.0, 1, 0.1, 2]) - 3
+    plain, glow = ActNorm(4).double(), ActNorm(4, logscale_factor=3.0).double()
+    z_plain, ld_plain = plain(x)
+    z_glow, ld_glow = glow(x)
+    assert torch.equal(z_glow, z_plain) and torch.equal(ld_glow, ld_plain)
+    std = x.std(0, correction=0).numpy()
+    assert_allclose(glow.log_scale.detach().numpy(), -np.log(std + 1e-6))
+    net = CouplingNet(3, 2, 4)
+    factors = learning_rate_factors(torch.nn.ModuleList([plain, glow, net]))
+    assert factors == {
+        id(glow.log_scale): 3.0,
+        id(net.hidden_norm.log_scale): 3.0,
+        id(net.hidden2_norm.log_scale): 3.0,
+        id(net.out_log_scale): 3.0,
+    }
+
+
+def test_orthogonal_mixing_is_a_fixed_rotation_with_its_exact_log_det():
     torch.manual_seed(3)
-    layer = InvertibleLinear(5).double()
-    with torch.no_grad():
-        for p in layer.parameters():
-            p.add_(0.3 * torch.randn_like(p))
-    x = torch.randn(7, 5, dtype=torch.float64)
-    W = layer.weight().detach()
-    z, log_det = layer(x)
-    assert_allclose(z.detach().numpy(), (x @ W.T).numpy(), atol=1e-12)
-    assert_allclose(log_det[0].item(), np.linalg.slogdet(W.numpy())[1], atol=1e-12)
-
-
-def test_invertible_linear_starts_orthogonal():
-    torch.manual_seed(0)
-    W = InvertibleLinear(6).double().weight().detach().numpy()
+    layer = OrthogonalMixing(6)
+    assert list(layer.parameters()) == []  # never trained
+    W = layer.weight.double().numpy()
     assert_allclose(W @ W.T, np.eye(6), atol=1e-6)
+    # the log-determinant is that of the stored (float32-rounded) matrix
+    assert layer.log_abs_det.item() == pytest.approx(np.linalg.slogdet(W)[1], abs=1e-12)
+    x = torch.randn(7, 6, dtype=torch.float64)
+    z, _ = layer.double()(x)
+    assert_allclose(z.numpy(), x.numpy() @ W.T, atol=1e-12)
+    # a Haar draw: its determinant's sign is not fixed by the QR convention
+    signs = set()
+    for seed in range(20):
+        torch.manual_seed(seed)
+        signs.add(np.sign(np.linalg.det(OrthogonalMixing(3).weight.double().numpy())))
+    assert signs == {-1.0, 1.0}
+
+
+def test_reverse_permutation_is_bert_flows_mixing():
+    layer = ReversePermutation(5)
+    assert list(layer.parameters()) == []
+    x = torch.arange(10.0).reshape(2, 5)
+    z, log_det = layer(x)
+    assert torch.equal(z, x.flip(1)) and torch.equal(log_det, torch.zeros(2))
+    with pytest.raises(ValueError, match="mixing must be one of"):
+        FlowStep(5, 8, mixing="lu")
 
 
 def test_coupling_starts_as_identity_and_rejects_bad_type():
@@ -176,15 +232,27 @@ def test_coupling_starts_as_identity_and_rejects_bad_type():
 def test_affine_coupling_scale_is_bounded():
     layer = Coupling(4, 8, "affine")
     with torch.no_grad():
-        layer.net.out[1].bias.fill_(1e3)  # huge raw log-scale
+        layer.net.out.bias.fill_(1e3)  # huge raw log-scale
     _, log_det = layer(torch.randn(3, 4))
     # at most e per transformed feature (2 of 4 features)
     assert (log_det.abs() <= 2 + 1e-6).all()
 
 
-def test_residual_mlp_output_starts_at_zero():
-    net = ResidualMLP(3, 5, 16, n_blocks=2)
-    assert torch.equal(net(torch.randn(4, 3)), torch.zeros(4, 5))
+def test_coupling_net_starts_at_zero_with_standardised_hidden_units():
+    """Glow's conditioner: zero output, hidden units standardised by ActNorm."""
+    torch.manual_seed(0)
+    net = CouplingNet(3, 5, 16)
+    x = torch.randn(400, 3) * 50 + 7  # any scale
+    assert torch.equal(net(x), torch.zeros(400, 5))
+    h = net.hidden_norm.affine(net.hidden(x))  # set on the first pass
+    assert_allclose(h.mean(0).detach().numpy(), 0, atol=1e-4)
+    assert_allclose(h.std(0, correction=0).detach().numpy(), 1, atol=1e-3)
+    assert net.hidden.bias is None and net.hidden2.bias is None
+    # the output is scaled by exp(out_log_scale)
+    with torch.no_grad():
+        net.out.bias.fill_(1.0)
+        net.out_log_scale.fill_(0.3)
+    assert_allclose(net(x[:2]).detach().numpy(), np.exp(0.3), rtol=1e-6)
 
 
 @pytest.mark.parametrize(
@@ -215,7 +283,7 @@ def test_glow_log_prob_of_linear_flow_matches_scipy_gaussian():
     torch.manual_seed(1)
     glow = Glow(4, n_levels=2, depth=2, hidden_size=8).double()
     glow(torch.randn(100, 4, dtype=torch.float64) * 2 + 1)  # ActNorm init
-    with torch.no_grad():  # move ActNorm and LU params, keep couplings at zero
+    with torch.no_grad():  # move the ActNorm params, keep couplings at zero
         for name, p in glow.named_parameters():
             if ".net." not in name:
                 p.add_(0.2 * torch.randn_like(p))
@@ -232,7 +300,7 @@ def test_glow_log_prob_of_linear_flow_matches_scipy_gaussian():
 
 def test_sequential_flow_composes():
     torch.manual_seed(0)
-    a, b = ActNorm(3), InvertibleLinear(3)
+    a, b = ActNorm(3), OrthogonalMixing(3)
     seq = SequentialFlow(a, b)
     x = torch.randn(6, 3)
     z, log_det = seq(x)
@@ -252,6 +320,10 @@ def test_identity_initialisation_gives_the_standard_normal(coupling):
     torch.manual_seed(0)
     glow = Glow(6, n_levels=2, depth=3, hidden_size=8, coupling=coupling).double()
     glow.initialize_identity()
+    # the steps' ActNorm layers are set; the conditioners' wait for data
+    for name, module in glow.named_modules():
+        if isinstance(module, ActNorm):
+            assert bool(module.initialized) != (".net." in name), name
     x = torch.randn(20, 6, dtype=torch.float64) * 5 + 3
     with torch.no_grad():
         z, log_det = glow(x)
@@ -260,36 +332,3 @@ def test_identity_initialisation_gives_the_standard_normal(coupling):
     assert_allclose(z.norm(dim=1).numpy(), x.norm(dim=1).numpy(), rtol=1e-6)
     expected = multivariate_normal(np.zeros(6)).logpdf(x.numpy())
     assert_allclose(glow.log_prob(x).detach().numpy(), expected, rtol=1e-6)
-    for module in glow.modules():
-        if isinstance(module, ActNorm):
-            assert bool(module.initialized)
-            assert torch.equal(module.bias, torch.zeros(6, dtype=torch.float64)) or (
-                module.bias.shape[0] != 6
-            )
-
-
-def test_frozen_invertible_linear_uses_a_cached_weight():
-    """Without trainable parameters the layer is one product with a cached W^T.
-
-    It equals the factored computation, and the cache follows in-place changes
-    (load_state_dict) and dtype changes.
-    """
-    torch.manual_seed(0)
-    layer = InvertibleLinear(5)
-    with torch.no_grad():
-        for p in layer.parameters():
-            p.add_(0.3 * torch.randn_like(p))
-    x = torch.randn(7, 5)
-    z, log_det = layer(x)
-    x_back, _ = layer.inverse(z)
-    layer.requires_grad_(False)
-    z_frozen, log_det_frozen = layer(x)
-    assert layer._frozen_weight_t() is not None
-    assert_allclose(z_frozen.numpy(), z.detach().numpy(), rtol=1e-5, atol=1e-6)
-    assert torch.equal(log_det_frozen, log_det.detach())
-    assert_allclose(layer.inverse(z_frozen)[0].numpy(), x.numpy(), atol=1e-5)
-    other = InvertibleLinear(5)
-    layer.load_state_dict(other.state_dict())
-    assert_allclose(layer(x)[0].numpy(), other(x)[0].detach().numpy(), atol=1e-6)
-    layer.double()
-    assert layer(x.double())[0].dtype == torch.float64
