@@ -262,12 +262,14 @@ def run_cli():
 
 
 # --------------------------------------------------------------------- dask
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def dask_client():
     """A client of a LocalCluster: two worker processes, one thread each.
 
-    On loopback, without a dashboard; started for the module that asks and
-    closed at its end. Skips without ``distributed``.
+    On loopback, without a dashboard; started by the first test that asks
+    and shared by the rest of the run (a cluster takes seconds to start), so
+    a test leaves its workers as it found them. Skips without
+    ``distributed``.
     """
     distributed = pytest.importorskip("distributed")
     cluster = distributed.LocalCluster(

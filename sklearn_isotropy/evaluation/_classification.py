@@ -61,6 +61,8 @@ ESTIMATORS = ("logistic", "knn", "kmeans")
 SUPERVISED = ("logistic", "knn")
 #: SentEval's grid of the logistic regression's inverse penalty C.
 SENTEVAL_C = tuple(2.0**t for t in range(-2, 4))
+#: The outer folds of each ``protocol`` (stratified; TREC keeps its split).
+PROTOCOL_FOLDS = {"default": 5, "senteval": 10}
 
 
 def _senteval_tasks():
@@ -91,8 +93,9 @@ class ClassificationSettings(EvaluationSettings):
     Parameters
     ----------
     n_components : int, default=256
-        Dimension ``k`` of ``whitening``, ``pca``, ``ppca`` and ``truncate``
-        (every dimension when the embeddings are not wider).
+        Dimension ``k`` of ``whitening``, ``pca``, ``ppca`` and ``truncate``,
+        fitted on each training fold; every dimension when the embeddings
+        are not wider.
     cv : int, default=5
         Folds of the ``grid`` search inside each training fold, at least 2.
     grid_power : tuple of float, default=(0.0, 0.5, 1.0)
@@ -120,7 +123,7 @@ class ClassificationSettings(EvaluationSettings):
     protocol: str = option(
         "default",
         flag=True,
-        choices=("default", "senteval"),
+        choices=tuple(PROTOCOL_FOLDS),
         help="default: 5-fold CV, logistic C=1; senteval: 10-fold CV, C chosen "
         "by inner 10-fold CV",
     )
@@ -166,7 +169,7 @@ class ClassificationReport(Report):
 
     def header_lines(self):
         s = self.evaluation.settings
-        folds = 10 if s.protocol == "senteval" else 5
+        folds = PROTOCOL_FOLDS[s.protocol]
         logistic = (
             "C chosen from 2^-2 to 2^3 by an inner stratified 10-fold search"
             if s.protocol == "senteval"
@@ -440,7 +443,12 @@ class ClassificationTask(Task):
         if "test_size" in bunch:
             cut = n - int(bunch.test_size)
             return [(np.arange(cut), np.arange(cut, n))]
-        folds = 10 if settings.protocol == "senteval" else 5
+        if settings.protocol not in PROTOCOL_FOLDS:
+            raise ValueError(
+                f"settings.protocol={settings.protocol!r} is not a protocol; pass "
+                f"one of {sorted(PROTOCOL_FOLDS)}"
+            )
+        folds = PROTOCOL_FOLDS[settings.protocol]
         cv = StratifiedKFold(folds, shuffle=True, random_state=settings.seed)
         return list(cv.split(np.zeros((n, 1)), bunch.target))
 

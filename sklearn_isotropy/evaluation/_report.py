@@ -206,7 +206,7 @@ class Report:
         Parameters
         ----------
         name : str
-            A file name.
+            A file name without its directory (``"mean_spectrum.png"``).
 
         Returns
         -------

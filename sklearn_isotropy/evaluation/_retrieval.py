@@ -76,10 +76,13 @@ class RetrievalSettings(EvaluationSettings):
     Parameters
     ----------
     format : str or None, default=None
-        File format of STS data (see :func:`~sklearn_isotropy.datasets.load_sts`);
-        detected from the files when None.
+        File format of the STS data the task is made from (see
+        :func:`~sklearn_isotropy.datasets.load_sts`), detected from the files
+        when None; not read for a BEIR folder.
     max_pairs : int or None, default=None
-        Keep a fixed random subset of at most this many pairs per STS split.
+        Keep a fixed random subset of at most this many pairs per STS split,
+        before the queries and the corpus are made from them; not read for a
+        BEIR folder.
     n_components : tuple of int, default=(32, 64, 128, 256)
         Dimensions ``k`` of the study, for the methods that keep one; those
         not below the embedding width are skipped (``--n-components``, once

@@ -65,7 +65,7 @@ def option(
     Parameters
     ----------
     default : object
-        The default, written here only.
+        The field's default; this declaration is the only place it is written.
     flag : bool or str, default=None
         The command-line flag: True for ``--`` and the field name with
         dashes, a string for another spelling; None keeps the field off the
@@ -161,7 +161,7 @@ class Number:
         Parameters
         ----------
         text : str
-            The flag's text.
+            The flag's text (``"0.5"``, ``"3"``).
 
         Returns
         -------
@@ -204,7 +204,8 @@ class Integers:
         Parameters
         ----------
         text : str
-            The flag's text.
+            The flag's text: integers separated by commas (``"32,64"``);
+            empty items are skipped.
 
         Returns
         -------
@@ -242,7 +243,7 @@ class Names:
         Parameters
         ----------
         text : str
-            The flag's text.
+            The flag's text: names separated by commas (``"int8,binary"``).
 
         Returns
         -------
@@ -557,7 +558,8 @@ class EvaluationSettings:
         Returns
         -------
         EvaluationSettings
-            An instance of this class.
+            ``settings`` if it is an instance of this class already, else a
+            new instance.
 
         Raises
         ------

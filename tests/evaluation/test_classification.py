@@ -191,6 +191,14 @@ def test_senteval_protocol_has_ten_folds_and_chooses_c(monkeypatch):
     np.testing.assert_allclose(logistic["fold_scores"][:2], expected)
 
 
+def test_an_unknown_protocol_is_a_clear_error():
+    sets, _ = _sets(n=20)
+    task = ClassificationTask({"bin": sets.datasets["bin"]})
+    with pytest.raises(ValueError, match=r"protocol='foo'.*'default', 'senteval'"):
+        task.splits("bin", ClassificationSettings(protocol="foo"))
+    assert len(task.splits("bin", ClassificationSettings())) == 5
+
+
 def test_task_checks_its_data(tmp_path):
     with pytest.raises(ValueError, match="two classes or more"):
         ClassificationTask({"x": Bunch(data=["a", "b"], target=np.zeros(2))})
