@@ -128,11 +128,16 @@ class Data:
         return 100 * cosine_spearman_score(a, b, pairs.scores)
 
 
-def spread(values) -> str:
+def spread(values, digits: int = 2) -> str:
+    """Mean (min to max) of ``values``, with ``digits`` decimals."""
     values = np.asarray(values, dtype=float)
+    f = f".{digits}f"
     if values.size == 1:
-        return f"{values[0]:.2f}"
-    return f"{values.mean():.2f} ({values.min():.2f} to {values.max():.2f})"
+        return format(values[0], f)
+    return (
+        f"{format(values.mean(), f)} ({format(values.min(), f)} to "
+        f"{format(values.max(), f)})"
+    )
 
 
 def seconds(start: float) -> float:
@@ -249,19 +254,28 @@ def part_synthetic(seeds, out):
     )
 
 
-def gaussian_loglik(X_train: np.ndarray, X_test: np.ndarray) -> tuple[float, str]:
+def gaussian_loglik(
+    X_train: np.ndarray, X_test: np.ndarray, eps: float
+) -> tuple[float, str]:
     """Held-out mean log-likelihood of the Gaussian fitted to ``X_train``.
 
     numpy standardisation, covariance (``ddof=1``) of the standardised rows,
     OAS shrinkage (sklearn.covariance.OAS) only when that covariance is
     singular; scipy's log-density, moved back to data units by the
-    standardisation's log-determinant. Independent of the flow's code.
+    standardisation's log-determinant. Independent of the flow's code. A
+    feature whose spread is at the rows' round-off (``std <= eps *
+    sqrt(sum of variances)``, ``eps`` the machine epsilon of the rows' dtype)
+    is constant and keeps the rows' magnitude as its scale (the power of two
+    at or below ``max|X|``), the flow's documented rule: divided by its
+    spread, round-off would add ``-log(std)`` nats a row, about 74 for a
+    feature at 1e-32, to any density of these rows.
     """
     from sklearn.covariance import OAS
 
     X_train = X_train.astype(np.float64)
     mean, std = X_train.mean(0), X_train.std(0)
-    std[std == 0] = 1.0
+    constant = std <= eps * np.sqrt(np.sum(std**2))
+    std[constant] = 2.0 ** np.floor(np.log2(np.abs(X_train).max()))
     S_train = (X_train - mean) / std
     S_test = (X_test.astype(np.float64) - mean) / std
     cov = np.cov(S_train, rowvar=False)
@@ -288,7 +302,8 @@ def part_loglik(data, seeds, out):
     out("| pooling | space | Gaussian | flow (defaults) | flow - Gaussian | epochs |")
     out("|---|---|---:|---|---:|---|")
     for pooling in POOLINGS:
-        X = data.embeddings("MiniLM", pooling).astype(np.float64)
+        # float32, as encoded: round-off is judged at the rows' precision
+        X = data.embeddings("MiniLM", pooling)
         X_train, X_test = X[data.train_rows], X[data.test_only_rows]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RankDeficiencyWarning)
@@ -302,7 +317,7 @@ def part_loglik(data, seeds, out):
             ),
         }
         for space, (A, B) in spaces.items():
-            baseline, label = gaussian_loglik(A, B)
+            baseline, label = gaussian_loglik(A, B, np.finfo(np.float32).eps)
             scores, epochs = [], []
             for seed in seeds:
                 flow = GlowFlowTransformer(random_state=seed).fit(A)
@@ -311,7 +326,7 @@ def part_loglik(data, seeds, out):
             gap = np.mean(scores) - baseline
             out(
                 f"| {pooling} | {space} | {baseline:.3f} ({label}) | "
-                f"{spread(scores)} | {gap:+.3f} | {', '.join(epochs)} |"
+                f"{spread(scores, 3)} | {gap:+.3f} | {', '.join(epochs)} |"
             )
     out("")
     out("epochs: run/kept (early stopping keeps the best held-out epoch).")
@@ -394,7 +409,7 @@ def part_ood(data, seeds, out):
                 )
                 for f in flows
             ]
-            out(f"| {pooling} | {name} | {gaussian:.3f} | {spread(flow_aucs)} |")
+            out(f"| {pooling} | {name} | {gaussian:.3f} | {spread(flow_aucs, 3)} |")
 
 
 def part_ablation(data, seeds, out):
@@ -496,7 +511,11 @@ def flop_floor(est, n_train: int, n_val: int, epochs: int):
     with the rows left; with early stopping a forward pass over the
     ``n_val`` held-out rows after every epoch (and before the first). The
     fixed passes of every fit: the ActNorm pass (up to 1,024 rows) and the
-    checks before and after (up to 4,096 rows), forward only.
+    checks before and after (up to 4,096 rows), forward only; with
+    ``init="whitening"``, the input map's float64 products (numpy, one BLAS
+    thread, as the whitening runs them): two covariances of the training
+    rows (the rank at the input's precision, then the whitening of the
+    standardised rows) and the whitening of the training and held-out rows.
     """
     import torch
 
@@ -530,26 +549,71 @@ def flop_floor(est, n_train: int, n_val: int, epochs: int):
         _, fixed_secs = cost(fixed + [(p, 1) for p in passes])
     finally:
         torch.set_num_threads(before)
+    if est.init == "whitening":
+        d = est.n_features_in_
+        for shape, times in [((d, n_train, d), 2), ((n_train, d, d), 1)] + (
+            [((n_val, d, d), 1)] if n_val else []
+        ):
+            fixed_secs += times * dgemm_seconds(shape)
     return epoch_flops, epochs * epoch_secs + fixed_secs, epoch_secs
 
 
+def dgemm_seconds(shape, repeats: int = 3) -> float:
+    """Seconds of one float64 numpy product of ``shape`` on one BLAS thread."""
+    m, k, n = shape
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    best = np.inf
+    with threadpool_limits(1):
+        for _ in range(repeats):
+            start = time.perf_counter()
+            a @ b
+            best = min(best, seconds(start))
+    return best
+
+
 def threads_table(out):
-    """The step's largest products on one and on two threads (quiet machine)."""
+    """A training step's products on one and two threads, idle and busy.
+
+    Busy: another process spins on one core meanwhile (``while True:
+    pass``), as on a shared machine; a second thread must then wait for it.
+    """
+    import subprocess
+    import sys
+
     import torch
 
+    shapes = [(64, 192, 32), (128, 384, 384), (128, 768, 768), (512, 768, 768)]
     before = torch.get_num_threads()
-    out("")
-    out("| product (rows x width x width) | 1 thread, ms | 2 threads, ms |")
-    out("|---|---:|---:|")
+    cells = {shape: [] for shape in shapes}
     try:
-        for shape in [(64, 192, 32), (128, 384, 384), (128, 768, 768), (512, 768, 768)]:
-            cells = []
-            for n in (1, 2):
-                torch.set_num_threads(n)
-                cells.append(1e3 * mm_seconds(shape))
-            out(f"| {' x '.join(map(str, shape))} | {cells[0]:.3f} | {cells[1]:.3f} |")
+        for busy in (False, True):
+            spinner = None
+            if busy:
+                code = "while True: pass"
+                spinner = subprocess.Popen([sys.executable, "-c", code])
+                time.sleep(1.0)
+            try:
+                for shape in shapes:
+                    for n in (1, 2):
+                        torch.set_num_threads(n)
+                        cells[shape].append(1e3 * mm_seconds(shape))
+            finally:
+                if spinner is not None:
+                    spinner.kill()
+                    spinner.wait()
     finally:
         torch.set_num_threads(before)
+    out("")
+    out(
+        "| product (rows x width x width) | idle: 1 thread, ms | 2 threads | "
+        "one core busy: 1 thread | 2 threads |"
+    )
+    out("|---|---:|---:|---:|---:|")
+    for shape, (a, b, c, e) in cells.items():
+        out(
+            f"| {' x '.join(map(str, shape))} | {a:.3f} | {b:.3f} | {c:.3f} | {e:.3f} |"
+        )
 
 
 def part_speed(data, seeds, out):

@@ -279,6 +279,20 @@ class CouplingNet(nn.Module):
         nn.init.zeros_(self.out.bias)
         self.out_log_scale = nn.Parameter(torch.zeros(out_features))
 
+    def _conditioner_parameters(self) -> tuple:
+        """The ten parameters in the order the fused passes take them."""
+        return (
+            self.hidden.weight,
+            self.hidden_norm.log_scale,
+            self.hidden_norm.bias,
+            self.hidden2.weight,
+            self.hidden2_norm.log_scale,
+            self.hidden2_norm.bias,
+            self.out.weight,
+            self.out.bias,
+            self.out_log_scale,
+        )
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         norms = (self.hidden_norm, self.hidden2_norm)
         if (
@@ -286,21 +300,40 @@ class CouplingNet(nn.Module):
             and torch.is_grad_enabled()
             and all(norm._known_initialized for norm in norms)
         ):  # a training step: the same function, with a hand-written backward
-            return _ConditionerFunction.apply(
-                x,
-                self.hidden.weight,
-                self.hidden_norm.log_scale,
-                self.hidden_norm.bias,
-                self.hidden2.weight,
-                self.hidden2_norm.log_scale,
-                self.hidden2_norm.bias,
-                self.out.weight,
-                self.out.bias,
-                self.out_log_scale,
-            )
+            return _ConditionerFunction.apply(x, *self._conditioner_parameters())
         h = torch.relu(self.hidden_norm.affine(self.hidden(x)))
         h = torch.relu(self.hidden2_norm.affine(self.hidden2(h)))
         return self.out(h) * torch.exp(self.out_log_scale)
+
+
+def _conditioner_forward(x, w1, ls1, b1, w2, ls2, b2, wo, bo, lso):
+    """:class:`CouplingNet`'s output, and what its backward pass needs."""
+    s1, s2, so = torch.exp(ls1), torch.exp(ls2), torch.exp(lso)
+    h1 = torch.mm(x, w1.t())
+    r1 = torch.addcmul(b1, h1, s1).relu_()
+    h2 = torch.mm(r1, w2.t())
+    r2 = torch.addcmul(b2, h2, s2).relu_()
+    o = torch.addmm(bo, r2, wo.t())
+    return o * so, (x, w1, s1, h1, r1, w2, s2, h2, r2, wo, so, o)
+
+
+def _conditioner_backward(grad, saved, input_grad: bool = True):
+    """Gradients of the input and of the ten parameters, from ``grad``."""
+    x, w1, s1, h1, r1, w2, s2, h2, r2, wo, so, o = saved
+    threshold_backward = torch.ops.aten.threshold_backward
+    g_o = grad * so
+    g_lso = (grad * o).sum(0) * so
+    g_wo, g_bo = torch.mm(g_o.t(), r2), g_o.sum(0)
+    g_a2 = threshold_backward(torch.mm(g_o, wo), r2, 0)
+    g_b2, g_ls2 = g_a2.sum(0), (g_a2 * h2).sum(0) * s2
+    g_h2 = g_a2 * s2
+    g_w2 = torch.mm(g_h2.t(), r1)
+    g_a1 = threshold_backward(torch.mm(g_h2, w2), r1, 0)
+    g_b1, g_ls1 = g_a1.sum(0), (g_a1 * h1).sum(0) * s1
+    g_h1 = g_a1 * s1
+    g_w1 = torch.mm(g_h1.t(), x)
+    g_x = torch.mm(g_h1, w1) if input_grad else None
+    return g_x, (g_w1, g_ls1, g_b1, g_w2, g_ls2, g_b2, g_wo, g_bo, g_lso)
 
 
 class _ConditionerFunction(torch.autograd.Function):
@@ -316,33 +349,61 @@ class _ConditionerFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, w1, ls1, b1, w2, ls2, b2, wo, bo, lso):
-        s1, s2, so = torch.exp(ls1), torch.exp(ls2), torch.exp(lso)
-        h1 = torch.mm(x, w1.t())
-        r1 = torch.addcmul(b1, h1, s1).relu_()
-        h2 = torch.mm(r1, w2.t())
-        r2 = torch.addcmul(b2, h2, s2).relu_()
-        o = torch.addmm(bo, r2, wo.t())
-        ctx.save_for_backward(x, w1, s1, h1, r1, w2, s2, h2, r2, wo, so, o)
-        return o * so
+    def forward(ctx, x, *params):
+        out, saved = _conditioner_forward(x, *params)
+        ctx.save_for_backward(*saved)
+        return out
 
     @staticmethod
     def backward(ctx, grad):
-        x, w1, s1, h1, r1, w2, s2, h2, r2, wo, so, o = ctx.saved_tensors
-        threshold_backward = torch.ops.aten.threshold_backward
-        g_o = grad * so
-        g_lso = (grad * o).sum(0) * so
-        g_wo, g_bo = torch.mm(g_o.t(), r2), g_o.sum(0)
-        g_a2 = threshold_backward(torch.mm(g_o, wo), r2, 0)
-        g_b2, g_ls2 = g_a2.sum(0), (g_a2 * h2).sum(0) * s2
-        g_h2 = g_a2 * s2
-        g_w2 = torch.mm(g_h2.t(), r1)
-        g_a1 = threshold_backward(torch.mm(g_h2, w2), r1, 0)
-        g_b1, g_ls1 = g_a1.sum(0), (g_a1 * h1).sum(0) * s1
-        g_h1 = g_a1 * s1
-        g_w1 = torch.mm(g_h1.t(), x)
-        g_x = torch.mm(g_h1, w1) if ctx.needs_input_grad[0] else None
-        return g_x, g_w1, g_ls1, g_b1, g_w2, g_ls2, g_b2, g_wo, g_bo, g_lso
+        g_x, g_params = _conditioner_backward(
+            grad, ctx.saved_tensors, ctx.needs_input_grad[0]
+        )
+        return (g_x, *g_params)
+
+
+class _AdditiveStepFunction(torch.autograd.Function):
+    """A whole training :class:`FlowStep` with an additive coupling, fused.
+
+    ``ActNorm -> mixing -> z_b = m_b + t(m_a)`` and its log-determinant
+    (the ActNorm's log-scales and the mixing's constant), forward and
+    backward written out: the step's own bookkeeping (the split, the
+    concatenation, the log-determinants' sum, a dozen autograd nodes) is
+    most of a small flow's training time on the CPU. The mixing is a
+    permutation (an index, its own inverse: the reverse) or a matrix ``W``
+    (``m = y W^T``). ``tests/flow/test_layers.py`` checks it against
+    autograd on the layers themselves.
+    """
+
+    @staticmethod
+    def forward(ctx, x, ls, b, mix, mix_log_det, n_a, *params):
+        s = torch.exp(ls)
+        y = torch.addcmul(b, x, s)
+        if mix.dtype == torch.long:
+            m = y.index_select(1, mix)
+        else:
+            m = torch.mm(y, mix.t())
+        m_a, m_b = m.split([n_a, m.shape[1] - n_a], dim=1)
+        t, saved = _conditioner_forward(m_a, *params)
+        z = torch.cat([m_a, m_b + t], dim=1)
+        log_det = (ls.sum() + mix_log_det).expand(x.shape[0])
+        ctx.n_a = n_a
+        ctx.save_for_backward(x, s, mix, *saved)
+        return z, log_det
+
+    @staticmethod
+    def backward(ctx, grad_z, grad_log_det):
+        x, s, mix, *saved = ctx.saved_tensors
+        g_ma, g_mb = grad_z.split([ctx.n_a, grad_z.shape[1] - ctx.n_a], dim=1)
+        g_ma_t, g_params = _conditioner_backward(g_mb, saved)
+        g_m = torch.cat([g_ma + g_ma_t, g_mb], dim=1)
+        if mix.dtype == torch.long:
+            g_y = g_m.index_select(1, mix)  # the reverse permutation
+        else:
+            g_y = torch.mm(g_m, mix)
+        g_b = g_y.sum(0)
+        g_ls = (g_y * x).sum(0) * s + grad_log_det.sum()
+        return g_y * s, g_ls, g_b, None, None, None, *g_params
 
 
 class Coupling(nn.Module):
@@ -467,6 +528,33 @@ class FlowStep(SequentialFlow):
             MIXING_LAYERS[mixing](n_features),
             Coupling(n_features, hidden_size, coupling),
         )
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        norm, mixing, coupling = self.layers
+        net = coupling.net
+        if (
+            self.training
+            and torch.is_grad_enabled()
+            and coupling.coupling == "additive"
+            and net is not None
+            and norm._known_initialized
+            and net.hidden_norm._known_initialized
+            and net.hidden2_norm._known_initialized
+        ):  # a training step: the same map, fused (_AdditiveStepFunction)
+            if isinstance(mixing, ReversePermutation):
+                mix, mix_log_det = mixing.perm, 0.0
+            else:
+                mix, mix_log_det = mixing.weight, mixing.log_abs_det
+            return _AdditiveStepFunction.apply(
+                x,
+                norm.log_scale,
+                norm.bias,
+                mix,
+                mix_log_det,
+                coupling.n_a,
+                *net._conditioner_parameters(),
+            )
+        return super().forward(x)
 
 
 class Glow(nn.Module):

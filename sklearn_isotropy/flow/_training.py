@@ -73,7 +73,7 @@ FLOW_PRESETS: dict[str, dict] = {
         "weight_decay": 3.0,
         "max_grad_norm": None,
         "batch_size": 128,
-        "max_iter": 20,
+        "max_iter": 6,
         "early_stopping": True,
         "validation_fraction": 0.1,
         "n_iter_no_change": 3,
