@@ -170,15 +170,11 @@ def part_sts(data, encoders, seeds, out):
             white, _ = fitted(WhiteningTransformer(), X_fit)
             white = data.spearman(white.transform(X), "test")
             cells, notes = {}, []
-            for name, make in [
-                ("bert-flow", lambda s: GlowFlowTransformer.from_preset("bert-flow")),
-                ("density", lambda s: GlowFlowTransformer()),
-            ]:
+            for name in ("bert-flow", "density"):
                 cells[name] = []
                 for seed in seeds:
-                    est, caught = fitted(
-                        make(seed).set_params(random_state=seed), X_fit
-                    )
+                    est = GlowFlowTransformer.from_preset(name, random_state=seed)
+                    est, caught = fitted(est, X_fit)
                     cells[name].append(data.spearman(est.transform(X), "test"))
                     notes += [f"{name} seed {seed} warned: {m[:80]}" for m in caught]
             preset_ok = min(cells["bert-flow"]) >= max(raw, white) - 0.5

@@ -573,7 +573,7 @@ def fit_glow(config, U_train, U_val, *, seed, device, log_det, params):
             flow(rows)
 
         X_check = X_train[: min(X_train.shape[0], CHECK_ROWS)]
-        initial_nll, initial_norm = latent_check(flow, X_check)
+        initial_nll, _ = latent_check(flow, X_check)
         if not np.isfinite(initial_nll):
             raise ValueError(
                 "The initial flow gives non-finite log-likelihoods on the "
