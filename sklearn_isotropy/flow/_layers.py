@@ -362,50 +362,6 @@ class _ConditionerFunction(torch.autograd.Function):
         return (g_x, *g_params)
 
 
-class _AdditiveStepFunction(torch.autograd.Function):
-    """A whole training :class:`FlowStep` with an additive coupling, fused.
-
-    ``ActNorm -> mixing -> z_b = m_b + t(m_a)`` and its log-determinant
-    (the ActNorm's log-scales and the mixing's constant), forward and
-    backward written out: the step's own bookkeeping (the split, the
-    concatenation, the log-determinants' sum, a dozen autograd nodes) is
-    most of a small flow's training time on the CPU. The mixing is a
-    permutation (an index, its own inverse: the reverse) or a matrix ``W``
-    (``m = y W^T``). ``tests/flow/test_layers.py`` checks it against
-    autograd on the layers themselves.
-    """
-
-    @staticmethod
-    def forward(ctx, x, ls, b, mix, mix_log_det, n_a, *params):
-        s = torch.exp(ls)
-        y = torch.addcmul(b, x, s)
-        if mix.dtype == torch.long:
-            m = y.index_select(1, mix)
-        else:
-            m = torch.mm(y, mix.t())
-        m_a, m_b = m.split([n_a, m.shape[1] - n_a], dim=1)
-        t, saved = _conditioner_forward(m_a, *params)
-        z = torch.cat([m_a, m_b + t], dim=1)
-        log_det = (ls.sum() + mix_log_det).expand(x.shape[0])
-        ctx.n_a = n_a
-        ctx.save_for_backward(x, s, mix, *saved)
-        return z, log_det
-
-    @staticmethod
-    def backward(ctx, grad_z, grad_log_det):
-        x, s, mix, *saved = ctx.saved_tensors
-        g_ma, g_mb = grad_z.split([ctx.n_a, grad_z.shape[1] - ctx.n_a], dim=1)
-        g_ma_t, g_params = _conditioner_backward(g_mb, saved)
-        g_m = torch.cat([g_ma + g_ma_t, g_mb], dim=1)
-        if mix.dtype == torch.long:
-            g_y = g_m.index_select(1, mix)  # the reverse permutation
-        else:
-            g_y = torch.mm(g_m, mix)
-        g_b = g_y.sum(0)
-        g_ls = (g_y * x).sum(0) * s + grad_log_det.sum()
-        return g_y * s, g_ls, g_b, None, None, None, *g_params
-
-
 class Coupling(nn.Module):
     """Additive or affine coupling layer.
 
@@ -528,33 +484,6 @@ class FlowStep(SequentialFlow):
             MIXING_LAYERS[mixing](n_features),
             Coupling(n_features, hidden_size, coupling),
         )
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        norm, mixing, coupling = self.layers
-        net = coupling.net
-        if (
-            self.training
-            and torch.is_grad_enabled()
-            and coupling.coupling == "additive"
-            and net is not None
-            and norm._known_initialized
-            and net.hidden_norm._known_initialized
-            and net.hidden2_norm._known_initialized
-        ):  # a training step: the same map, fused (_AdditiveStepFunction)
-            if isinstance(mixing, ReversePermutation):
-                mix, mix_log_det = mixing.perm, 0.0
-            else:
-                mix, mix_log_det = mixing.weight, mixing.log_abs_det
-            return _AdditiveStepFunction.apply(
-                x,
-                norm.log_scale,
-                norm.bias,
-                mix,
-                mix_log_det,
-                coupling.n_a,
-                *net._conditioner_parameters(),
-            )
-        return super().forward(x)
 
 
 class Glow(nn.Module):

@@ -388,6 +388,7 @@ n_iter_no_change, tol
         initialisation) are loaded back into ``flow``.
     """
     from ._layers import learning_rate_factors
+    from ._step import AdditiveStep
 
     parameters = [p for p in flow.parameters() if p.requires_grad]
     # nothing to learn (a single feature has no coupling): epochs only score
@@ -425,9 +426,11 @@ n_iter_no_change, tol
         if max_iter == 0:
             return result
 
-        optimizer = None
+        optimizer = step_of = None
         if flat is not None:
             optimizer = make_optimizer(flat, learning_rate, weight_decay)
+            if AdditiveStep.supports(flow):  # no autograd graph (see _step)
+                step_of = AdditiveStep(flow)
         good = None if flat is None else flat.snapshot()
         good_at = "the initialisation"
         no_improvement = step = 0
@@ -438,7 +441,10 @@ n_iter_no_change, tol
             total, seen = 0.0, 0
             for batch, start in enumerate(range(0, n_train, batch_size)):
                 xb = X_train[order[start : start + batch_size]]
-                nll = -flow.log_prob(xb).mean()
+                if step_of is not None:  # the loss, and its gradients written
+                    nll = step_of(xb, bits)
+                else:
+                    nll = -flow.log_prob(xb).mean()
                 value = nll.item()
                 if not value <= runaway:  # non-finite, or running away
                     result.diverged = (epoch, batch + 1, value)
@@ -449,8 +455,9 @@ n_iter_no_change, tol
                     good = flat.snapshot()
                     good_at = f"epoch {epoch}, batch {batch + 1}"
                 if optimizer is not None:
-                    flat.zero_grad()
-                    (nll * bits).backward()
+                    if step_of is None:
+                        flat.zero_grad()
+                        (nll * bits).backward()
                     if max_grad_norm is not None:
                         torch.nn.utils.clip_grad_norm_(flat.tensors, max_grad_norm)
                     optimizer.step()

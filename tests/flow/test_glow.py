@@ -26,6 +26,7 @@ from sklearn_isotropy.exceptions import (  # noqa: E402
 )
 from sklearn_isotropy.flow import FLOW_PRESETS  # noqa: E402
 from sklearn_isotropy.flow._layers import Glow  # noqa: E402
+from sklearn_isotropy.flow._step import AdditiveStep  # noqa: E402
 
 FAST = {"hidden_size": 8, "depth": 2, "batch_size": 32}
 # a fixed number of epochs, every row trained on
@@ -111,18 +112,21 @@ def test_untrained_flow_is_the_gaussian_mle(make_cone):
 
 
 def test_initial_flow_is_the_gaussian_with_early_stopping(make_cone):
-    """Before the first step the density is the training part's Gaussian.
+    """Before the first step the density is the Gaussian MLE of every row.
 
-    Also when no epoch beats it (see below): the Gaussian fitted to the
-    training part of the split.
+    Early stopping holds rows out of the flow's training, not out of the
+    Gaussian it starts from: the density kept when no epoch beats the start
+    is scipy's Gaussian with the mean and covariance of all 300 rows.
     """
     X = make_cone(300, 4, **CORRELATED)
     est = GlowFlowTransformer(max_iter=0, random_state=0).fit(X)
     assert est.best_epoch_ == 0 and len(est.validation_scores_) == 1
-    gaussian = _data_space_gaussian(est)
-    assert_allclose(est.score_samples(X), gaussian.logpdf(X), rtol=1e-6)
-    # the whitener saw the 270 training rows only
-    assert est.whitener_.n_samples_seen_ == 270
+    assert est.whitener_.n_samples_seen_ == 300
+    reference = multivariate_normal(X.mean(0), np.cov(X, rowvar=False))
+    assert_allclose(est.score_samples(X), reference.logpdf(X), rtol=1e-6)
+    assert_allclose(
+        est.score_samples(X), _data_space_gaussian(est).logpdf(X), rtol=1e-6
+    )
 
 
 def test_initial_flow_scipy_reference_float32(make_cone):
@@ -543,22 +547,32 @@ def test_verbose_lines_do_not_break_the_progress_bar(capsys, make_cone):
 
 # ---------------------------------------------------- non-finite training
 def _poison_log_prob(monkeypatch, at_call, break_params=False):
-    """Make the ``at_call``-th training batch's loss NaN (and the parameters too)."""
-    original = Glow.log_prob
+    """Make the ``at_call``-th training batch's loss NaN (and the parameters too).
+
+    Training computes an additive flow's loss with
+    :class:`~sklearn_isotropy.flow._step.AdditiveStep`: that is what is
+    poisoned.
+    """
+    original_init, original_call = AdditiveStep.__init__, AdditiveStep.__call__
     calls = {"n": 0}
 
-    def log_prob(self, x):  # counts training batches only
-        out = original(self, x)
-        calls["n"] += self.training
-        if self.training and calls["n"] >= at_call:
+    def init(self, flow):
+        original_init(self, flow)
+        self.test_flow = flow
+
+    def call(self, x, scale):  # counts training batches
+        out = original_call(self, x, scale)
+        calls["n"] += 1
+        if calls["n"] >= at_call:
             if break_params:
                 with torch.no_grad():
-                    for p in self.parameters():
+                    for p in self.test_flow.parameters():
                         p.fill_(float("nan"))
             return out * float("nan")
         return out
 
-    monkeypatch.setattr(Glow, "log_prob", log_prob)
+    monkeypatch.setattr(AdditiveStep, "__init__", init)
+    monkeypatch.setattr(AdditiveStep, "__call__", call)
 
 
 def test_non_finite_loss_keeps_last_good_state_with_warning(monkeypatch, make_cone):
@@ -587,7 +601,12 @@ def test_fallback_that_fails_too_raises_with_the_remedy(monkeypatch, make_cone):
         z, log_det = original(self, x)
         return (z * float("nan"), log_det) if calls["n"] > 2 else (z, log_det)
 
+    def call(self, x, scale):  # the training batches' loss
+        return original_call(self, x, scale) * float("nan")
+
+    original_call = AdditiveStep.__call__
     monkeypatch.setattr(Glow, "forward", forward)
+    monkeypatch.setattr(AdditiveStep, "__call__", call)
     with pytest.raises(
         FlowTrainingError, match=r"epoch 1, batch 1.*give non-finite.*learning_rate"
     ):
@@ -642,13 +661,13 @@ def test_wide_gaussian_trains_without_divergence(d):
 def test_training_runs_on_one_thread_and_restores_the_count(monkeypatch, make_cone):
     X = make_cone(200, 4, **AXES)
     seen = []
-    original = Glow.log_prob
+    original = AdditiveStep.__call__
 
-    def log_prob(self, x):
+    def call(self, x, scale):
         seen.append(torch.get_num_threads())
-        return original(self, x)
+        return original(self, x, scale)
 
-    monkeypatch.setattr(Glow, "log_prob", log_prob)
+    monkeypatch.setattr(AdditiveStep, "__call__", call)
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:

@@ -11,6 +11,7 @@ from numpy.testing import assert_allclose
 torch = pytest.importorskip("torch")
 
 from sklearn_isotropy.flow._layers import Glow, learning_rate_factors  # noqa: E402
+from sklearn_isotropy.flow._step import AdditiveStep  # noqa: E402
 from sklearn_isotropy.flow._training import (  # noqa: E402
     EpochReporter,
     FlatParameters,
@@ -167,19 +168,19 @@ def test_a_runaway_batch_stops_training_and_restores_a_good_snapshot():
     glow = _glow()
     X = torch.randn(320, 6, generator=torch.Generator().manual_seed(0))
     start = [p.detach().clone() for p in glow.parameters()]
-    original = Glow.log_prob
+    original = AdditiveStep.__call__
     calls = {"n": 0}
 
-    def log_prob(self, x):  # the 4th training batch runs away (no NaN)
-        out = original(self, x)
-        calls["n"] += self.training
-        return out - 1e6 if self.training and calls["n"] == 4 else out
+    def call(self, x, scale):  # the 4th training batch runs away (no NaN)
+        out = original(self, x, scale)
+        calls["n"] += 1
+        return out + 1e6 if calls["n"] == 4 else out
 
-    Glow.log_prob = log_prob
+    AdditiveStep.__call__ = call
     try:
         result = _train(glow, X)
     finally:
-        Glow.log_prob = original
+        AdditiveStep.__call__ = original
     epoch, batch, value = result.diverged
     assert (epoch, batch) == (1, 4) and value > 1e5
     assert result.restored == "the initialisation"
@@ -215,24 +216,34 @@ def test_training_keeps_a_fallback_no_worse_than_the_start():
     assert len(norms) == 10 and max(norms) <= 1e-3 * (1 + 1e-5)
 
 
-def test_the_loss_is_differentiated_in_bits_per_dimension():
-    """The step's gradient is the nats gradient over d ln 2 (width-free clipping)."""
-    glow = _glow(d=6)
-    X = torch.randn(32, 6)
-    grads = []
-    backward = torch.Tensor.backward
+@pytest.mark.parametrize("coupling", ["additive", "affine"])
+def test_the_loss_is_differentiated_in_bits_per_dimension(coupling):
+    """The step's gradient is the nats gradient over d ln 2 (width-free clipping).
 
-    def spy(self, *args, **kwargs):
-        grads.append(float(self.detach()))
+    Additive flows train through AdditiveStep (given the scale), affine ones
+    through autograd (``backward`` on the scaled loss).
+    """
+    glow = _glow(d=6, coupling=coupling)
+    X = torch.randn(32, 6)
+    scaled = []  # (the scaled loss, the scale)
+    backward, call = torch.Tensor.backward, AdditiveStep.__call__
+
+    def spy_backward(self, *args, **kwargs):
+        scaled.append(float(self.detach()))
         return backward(self, *args, **kwargs)
 
-    torch.Tensor.backward = spy
+    def spy_call(self, x, scale):
+        nll = call(self, x, scale)
+        scaled.append(float(nll) * scale)
+        return nll
+
+    torch.Tensor.backward, AdditiveStep.__call__ = spy_backward, spy_call
     try:
         result = _train(glow, X, max_iter=1, learning_rate=1e-9)
     finally:
-        torch.Tensor.backward = backward
+        torch.Tensor.backward, AdditiveStep.__call__ = backward, call
     nats = result.loss_curve[0]  # train_offset 0: the batch's mean NLL
-    assert grads == [pytest.approx(nats / (6 * math.log(2)), rel=1e-5)]
+    assert scaled == [pytest.approx(nats / (6 * math.log(2)), rel=1e-5)]
 
 
 def test_training_threads_is_one_on_the_cpu_and_restores_the_count():
