@@ -348,7 +348,9 @@ def train_flow(
     The loss a step differentiates is the batch's mean negative
     log-likelihood in bits per dimension (Glow's and BERT-flow's unit), so
     ``max_grad_norm`` means the same at every width; the curves are
-    reported in nats per row.
+    reported in nats per row. A Glow of additive couplings computes it and
+    its gradients with :class:`~sklearn_isotropy.flow._step.AdditiveStep`
+    (no autograd graph); any other flow through autograd.
 
     Parameters
     ----------
