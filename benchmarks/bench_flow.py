@@ -33,10 +33,11 @@ Seven parts (``--parts``, all by default), each over ``--seeds`` (the flow's
     the Gaussian/Mahalanobis score, on shuffled words, random words and
     random tokens.
 ``ablation``
-    What the defaults' choices buy (public parameters only): held-out
-    log-likelihood and STS-B dev (never test) of the defaults against no
-    weight decay, another learning rate and the reverse-permutation mixing;
-    and the ``"bert-flow"`` preset with a random orthogonal mixing.
+    What the defaults' choices buy (public parameters only): log-likelihood
+    of the dev sentences not in train and STS-B dev Spearman (never test) of
+    the defaults against no weight decay, another learning rate and the
+    reverse-permutation mixing; and the ``"bert-flow"`` preset with a random
+    orthogonal mixing.
 ``speed``
     On the 17,256 STS-B sentence occurrences (train, dev and test pairs,
     both sides) x 384 (all-MiniLM-L6-v2, ``embeddings_avg``): each preset's
@@ -436,8 +437,8 @@ def part_ablation(data, seeds, out):
     out("## ablation: all-MiniLM-L6-v2, fitted on train sentences")
     out("")
     out(
-        "Held-out log-likelihood of the test sentences not in train (nats/row) "
-        "and STS-B dev Spearman x100 (never test); epochs run/kept."
+        "Held-out log-likelihood of the dev sentences not in train (nats/row) "
+        "and STS-B dev Spearman x100: dev chooses, never test; epochs run/kept."
     )
     out("")
     out("| pooling | variant | held-out log-likelihood | STS-B dev | epochs |")
@@ -456,12 +457,12 @@ def part_ablation(data, seeds, out):
     ]
     for pooling in POOLINGS:
         X = data.embeddings("MiniLM", pooling)
-        X_train, X_test = X[data.train_rows], X[data.test_only_rows]
+        X_train, X_dev = X[data.train_rows], X[data.dev_only_rows]
         for label, make, params in variants:
             scores, dev, epochs = [], [], []
             for seed in seeds:
                 est = make(**params, random_state=seed).fit(X_train)
-                scores.append(est.score(X_test))
+                scores.append(est.score(X_dev))
                 dev.append(data.spearman(est.transform(X), "dev"))
                 epochs.append(f"{est.n_iter_}/{est.best_epoch_}")
             out(
@@ -591,6 +592,50 @@ def dgemm_seconds(shape, repeats: int = 3) -> float:
     return best
 
 
+def profile_table(X, out):
+    """Where a ``"bert-flow"`` fit's CPU time goes, by torch operation.
+
+    One fit under ``torch.profiler`` (which adds its own cost to every
+    call): the self time of each operation summed over the fit, the matrix
+    products (``mm``, ``addmm``) against everything else. Every other
+    operation of a step reads or writes a batch-sized tensor, so even with
+    no dispatch cost at all the products alone cannot be the whole fit.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    est = GlowFlowTransformer.from_preset("bert-flow", random_state=0)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fitted(est, X)
+    events = [e for e in prof.key_averages() if e.key.startswith("aten::")]
+    total = sum(e.self_cpu_time_total for e in events) / 1e6
+    products = {"aten::mm", "aten::addmm", "aten::addmm_", "aten::matmul"}
+    out("")
+    out(
+        'One `"bert-flow"` fit under torch.profiler: self time of torch\'s '
+        "operations (the profiler slows every call)."
+    )
+    out("")
+    out("| operations | calls | self time, s | share |")
+    out("|---|---:|---:|---:|")
+    groups = {"matrix products": [], "all others": []}
+    for e in events:
+        groups["matrix products" if e.key in products else "all others"].append(e)
+    for name, members in groups.items():
+        secs = sum(e.self_cpu_time_total for e in members) / 1e6
+        calls = sum(e.count for e in members)
+        out(f"| {name} | {calls} | {secs:.3f} | {secs / total:.0%} |")
+    top = sorted(groups["all others"], key=lambda e: -e.self_cpu_time_total)[:6]
+    out("")
+    out(
+        "Largest others: "
+        + ", ".join(
+            f"{e.key[6:]} {e.self_cpu_time_total / 1e6:.3f} s ({e.count} calls)"
+            for e in top
+        )
+        + "."
+    )
+
+
 def threads_table(out):
     """A training step's products on one and two threads, idle and busy.
 
@@ -687,6 +732,7 @@ def part_speed(data, seeds, out):
                 f"{fit:.2f} | {fit / floor:.2f} | {fit / encode:.3f} | "
                 f"<= 2x and <= {target}x: {'met' if ok else 'NOT met'} |"
             )
+    profile_table(X, out)
     threads_table(out)
     out("")
     out(f"load average after: {load_average():.2f}")
