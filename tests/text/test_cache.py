@@ -620,18 +620,26 @@ def _no_free_file_descriptors():
 def test_too_many_open_files_is_reported_and_the_cache_left_alone(
     tiny_bert, tmp_path, fresh_process, uncached
 ):
-    vec = BertPoolingVectorizer(tiny_bert, memory=tmp_path).fit(TEXTS)
-    vec.transform(TEXTS)
-    before = _files(tmp_path)
-    with _no_free_file_descriptors():
-        X, n_encoded, caught = _transform_recording(vec, TEXTS)
+    # Another thread of this process (the session's dask cluster, say) may
+    # close a descriptor while the test holds all the others, and the cache
+    # then opens normally: the output is right either way, and a few tries
+    # meet the limit.
+    for attempt in range(3):
+        cache = tmp_path / f"try-{attempt}"
+        vec = BertPoolingVectorizer(tiny_bert, memory=cache).fit(TEXTS)
+        vec.transform(TEXTS)
+        before = _files(cache)
+        with _no_free_file_descriptors():
+            X, n_encoded, caught = _transform_recording(vec, TEXTS)
+        assert_allclose(X, uncached, rtol=1e-6, atol=1e-7)
+        if caught:
+            break
     messages = [str(w.message) for w in caught]
     assert len(messages) == 1, messages
     assert "Too many open files" in messages[0] and "EMFILE" in messages[0]
     assert "ulimit" in messages[0]
     assert n_encoded == len(TEXTS)
-    assert_allclose(X, uncached, rtol=1e-6, atol=1e-7)
-    assert _files(tmp_path) == before
+    assert _files(cache) == before
     X, n_encoded, _ = _transform_recording(vec, TEXTS)
     assert n_encoded == 0
 
