@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import numbers
 from collections.abc import Callable
 from dataclasses import Field, dataclass, field, fields
 
@@ -185,6 +186,24 @@ class Number:
             raise ValueError(f"expected {kind}{bound}, got {text!r}")
         return value
 
+    def check(self, value) -> None:
+        """Raise a ``ValueError`` if ``value`` is not a number this reads.
+
+        For settings built in Python: the same bounds as the flag's text,
+        and a number of the right kind (an int for ``integer``, never a
+        bool or a string).
+
+        Parameters
+        ----------
+        value : object
+            The field's value.
+        """
+        kind = numbers.Integral if self.integer else numbers.Real
+        if not isinstance(value, kind) or isinstance(value, bool):
+            what = "an integer" if self.integer else "a number"
+            raise ValueError(f"expected {what}, got {value!r}")
+        self(str(value))
+
 
 @dataclass(frozen=True)
 class Integers:
@@ -217,6 +236,19 @@ class Integers:
         if not values:
             raise ValueError(f"expected integers >= {self.low}, got {text!r}")
         return tuple(values)
+
+    def check(self, value) -> None:
+        """Raise a ``ValueError`` if ``value`` is not a tuple of such integers.
+
+        Parameters
+        ----------
+        value : object
+            The field's value (settings built in Python).
+        """
+        if not isinstance(value, (tuple, list)) or not value:
+            raise ValueError(f"expected integers >= {self.low}, got {value!r}")
+        for item in value:
+            Number(integer=True, low=self.low).check(item)
 
 
 @dataclass(frozen=True)
@@ -471,23 +503,37 @@ class EvaluationSettings:
     postprocessing: MethodSettings = group(MethodSettings)
 
     def check(self) -> None:
-        """Raise before any work if a list of names cannot run.
+        """Raise before any work if a value is out of bounds or a list cannot run.
+
+        Settings built in Python get the checks of the command line: each
+        number within its flag's bounds (:class:`Number`, :class:`Integers`;
+        None where None is the default), and each list of names not empty
+        and known.
 
         Raises
         ------
         ValueError
-            If a list of names is empty or names something unknown.
+            If a number is out of its bounds or of the wrong kind, or a list
+            of names is empty or names something unknown.
         EvaluationError
             If a name needs a module that is not installed.
         """
         for where, f in _leaves(type(self)):
+            owner = self if where is None else getattr(self, where)
+            values = getattr(owner, f.name)
+            name = f.name if where is None else f"{where}.{f.name}"
+            read = (f.metadata["cli"] or {}).get("type")
+            if isinstance(read, (Number, Integers)) and not (
+                values is None and f.default is None
+            ):
+                try:
+                    read.check(values)
+                except ValueError as exc:
+                    raise ValueError(f"settings.{name}: {exc}") from None
             check = f.metadata["check"]
             if check is None:
                 continue
-            owner = self if where is None else getattr(self, where)
-            values = getattr(owner, f.name)
             if not values:
-                name = f.name if where is None else f"{where}.{f.name}"
                 raise ValueError(f"settings.{name} is empty; name at least one")
             check(values)
 

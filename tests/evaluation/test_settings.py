@@ -169,3 +169,59 @@ def test_the_json_settings_nest_as_the_groups_do():
         "flow_epochs": 1,
     }
     assert (written["seed"], written["cv"]) == (0, 3)
+
+
+@pytest.mark.parametrize("cls", SETTINGS[2:], ids=lambda c: c.__name__)
+def test_the_defaults_pass_the_checks(cls):
+    cls().check()
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (EvaluationSettings(seed=-1), "settings.seed: expected an integer from 0"),
+        (EvaluationSettings(seed=2**32), "settings.seed: expected an integer from 0"),
+        (
+            EvaluationSettings(encoding=EncodingSettings(batch_size=0)),
+            "settings.encoding.batch_size: expected an integer >= 1, got '0'",
+        ),
+        (
+            EvaluationSettings(postprocessing=MethodSettings(power=float("inf"))),
+            "settings.postprocessing.power: expected a finite value >= 0",
+        ),
+        (
+            EvaluationSettings(postprocessing=MethodSettings(power="1")),
+            "settings.postprocessing.power: expected a number, got '1'",
+        ),
+        (
+            EvaluationSettings(postprocessing=MethodSettings(flow_epochs=True)),
+            "settings.postprocessing.flow_epochs: expected an integer, got True",
+        ),
+        (
+            EvaluationSettings(postprocessing=MethodSettings(natsv_components=2.0)),
+            "settings.postprocessing.natsv_components: expected an integer",
+        ),
+        (STSSettings(cv=1), "settings.cv: expected an integer >= 2, got '1'"),
+        (STSSettings(max_pairs=0), "settings.max_pairs: expected an integer >= 1"),
+        (
+            RetrievalSettings(n_components=(32, 0)),
+            "settings.n_components: expected an integer >= 1, got '0'",
+        ),
+        (RetrievalSettings(n_components=()), "settings.n_components: expected"),
+        (
+            RetrievalSettings(latency_queries=-1),
+            "settings.latency_queries: expected an integer >= 0",
+        ),
+    ],
+)
+def test_settings_built_in_python_are_checked_like_the_flags(settings, message):
+    """What the command line refuses, ``check`` (run before any work) refuses."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        settings.check()
+
+
+def test_a_numpy_integer_and_a_none_default_pass():
+    import numpy as np
+
+    STSSettings(seed=np.int64(3), max_pairs=None, n_components=np.int32(8)).check()
+    RetrievalSettings(n_components=[8, 16]).check()
