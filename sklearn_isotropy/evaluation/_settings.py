@@ -506,9 +506,8 @@ class EvaluationSettings:
         """Raise before any work if a value is out of bounds or a list cannot run.
 
         Settings built in Python get the checks of the command line: each
-        number within its flag's bounds (:class:`Number`, :class:`Integers`;
-        None where None is the default), and each list of names not empty
-        and known.
+        number within its flag's bounds (the flag's ``type``; None where
+        None is the default), and each list of names not empty and known.
 
         Raises
         ------
