@@ -156,7 +156,7 @@ class AdditiveStep:
             level_saved = []
             for first, second, (w1_t, w2_t, wo_t), _ in steps:
                 s, b, mix, n_a, _, s1, b1 = first
-                _, s2, b2, _, bo, _ = second
+                _, s2, b2, _, bo, so = second
                 y = torch.addcmul(b, x, s)
                 m = y.flip(1) if mix is None else torch.mm(y, mix[1])
                 m_a = m[:, :n_a]
@@ -165,7 +165,6 @@ class AdditiveStep:
                 h2 = torch.mm(r1, w2_t)
                 r2 = torch.addcmul(b2, h2, s2).relu_()
                 o = torch.addmm(bo, r2, wo_t)
-                so = second[5]
                 m[:, n_a:].addcmul_(o, so)  # z = (m_a, m_b + t): m itself
                 level_saved.append((x, m_a, h1, r1, h2, r2, o))
                 x = m
