@@ -613,6 +613,17 @@ class Glow(nn.Module):
             if norm is not None:
                 norm.initialize_identity()
 
+    def scale_parameters(self) -> list:
+        """The log-scales of the map's own :class:`ActNorm` layers.
+
+        Those of the steps and of the output scale: with fixed mixings and
+        additive couplings, the only parameters that change the flow's
+        volume (the conditioners' ActNorm layers shape hidden units).
+        """
+        steps = [m for m in self.modules() if isinstance(m, FlowStep)]
+        norms = [step.layers[0] for step in steps] + [self.output]
+        return [norm.log_scale for norm in norms if norm is not None]
+
     def log_prob(self, x: torch.Tensor) -> torch.Tensor:
         """Log-density of each row of ``x`` under the flow (standard normal prior)."""
         z, log_det = self(x)

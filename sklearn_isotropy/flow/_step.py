@@ -40,15 +40,16 @@ class AdditiveStep:
     log-likelihood (``scale`` converts nats a row to the unit training
     differentiates, bits a dimension). Every trainable parameter of the flow
     gets its gradient (overwritten, not accumulated), so no zeroing is
-    needed between steps. The step reads the parameters' current values
-    (it holds the tensors, not copies).
+    needed between steps; a log-scale of the map's ActNorm layers that
+    requires no gradient (``train_scales=False``) gets none. The step reads
+    the parameters' current values (it holds the tensors, not copies).
 
     Parameters
     ----------
     flow : Glow
-        A flow for which :meth:`supports` is true; its parameters already
-        have their gradient tensors (``p.grad`` not None, e.g. views of
-        :class:`FlatParameters`' flat gradients).
+        A flow for which :meth:`supports` is true; its parameters that
+        require a gradient already have their gradient tensors (``p.grad``
+        not None, e.g. views of :class:`FlatParameters`' flat gradients).
     """
 
     def __init__(self, flow):
@@ -185,8 +186,9 @@ class AdditiveStep:
         if self.output is not None:
             torch.sum(g, 0, out=g_b_out)
             g.mul_(s_out)
-            torch.sum(g * latent, 0, out=g_ls_out)
-            g_ls_out.sub_(scale_t)
+            if g_ls_out is not None:  # None: a scale not trained
+                torch.sum(g * latent, 0, out=g_ls_out)
+                g_ls_out.sub_(scale_t)
         last = g.shape[1] - sum(self.split_sizes)
         blocks = g.split([*self.split_sizes[:-1], last], 1)
         g = blocks[-1]
@@ -229,6 +231,7 @@ def _step_backward(g, first, second, _, grads, x, m_a, h1, r1, h2, r2, o, scale)
     g_y = g.flip(1) if mix is None else torch.mm(g, mix[0])
     torch.sum(g_y, 0, out=g_b)
     g_y.mul_(s)
-    torch.sum(g_y * x, 0, out=g_ls)
-    g_ls.sub_(scale)  # the log-determinant's part (a 0-d tensor: no conversion)
+    if g_ls is not None:  # None: a scale not trained
+        torch.sum(g_y * x, 0, out=g_ls)
+        g_ls.sub_(scale)  # the log-determinant's part (a 0-d tensor)
     return g_y

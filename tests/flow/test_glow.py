@@ -398,28 +398,58 @@ def test_fitted_attributes_and_loss_curve(init, make_cone):
 
 @pytest.mark.parametrize("mixing", ["orthogonal", "permutation"])
 def test_mixing_layers_are_never_trained(mixing, make_cone):
-    """The mixing layers are fixed buffers; everything else learns.
+    """The mixing layers never train, the map's scales only when asked to.
 
-    A trained dense mixing diverges at width (see the wide-Gaussian test);
-    with either init, the mixing stays where it was drawn.
+    Everything else learns; the map's ActNorm scales with
+    ``train_scales=True`` only. A trained dense mixing diverges at width
+    (see the wide-Gaussian test); with either init, the mixing stays where
+    it was drawn.
     """
     X = make_cone(200, 4, **AXES)
-    for init in ("whitening", "bert-flow"):
-        before = _state(_fitted(X, init=init, mixing=mixing, max_iter=0))
-        after = _state(_fitted(X, init=init, mixing=mixing, max_iter=2))
+    cases = [("whitening", False), ("whitening", True), ("bert-flow", True)]
+    for init, train_scales in cases:
+        params = {"init": init, "mixing": mixing, "train_scales": train_scales}
+        before = _state(_fitted(X, **params, max_iter=0))
+        after = _state(_fitted(X, **params, max_iter=2))
         assert before.keys() == after.keys()
         mixing_keys = [k for k in before if k.endswith((".perm", ".weight"))]
         mixing_keys = [k for k in mixing_keys if ".net." not in k]
-        assert mixing_keys
+        map_scales = [k for k in before if k.endswith("log_scale") and ".net." not in k]
+        assert mixing_keys and map_scales
         for name in before:
             moved = not torch.equal(before[name], after[name])
             if name in mixing_keys:
                 assert not moved, name
+            elif name in map_scales:
+                assert moved == train_scales, name
             elif name.endswith(("log_scale", "net.out.weight")):
                 assert moved, name
-    # the whitening init ends with a learned per-coordinate output scale
+    # the whitening init ends with a per-coordinate output scale
     assert "output.log_scale" in _state(_fitted(X, max_iter=0))
     assert "output.log_scale" not in _state(_fitted(X, init="bert-flow", max_iter=0))
+
+
+@pytest.mark.parametrize("train_scales", [False, True])
+def test_training_keeps_the_volume_unless_scales_train(train_scales, make_cone):
+    """By default training keeps the log-determinant of the starting Gaussian.
+
+    log p(x) - log N(f(x); 0, I), the same at every row, does not move with
+    training. Trained scales move it.
+    """
+    X = make_cone(300, 6, **CORRELATED)
+
+    def log_det(est):
+        Z = est.transform(X).astype(np.float64)
+        values = est.score_samples(X) - multivariate_normal(np.zeros(6)).logpdf(Z)
+        assert_allclose(values, values[0], rtol=0, atol=1e-3)
+        return values[0]
+
+    start = log_det(_fitted(X, max_iter=0, train_scales=train_scales))
+    trained = log_det(_fitted(X, max_iter=3, train_scales=train_scales))
+    if train_scales:
+        assert abs(trained - start) > 0.01
+    else:
+        assert trained == pytest.approx(start, abs=1e-4)
 
 
 def test_early_stopping_keeps_best_evaluation(make_cone):
@@ -497,6 +527,8 @@ def test_presets(make_cone):
     assert (paper.learning_rate, paper.weight_decay) == (1e-3, 0.01)
     assert (paper.max_grad_norm, paper.batch_size) == (0.5, 64)
     assert (paper.init, paper.max_iter, paper.early_stopping) == ("bert-flow", 1, 0)
+    # Glow's ActNorm trains its scales; the defaults keep theirs
+    assert paper.train_scales and not density["train_scales"]
     est = GlowFlowTransformer.from_preset("bert-flow", **FAST).fit(
         make_cone(200, 4, **AXES)
     )
@@ -565,9 +597,10 @@ def _poison_log_prob(monkeypatch, at_call, break_params=False):
         calls["n"] += 1
         if calls["n"] >= at_call:
             if break_params:
-                with torch.no_grad():
+                with torch.no_grad():  # every parameter training changes
                     for p in self.test_flow.parameters():
-                        p.fill_(float("nan"))
+                        if p.requires_grad:
+                            p.fill_(float("nan"))
             return out * float("nan")
         return out
 
@@ -705,8 +738,8 @@ def test_clipping_and_weight_decay_reach_the_optimiser(monkeypatch, make_cone):
     assert isinstance(optimisers[-1], torch.optim.AdamW)
     # the plain group, and the log-scales' (Glow's factor 3 in the couplings)
     plain, log_scales = optimisers[-1].param_groups
-    assert (plain["lr"], plain["weight_decay"], plain["eps"]) == (3e-3, 0.02, 1e-6)
-    assert log_scales["lr"] == pytest.approx(9e-3)
+    assert (plain["lr"], plain["weight_decay"], plain["eps"]) == (1e-3, 0.02, 1e-6)
+    assert log_scales["lr"] == pytest.approx(3e-3)
     assert log_scales["weight_decay"] == pytest.approx(0.02 / 3)
 
 
@@ -797,6 +830,17 @@ def test_pickle_and_joblib_round_trip(tmp_path, init, make_cone):
         GlowFlowTransformer().get_params()
     )
     _assert_same_model(loaded.fit(X), est, X)
+
+
+def test_a_pickle_from_before_train_scales_loads_as_trained_scales(make_cone):
+    X = make_cone(200, 4, **AXES)
+    est = _fitted(X, max_iter=1)
+    state = est.__getstate__()
+    del state["train_scales"]
+    old = GlowFlowTransformer.__new__(GlowFlowTransformer)
+    old.__setstate__(state)
+    assert old.get_params()["train_scales"] is True
+    assert_array_equal(old.transform(X), est.transform(X))
 
 
 def test_pickled_state_is_cpu_and_loaded_weights_only(monkeypatch, make_cone):

@@ -78,6 +78,45 @@ def test_step_is_autograd_on_the_layers(mixing, output_scale, d, n_levels):
     assert torch.equal(-glow.log_prob(x).mean(), expected)
 
 
+@pytest.mark.parametrize("mixing", ["permutation", "orthogonal"])
+@pytest.mark.parametrize("output_scale", [False, True])
+def test_step_leaves_out_the_scales_not_trained(mixing, output_scale):
+    """``train_scales=False``: the map's log-scales get no gradient.
+
+    The others get autograd's, with those scales held fixed (away from zero).
+    """
+    config = {
+        "n_features": 24,
+        "n_levels": 3,
+        "depth": 2,
+        "hidden_size": 6,
+        "mixing": mixing,
+        "output_scale": output_scale,
+    }
+    glow = _initialised(config)
+    frozen = glow.scale_parameters()
+    assert len(frozen) == 3 * 2 + output_scale
+    for p in frozen:
+        p.requires_grad_(False)
+    params = [p for p in glow.parameters() if p.requires_grad]
+    assert len(params) == len(list(glow.parameters())) - len(frozen)
+    x = torch.randn(33, 24, generator=torch.Generator().manual_seed(1)).double()
+
+    glow.eval()
+    expected = -glow.log_prob(x).mean()
+    grads = torch.autograd.grad(0.5 * expected, params)
+
+    flat = FlatParameters(params, learning_rate_factors(glow))
+    for t in flat.tensors:
+        t.grad.fill_(123.0)
+    glow.train()
+    nll = AdditiveStep(glow)(x, 0.5)
+    assert_allclose(float(nll), float(expected.detach()), rtol=1e-12)
+    for p, g in zip(params, grads):
+        assert_allclose(p.grad.numpy(), g.numpy(), rtol=1e-9, atol=1e-12)
+    assert all(p.grad is None for p in frozen)
+
+
 def test_supports_only_initialised_additive_glows():
     config = {"n_features": 6, "n_levels": 2, "depth": 1, "hidden_size": 4}
     assert not AdditiveStep.supports(Glow(**config))  # ActNorm not set yet
