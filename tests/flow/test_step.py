@@ -115,6 +115,8 @@ def test_step_leaves_out_the_scales_not_trained(mixing, output_scale):
     for p, g in zip(params, grads):
         assert_allclose(p.grad.numpy(), g.numpy(), rtol=1e-9, atol=1e-12)
     assert all(p.grad is None for p in frozen)
+    glow.eval()  # it read the parameters, and changed none of them
+    assert torch.equal(-glow.log_prob(x).mean(), expected)
 
 
 def test_supports_only_initialised_additive_glows():
