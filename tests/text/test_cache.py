@@ -193,7 +193,8 @@ def stsb_4000_tiny(tiny_bert, stsb_4000):
 
 # One process encoding texts with memory=; it SIGKILLs itself when
 # `kill_after` rows have reached the encoder and the next batch starts, or
-# waits for a "go" file to start together with another process. Any
+# waits for a "go" file to start together with another process (and writes
+# a "started" file when its first batch reaches the encoder). Any
 # CacheWarning is an error.
 WORKER = """
 import json, os, signal, sys, time, warnings
@@ -219,6 +220,8 @@ def hook(module, hook_args, kwargs):
         os.kill(os.getpid(), signal.SIGKILL)
     rows[0] += kwargs["input_ids"].shape[0]
     times.append(time.time())
+    if len(times) == 1 and args.get("started"):
+        open(args["started"], "w").close()
 
 vec.model_.register_forward_pre_hook(hook, with_kwargs=True)
 if args.get("go"):
@@ -290,6 +293,7 @@ def workers(tiny_bert, stsb_4000, tmp_path_factory):
             root / "a-cache",
             batch_size=8,
             go=str(root / "go"),
+            started=str(root / "a.started"),
         ),
     }
     yield root, processes
@@ -335,7 +339,9 @@ def test_two_processes_write_the_same_cache_at_once(
 ):
     # a worker process and this one encode overlapping parts of 1,500 texts
     # into one cache at the same time, in small batches: many transactions,
-    # some on the same rows
+    # some on the same rows. The worker starts when this process's first
+    # batch reaches the encoder, and the second batch waits for the worker's
+    # first: the two encodings overlap however fast either one is.
     texts, expected = stsb_4000[:1500], stsb_4000_tiny[:1500]
     root, processes = workers
     cache, go, worker = root / "a-cache", root / "go", processes["a"]
@@ -343,13 +349,23 @@ def test_two_processes_write_the_same_cache_at_once(
         tiny_bert, batch_size=8, max_length=TINY_MAX_LENGTH, memory=cache
     ).fit(texts[:1])
     times = []
-    handle = vec.model_.register_forward_pre_hook(lambda *a: times.append(time.time()))
+
+    def wait_for(path, seconds):
+        deadline = time.monotonic() + seconds
+        while not path.exists():
+            assert worker.poll() is None and time.monotonic() < deadline, path
+            time.sleep(0.002)
+
+    def hook(*_):
+        times.append(time.time())
+        if len(times) == 1:
+            go.touch()
+        elif len(times) == 2:
+            wait_for(root / "a.started", 120)
+
+    handle = vec.model_.register_forward_pre_hook(hook)
     try:
-        deadline = time.monotonic() + 300
-        while not (root / "a.ready").exists():
-            assert worker.poll() is None and time.monotonic() < deadline
-            time.sleep(0.005)
-        go.touch()
+        wait_for(root / "a.ready", 300)
         X, n_encoded, caught = _transform_recording(vec, texts[500:])
     finally:
         handle.remove()
