@@ -49,7 +49,10 @@ Seven parts (``--parts``, all by default), each over ``--seeds`` (the flow's
     the floor, and the sgemm rate it implies), the fit, and a mean-pooling
     encode of the same sentences on one thread. Targets: the fit within 2x
     its floor; ``"bert-flow"`` at most 0.05x the encode, the defaults 0.15x.
-    Also the step's products on one and two threads, for the thread choice.
+    Also: the ``"bert-flow"`` preset with as many steps on 2-row batches,
+    the cost of its operations apart from their data; where its time goes
+    by torch operation; the step's products on one and two threads, for the
+    thread choice.
 
 Embeddings come from ``_sts_sets.encode_poolings`` (one forward pass gives
 every pooling), cached under ``--cache-dir``. all-mpnet-base-v2 is assembled
@@ -611,6 +614,48 @@ def dgemm_seconds(shape, repeats: int = 3) -> float:
     return best
 
 
+def steps_table(X, seeds, floors, out):
+    """The ``"bert-flow"`` fit's cost per step, apart from its data.
+
+    The same preset and number of steps as its fit of ``X`` (one epoch of
+    64-row batches), on 2-row batches of the first rows of ``X`` instead:
+    every operation of every step still runs (the products, the elementwise
+    passes, clipping, Adam), on next to no data. Its time against the
+    64-row fit's products floor is what the fit costs per operation, however
+    fast the arithmetic: if it is above 2, the fit cannot get within 2x its
+    floor with these operations, only with fewer or fused ones. The
+    rest of the fit (the 64-row fit minus the 2-row fit) is the part that
+    grows with the data: the products' arithmetic (at most the floor) and
+    the elementwise passes over the 64-row batches.
+    """
+    out("")
+    out(
+        '`"bert-flow"` with the same number of steps on 2-row batches (the first '
+        "rows of the same data): the cost of its operations apart from their data."
+    )
+    out("")
+    out(
+        "| seed | steps | fit, 64-row batches, s | fit, 2-row batches, s | "
+        "2-row fit / the 64-row fit's products floor | the data's part (64-row "
+        "fit - 2-row fit) / the floor |"
+    )
+    out("|---|---:|---:|---:|---:|---:|")
+    for seed in seeds:
+        fit, floor, epochs, batch = floors[seed]
+        n_steps = epochs * -(-len(X) // batch)
+        est = GlowFlowTransformer.from_preset(
+            "bert-flow", batch_size=2, max_iter=epochs, random_state=seed
+        )
+        start = time.perf_counter()
+        est, caught = fitted(est, X[: 2 * n_steps])
+        small = seconds(start)
+        note = f" (warned: {caught[0][:60]})" if caught else ""
+        out(
+            f"| {seed} | {n_steps} | {fit:.2f} | {small:.2f}{note} | "
+            f"{small / floor:.2f} | {(fit - small) / floor:.2f} |"
+        )
+
+
 def profile_table(X, out):
     """Where a ``"bert-flow"`` fit's CPU time goes, by torch operation.
 
@@ -723,12 +768,18 @@ def part_speed(data, seeds, out):
         f"Mean-pooling encode of the same {len(data.occurrences)} sentences, one "
         f"thread: {encode:.1f} s."
     )
+    # a process's first fit also loads torch's kernels and the lazy imports:
+    # one small fit of each preset first, so that every timed fit is alike
+    for name in ("bert-flow", "density"):
+        fitted(GlowFlowTransformer.from_preset(name, random_state=0), X[:2048])
+    out("After one warm-up fit of each preset on 2,048 rows.")
     out("")
     out(
         "| preset | seed | epochs (kept) | GFLOP/epoch | products alone: s/epoch, "
         "sgemm GFLOP/s | fit, s | fit / products | fit / encode | targets |"
     )
     out("|---|---|---|---:|---|---:|---:|---:|---|")
+    floors = {}  # seed -> (fit, products floor) of the "bert-flow" preset
     for name, target in (("bert-flow", 0.05), ("density", 0.15)):
         for seed in seeds:
             est = GlowFlowTransformer.from_preset(name, random_state=seed)
@@ -744,6 +795,8 @@ def part_speed(data, seeds, out):
                 est, len(X) - n_val, n_val, est.n_iter_
             )
             ok = fit <= 2 * floor and fit <= target * encode
+            if name == "bert-flow":
+                floors[seed] = (fit, floor, est.n_iter_, est.batch_size)
             out(
                 f"| {name} | {seed} | {est.n_iter_} ({est.best_epoch_}) | "
                 f"{flops / 1e9:.2f} | {epoch_floor:.3f}, "
@@ -751,6 +804,7 @@ def part_speed(data, seeds, out):
                 f"{fit:.2f} | {fit / floor:.2f} | {fit / encode:.3f} | "
                 f"<= 2x and <= {target}x: {'met' if ok else 'NOT met'} |"
             )
+    steps_table(X, seeds, floors, out)
     profile_table(X, out)
     threads_table(out)
     out("")
