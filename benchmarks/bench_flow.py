@@ -779,7 +779,7 @@ def part_speed(data, seeds, out):
         "sgemm GFLOP/s | fit, s | fit / products | fit / encode | targets |"
     )
     out("|---|---|---|---:|---|---:|---:|---:|---|")
-    floors = {}  # seed -> (fit, products floor) of the "bert-flow" preset
+    floors = {}  # seed -> (fit, floor, epochs, batch size) of "bert-flow"
     for name, target in (("bert-flow", 0.05), ("density", 0.15)):
         for seed in seeds:
             est = GlowFlowTransformer.from_preset(name, random_state=seed)
